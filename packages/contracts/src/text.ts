@@ -1,0 +1,70 @@
+import { ContractError } from './errors.js';
+
+/**
+ * The number of bytes `value` takes as UTF-8, computed without encoding it.
+ * A lone surrogate counts 3 bytes, as the replacement character would.
+ */
+export function utf8ByteLength(value: string): number {
+  let bytes = 0;
+  for (let i = 0; i < value.length; i++) {
+    const unit = value.charCodeAt(i);
+    if (unit < 0x80) bytes += 1;
+    else if (unit < 0x800) bytes += 2;
+    else if (unit >= 0xd800 && unit <= 0xdbff && i + 1 < value.length) {
+      const next = value.charCodeAt(i + 1);
+      if (next >= 0xdc00 && next <= 0xdfff) {
+        bytes += 4;
+        i++;
+      } else bytes += 3;
+    } else bytes += 3;
+  }
+  return bytes;
+}
+
+// C0 and C1 controls and DEL; identifiers end up in logs, headers and indexes.
+// biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;
+// With the `u` flag a surrogate pair is one code point, so only lone halves match.
+const LONE_SURROGATE = /\p{Cs}/u;
+// Unicode White_Space plus the zero-width and BOM characters trim() leaves alone.
+const EDGE_SPACE = /^[\s\u200b\ufeff]|[\s\u200b\ufeff]$/;
+
+/** Whether `value` holds no lone surrogate, so it encodes to UTF-8 without loss. */
+export function isWellFormedText(value: string): boolean {
+  return !LONE_SURROGATE.test(value);
+}
+
+/**
+ * Why `value` is not acceptable identifier text, or `undefined` when it is:
+ * 1..`maxBytes` UTF-8 bytes, well-formed Unicode, no control characters, no
+ * leading or trailing whitespace (seed: `validate_text`; DESIGN §3).
+ */
+export function textProblem(value: unknown, maxBytes: number): string | undefined {
+  if (typeof value !== 'string') return 'must be a string';
+  if (value.length === 0) return 'must not be empty';
+  if (!isWellFormedText(value)) return 'must be well-formed Unicode';
+  if (utf8ByteLength(value) > maxBytes) return `must be at most ${maxBytes} UTF-8 bytes`;
+  if (CONTROL_CHARACTER.test(value)) return 'must not contain control characters';
+  if (EDGE_SPACE.test(value)) return 'must not start or end with whitespace';
+  return undefined;
+}
+
+/**
+ * Identifier or reference text stored in indexed platform columns: throws an
+ * `invalid_input` {@link ContractError} naming `path` unless `value` is
+ * 1..`maxBytes` UTF-8 bytes without control characters or edge whitespace.
+ *
+ * @example
+ * validateText('email', 128, '$.input.queue'); // ok
+ * validateText(' email', 128, '$.input.queue'); // throws: must not start or end with whitespace
+ */
+export function validateText(value: unknown, maxBytes: number, path = '$'): string {
+  const problem = textProblem(value, maxBytes);
+  if (problem !== undefined) {
+    throw new ContractError('invalid_input', `${path} ${problem}`, {
+      reason: 'invalid_text',
+      path,
+    });
+  }
+  return value as string;
+}
