@@ -8,8 +8,17 @@ const shared = {
   resolve: { conditions: ['@ledgence/source'] },
 };
 
+// Int and e2e tests share one PostgreSQL per run: `DATABASE_URL` if set, else embedded
+// PostgreSQL in .ledgence/test-pg; each test file makes its own database on it.
+const pgSetup = 'packages/store-postgres/src/testing/global-setup.ts';
+
+// CI asks for a machine-readable report beside the console output, to count
+// passed and failed tests from it rather than from scraped text.
+const report = process.env.LEDGENCE_TEST_REPORT;
+
 export default defineConfig({
   test: {
+    reporters: report ? ['default', ['json', { outputFile: report }]] : ['default'],
     projects: [
       {
         ...shared,
@@ -25,6 +34,7 @@ export default defineConfig({
           name: 'int',
           include: ['{packages,apps}/**/*.int.test.ts'],
           exclude: ['**/node_modules/**', '**/dist/**'],
+          globalSetup: [pgSetup],
           testTimeout: 60_000,
           hookTimeout: 120_000,
         },
@@ -35,6 +45,7 @@ export default defineConfig({
           name: 'e2e',
           include: ['{packages,apps}/**/*.e2e.test.ts'],
           exclude: ['**/node_modules/**', '**/dist/**'],
+          globalSetup: [pgSetup],
           testTimeout: 120_000,
           hookTimeout: 120_000,
         },

@@ -108,6 +108,9 @@ export class LedgenceError extends Error {
   static readonly brand: string = '@ledgence/LedgenceError';
 
   static override [Symbol.hasInstance](value: unknown): boolean {
+    // `this` is the class on the right of `instanceof` (a subclass too), so
+    // each subclass checks for its own brand.
+    // biome-ignore lint/complexity/noThisInStatic: the receiver is the point
     return brandsOf(value).includes((this as unknown as { brand: string }).brand);
   }
 

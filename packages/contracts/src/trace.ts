@@ -29,7 +29,8 @@ export function isValidTraceparent(value: unknown): value is string {
 
 // key = simple-key / multi-tenant-key; value = printable ASCII without ',' and '='
 // and without trailing space (W3C Trace Context §3.3.1).
-const TRACESTATE_KEY = /^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})$/;
+const TRACESTATE_KEY =
+  /^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})$/;
 const TRACESTATE_VALUE = /^[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$/;
 
 /**

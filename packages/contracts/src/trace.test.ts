@@ -1,0 +1,56 @@
+import { describe, expect, it } from 'vitest';
+import {
+  isValidTraceparent,
+  isValidTracestate,
+  traceparentProblem,
+  tracestateProblem,
+} from './trace.js';
+
+const VALID = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+
+describe('traceparent', () => {
+  it('accepts the W3C example and a future version with extra fields', () => {
+    expect(isValidTraceparent(VALID)).toBe(true);
+    expect(isValidTraceparent('cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what')).toBe(
+      true,
+    );
+  });
+
+  it.each([
+    ['uppercase hex', VALID.toUpperCase()],
+    ['version ff', `ff${VALID.slice(2)}`],
+    ['all-zero trace id', '00-00000000000000000000000000000000-00f067aa0ba902b7-01'],
+    ['all-zero parent id', '00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01'],
+    ['version 00 with a fifth field', `${VALID}-extra`],
+    ['short trace id', '00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01'],
+    ['missing flags', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7'],
+    ['empty', ''],
+    ['not a string', 42],
+  ])('rejects %s', (_name, value) => {
+    expect(traceparentProblem(value)).toBeTypeOf('string');
+    expect(isValidTraceparent(value)).toBe(false);
+  });
+});
+
+describe('tracestate', () => {
+  it('accepts simple and multi-tenant keys', () => {
+    expect(isValidTracestate('rojo=00f067aa0ba902b7,congo=t61rcWkgMzE')).toBe(true);
+    expect(isValidTracestate('tenant@vendor=value')).toBe(true);
+  });
+
+  it.each([
+    ['a duplicate key', 'a=1,a=2'],
+    ['an uppercase key', 'Rojo=1'],
+    ['a member without =', 'rojo'],
+    ['only commas', ',,'],
+    ['33 members', Array.from({ length: 33 }, (_, i) => `k${i}=v`).join(',')],
+    ['513 characters', `k=${'v'.repeat(511)}`],
+    ['a value with =', 'k=a=b'],
+  ])('rejects %s', (_name, value) => {
+    expect(tracestateProblem(value)).toBeTypeOf('string');
+  });
+
+  it('accepts exactly 32 members', () => {
+    expect(isValidTracestate(Array.from({ length: 32 }, (_, i) => `k${i}=v`).join(','))).toBe(true);
+  });
+});
