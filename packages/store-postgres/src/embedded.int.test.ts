@@ -4,14 +4,11 @@ import {
   chmod,
   copyFile,
   cp,
-  lstat,
   mkdir,
   mkdtemp,
-  readdir,
   readFile,
   rm,
   stat,
-  symlink,
   writeFile,
 } from 'node:fs/promises';
 import { createRequire } from 'node:module';
@@ -287,6 +284,9 @@ describe('startEmbeddedPostgres', () => {
     );
     expect(await checkBinaries(real)).toMatch(/^PostgreSQL \d+/);
 
+    // The dynamic loader's verdict depends on which libraries the machine happens to have, so
+    // a stand-in binary fails the way it does, beside the package's symlink manifest whose
+    // link targets are absent: what checkBinaries must diagnose is exactly that pair.
     const fake = join(base, 'unhydrated');
     await mkdir(join(fake, 'native', 'bin'), { recursive: true });
     await mkdir(join(fake, 'native', 'lib'));
@@ -294,15 +294,14 @@ describe('startEmbeddedPostgres', () => {
       join(real, 'native', 'pg-symlinks.json'),
       join(fake, 'native', 'pg-symlinks.json'),
     );
-    // A copy, not a link: the binary finds its libraries relative to its own location.
-    await copyFile(
-      join(real, 'native', 'bin', 'postgres'),
-      join(fake, 'native', 'bin', 'postgres'),
+    const stub = join(fake, 'native', 'bin', 'postgres');
+    await writeFile(
+      stub,
+      '#!/bin/sh\necho "postgres: error while loading shared libraries: libicuuc.so.60: ' +
+        'cannot open shared object file: No such file or directory" >&2\nexit 127\n',
     );
-    for (const name of await readdir(join(real, 'native', 'lib'))) {
-      const from = join(real, 'native', 'lib', name);
-      if ((await lstat(from)).isFile()) await symlink(from, join(fake, 'native', 'lib', name));
-    }
+    await chmod(stub, 0o755);
+    await chmod(fake, 0o755);
     await expect(checkBinaries(fake)).rejects.toMatchObject({
       code: 'binaries_unavailable',
       message: expect.stringContaining('onlyBuiltDependencies'),
