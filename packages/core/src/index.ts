@@ -1,10 +1,99 @@
 /**
  * @module @ledgence/core
  *
- * The lifecycle core: pure state transitions, the ports (TaskStore, wake, the store's clock) and the TaskService built on them. No SQL, no HTTP.
+ * The lifecycle core of Ledgence: the pure state transitions of DESIGN §5
+ * (submit, sessions, replay-safe acquisition, renew with intents, settle with
+ * idempotent operation ids and quiescence, cancel, lease-expiry recovery,
+ * retry scheduling, history), the ports a store implements (`TaskStore`,
+ * `WakeSource`), and the `TaskService` built on them. A transition takes the
+ * loaded rows, the command and store time, and returns the rows to write and
+ * the reply; it never does I/O. No SQL, no HTTP.
  *
- * This package is a placeholder: its contents land with issue #3. It exports
- * nothing yet, so that the workspace, its dependency direction and its build
- * exist from the first commit.
+ * @example
+ * ```ts
+ * import { lifecycleConfig, submitTask, commandDigest } from '@ledgence/core';
+ *
+ * const command = {
+ *   idempotency_key: 'order-42',
+ *   input: { tenant_id: 'acme', namespace: 'prod', queue: 'email',
+ *            program: { name: 'send-email' }, data: { to: 'ada@example.com' } },
+ * };
+ * const now = Date.UTC(2026, 10, 29);
+ * const result = submitTask(null, command, commandDigest(command), now,
+ *                           { task_id: 'tsk_1', run_id: 'run_1' });
+ * console.log(result.created, result.task.state, result.history[0]?.reason);
+ * // → true queued submitted
+ * console.log(lifecycleConfig().leaseDurationMs); // → 30000
+ * ```
  */
-export {};
+export {
+  type ClaimIds,
+  type ClaimResult,
+  claimTask,
+  classifyPoll,
+  emptyPoll,
+  type PollKind,
+  replayPoll,
+} from './acquire.js';
+export { type CancelResult, cancelTask } from './cancel.js';
+export { DEFAULT_LIFECYCLE_CONFIG, type LifecycleConfig, lifecycleConfig } from './config.js';
+export { commandDigest } from './digest.js';
+export { type GroupCommitOptions, withGroupCommit } from './group-commit.js';
+export { type HistoryEntry, recordHistory } from './history.js';
+export { type IdKind, newId } from './ids.js';
+export {
+  attemptNotFound,
+  authorityAt,
+  leaseLive,
+  leaseOf,
+  leaseOwner,
+  ownerMatches,
+  ownershipLost,
+  requireOwnedAttempt,
+} from './lease.js';
+export type {
+  AcquireOutcome,
+  AcquireStoreOptions,
+  ItemResult,
+  SubmitOutcome,
+  TaskStore,
+  WakeSource,
+  WakeTopic,
+} from './ports.js';
+export { type RecoveryOutcome, type RecoveryResult, recoverExpiredLease } from './recovery.js';
+export { type RenewResult, renewLease } from './renew.js';
+export type {
+  AttemptRow,
+  CursorRow,
+  HistoryRow,
+  SessionRow,
+  SettlementDecision,
+  TaskRow,
+} from './rows.js';
+export {
+  createTaskService,
+  type TaskService,
+  type TaskServiceOptions,
+  type WaitOptions,
+} from './service.js';
+export { extendSession, openSession, requireLiveSession, workerSession } from './session.js';
+export {
+  applyDecision,
+  attemptsRemain,
+  confirmQuiescence,
+  decideSettlement,
+  heldDecision,
+  retryDelayFor,
+  type SettleSideResult,
+  settleAttempt,
+} from './settle.js';
+export { type SubmitIds, type SubmitResult, submitTask } from './submit.js';
+export {
+  assignmentAt,
+  attemptSnapshot,
+  invocationEvent,
+  recordedHistoryEvent,
+  taskResult,
+  taskSnapshot,
+  taskStatus,
+} from './views.js';

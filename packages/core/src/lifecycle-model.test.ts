@@ -1,0 +1,15 @@
+import { describe, it } from 'vitest';
+import { createMemoryTaskStore } from './testing/index.js';
+import { runLifecycleModel } from './testing/lifecycle-model.js';
+
+describe('lifecycle model (memory store)', () => {
+  it('random command sequences keep DESIGN §5 invariants', async () => {
+    const store = createMemoryTaskStore({
+      config: { leaseDurationMs: 1_000, cleanupGraceMs: 500, leaseSafetyMarginMs: 100 },
+    });
+    await runLifecycleModel(
+      { store, advance: async (ms) => store.advance(ms), leaseDurationMs: 1_000 },
+      { runs: 150, maxSteps: 60 },
+    );
+  });
+});

@@ -1,0 +1,65 @@
+import type { Timestamp } from '@ledgence/contracts';
+import type { AttemptRow, HistoryRow, SettlementDecision, TaskRow } from './rows.js';
+import { applyDecision, attemptsRemain, heldDecision, retryDelayFor } from './settle.js';
+
+/** How recovering one expired lease ended. */
+export type RecoveryOutcome = 'requeued' | 'failed' | 'cancelled' | 'finalized';
+
+/** What recovering one expired lease wrote. */
+export interface RecoveryResult {
+  outcome: RecoveryOutcome;
+  task: TaskRow;
+  attempt: AttemptRow;
+  history: HistoryRow[];
+}
+
+/**
+ * Recovers an attempt whose lease expired at store time (DESIGN §5 Lease
+ * expiry), or returns `null` when it is not (or no longer) expired — the
+ * store re-checks under the row lock, so recovery racing a late settle or
+ * renew yields exactly one outcome.
+ *
+ * A settled attempt awaiting cleanup takes its recorded decision. Otherwise
+ * the attempt is `lost` (`lease_expired`): with cancel requested the task is
+ * cancelled; with dispatched attempts at `max_attempts` it fails with
+ * `lease_expired`; else it is re-queued after the retry delay. An attempt never
+ * granted dispatch did not count against `max_attempts`.
+ */
+export function recoverExpiredLease(
+  task: TaskRow,
+  attempt: AttemptRow,
+  now: Timestamp,
+): RecoveryResult | null {
+  if (
+    attempt.state !== 'active' ||
+    attempt.lease_expires_at > now ||
+    task.current_attempt_id !== attempt.attempt_id
+  ) {
+    return null;
+  }
+  if (attempt.pending !== null) {
+    const held = heldDecision(task, attempt.pending);
+    return { outcome: 'finalized', ...applyDecision(task, attempt, held, now) };
+  }
+  const lost: AttemptRow = { ...attempt, state: 'lost', finished_at: now };
+  const decision: SettlementDecision =
+    task.cancel_requested_at !== null
+      ? { kind: 'cancel' }
+      : attemptsRemain(task)
+        ? {
+            kind: 'retry',
+            delay_ms: retryDelayFor(task),
+            failure: { kind: 'lease_expired', attempts: task.attempt_count },
+          }
+        : { kind: 'fail', failure: { kind: 'lease_expired', attempts: task.attempt_count } };
+  const applied = applyDecision(task, lost, decision, now, [['lease_expired', attempt.attempt_id]]);
+  // applyDecision finishes the attempt by the decision's kind; a lost lease stays `lost`.
+  const outcome: RecoveryOutcome =
+    decision.kind === 'cancel' ? 'cancelled' : decision.kind === 'retry' ? 'requeued' : 'failed';
+  return {
+    outcome,
+    task: applied.task,
+    attempt: { ...applied.attempt, state: 'lost' },
+    history: applied.history,
+  };
+}

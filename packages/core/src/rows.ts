@@ -1,0 +1,137 @@
+/**
+ * The records a store persists, as the pure transitions see them. A store
+ * maps them to its tables; the transitions never see SQL. Application JSON
+ * (`input.data`, outputs) rides inside `input` and `outcome` so a store can
+ * keep it off the hot columns.
+ */
+import type {
+  AcceptedSettlement,
+  AcquireCommand,
+  AttemptRef,
+  AttemptState,
+  ProgramDescriptor,
+  Quiescence,
+  RenewCommand,
+  ResolvedRetryPolicy,
+  SubmitTask,
+  TaskFailure,
+  TaskOutcome,
+  TaskState,
+  Timestamp,
+  TraceContext,
+  TransitionReason,
+} from '@ledgence/contracts';
+
+/** One task: its immutable submission and its mutable scheduling state. */
+export interface TaskRow {
+  tenant_id: string;
+  namespace: string;
+  task_id: string;
+  run_id: string;
+  idempotency_key: string;
+  /**
+   * SHA-256 (hex) of the canonical JSON of the normalised submit command: a
+   * replayed submit compares digests, so the comparison never re-reads data.
+   */
+  command_digest: string;
+  /** The submission as accepted (optional fields absent, not null). Immutable. */
+  input: SubmitTask;
+  origin_trace: TraceContext | null;
+  queue: string;
+  program: ProgramDescriptor;
+  /** Defaults applied at submit (DESIGN §4.1), so later policy changes cannot move them. */
+  retry: ResolvedRetryPolicy;
+  timeout_ms: number;
+  priority: number;
+  concurrency_key: string | null;
+  concurrency_limit: number | null;
+  labels: Record<string, string>;
+  state: TaskState;
+  submitted_at: Timestamp;
+  available_at: Timestamp;
+  terminal_at: Timestamp | null;
+  /** Attempts created: each claim creates one. */
+  attempt_count: number;
+  /** Attempts granted dispatch: only these count against `retry.max_attempts`. */
+  dispatch_count: number;
+  current_attempt_id: string | null;
+  cancel_requested_at: Timestamp | null;
+  /** Set exactly when the task is terminal. */
+  outcome: TaskOutcome | null;
+  /** The last history sequence written; the next event gets `+ 1`. */
+  history_sequence: number;
+}
+
+/**
+ * What a settlement decided for the task, held on the attempt while cleanup is
+ * unconfirmed and applied when it is confirmed or authority ends.
+ */
+export type SettlementDecision =
+  | { kind: 'succeed'; output: unknown }
+  | { kind: 'fail'; failure: TaskFailure }
+  | { kind: 'retry'; delay_ms: number; failure: TaskFailure }
+  | { kind: 'cancel' };
+
+/** One attempt: who holds it, until when, and what it reported. */
+export interface AttemptRow {
+  tenant_id: string;
+  namespace: string;
+  task_id: string;
+  attempt_id: string;
+  /** 1-based ordinal among the task's attempts (the event's `ldgattempt`). */
+  ordinal: number;
+  lease_id: string;
+  /** The lease generation; equals the ordinal, as each claim issues one lease. */
+  generation: number;
+  worker_session_id: string;
+  consumer_id: number;
+  state: AttemptState;
+  claimed_at: Timestamp;
+  /** `claimed_at + timeout_ms`: end of the user-work budget. */
+  deadline: Timestamp;
+  /** `deadline + cleanup grace`: no lease outlives it. */
+  authority_deadline: Timestamp;
+  lease_expires_at: Timestamp;
+  renew_sequence: number;
+  last_renewal: RenewCommand | null;
+  /** Dispatch was granted: user code may have started (`execution_may_have_started`). */
+  dispatch_allowed: boolean;
+  quiescence: Quiescence;
+  settlement: AcceptedSettlement | null;
+  /** SHA-256 (hex) of the canonical settle command, for replay comparison. */
+  settlement_digest: string | null;
+  /** A settlement's decision awaiting confirmed cleanup; null otherwise. */
+  pending: SettlementDecision | null;
+  finished_at: Timestamp | null;
+}
+
+/** A worker session: one queue, `concurrency` consumer slots, a validity. */
+export interface SessionRow {
+  id: string;
+  tenant_id: string;
+  namespace: string;
+  queue: string;
+  concurrency: number;
+  created_at: Timestamp;
+  expires_at: Timestamp;
+}
+
+/** The replay state of one consumer slot: its last completed poll. */
+export interface CursorRow {
+  worker_session_id: string;
+  consumer_id: number;
+  sequence: number;
+  command: AcquireCommand;
+  assignment: AttemptRef | null;
+}
+
+/** One history record, numbered under the task's row lock. */
+export interface HistoryRow {
+  tenant_id: string;
+  namespace: string;
+  task_id: string;
+  sequence: number;
+  attempt_id: string | null;
+  at: Timestamp;
+  reason: TransitionReason;
+}

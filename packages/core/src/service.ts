@@ -1,0 +1,223 @@
+import {
+  type AcquireCommand,
+  type AcquireReply,
+  type AttemptSnapshot,
+  type Authority,
+  type LeaseOwner,
+  LONG_POLL_WAIT_MS,
+  MAX_RECOVERY_BATCH,
+  type OpenSessionCommand,
+  type RecordedHistoryEvent,
+  type RecoveryProgress,
+  type RenewCommand,
+  type Scope,
+  type SettleCommand,
+  type SettleReply,
+  type SubmitCommand,
+  type TaskListQuery,
+  type TaskPage,
+  type TaskResult,
+  type TaskSnapshot,
+  type TaskState,
+  type TaskStatus,
+  type WorkerSession,
+} from '@ledgence/contracts';
+import type {
+  AcquireOutcome,
+  ItemResult,
+  SubmitOutcome,
+  TaskStore,
+  WakeSource,
+  WakeTopic,
+} from './ports.js';
+
+/** How long a caller is willing to wait, and how to stop waiting early. */
+export interface WaitOptions {
+  /** The caller's wait preference; clamped to the service's long-poll maximum. */
+  waitMs?: number;
+  /** Aborts the wait (e.g. the client disconnected); nothing is consumed then. */
+  signal?: AbortSignal;
+}
+
+/** Options of {@link createTaskService}. */
+export interface TaskServiceOptions {
+  store: TaskStore;
+  /** Delivers wake hints (e.g. LISTEN/NOTIFY); without one, waits rely on the rescan alone. */
+  wake?: WakeSource;
+  /** Longest a poll or result wait parks (`LEDGENCE_LONG_POLL_WAIT_MS`). */
+  longPollMaxMs?: number;
+  /**
+   * Fallback rescan period of a parked wait: a hint is only a hint, and a lost
+   * one (a dropped LISTEN connection) must not strand a waiter for long.
+   */
+  rescanIntervalMs?: number;
+}
+
+/**
+ * The service boundary transport adapters call (seed: `TaskService`). A
+ * successful mutation reply follows durable transactional acceptance (the
+ * store's); the service adds long polls and result waits on top.
+ */
+export interface TaskService {
+  submit(command: SubmitCommand): Promise<SubmitOutcome>;
+  submitBatch(commands: readonly SubmitCommand[]): Promise<ItemResult<SubmitOutcome>[]>;
+  openSession(command: OpenSessionCommand): Promise<WorkerSession>;
+  extendSession(scope: Scope, sessionId: string): Promise<WorkerSession>;
+  /** One poll; with `waitMs`, an empty poll parks until work may be ready or the wait ends. */
+  acquire(command: AcquireCommand, options?: WaitOptions): Promise<AcquireReply>;
+  /**
+   * Polls of one session's slots; with `waitMs`, parks until at least one slot
+   * is answered with something other than a new `empty`, or the wait ends.
+   */
+  acquireBatch(
+    commands: readonly AcquireCommand[],
+    options?: WaitOptions,
+  ): Promise<ItemResult<AcquireReply>[]>;
+  renew(command: RenewCommand): Promise<Authority>;
+  renewBatch(commands: readonly RenewCommand[]): Promise<ItemResult<Authority>[]>;
+  settle(command: SettleCommand): Promise<SettleReply>;
+  settleBatch(commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]>;
+  confirmQuiescence(owner: LeaseOwner): Promise<TaskState>;
+  cancel(scope: Scope, taskId: string): Promise<TaskState>;
+  status(scope: Scope, taskId: string): Promise<TaskStatus>;
+  /** The result; with `waitMs`, waits for a terminal state first. */
+  result(scope: Scope, taskId: string, options?: WaitOptions): Promise<TaskResult>;
+  inspect(scope: Scope, taskId: string): Promise<TaskSnapshot>;
+  inspectAttempt(scope: Scope, taskId: string, attemptId: string): Promise<AttemptSnapshot>;
+  history(scope: Scope, taskId: string, afterSequence: number): Promise<RecordedHistoryEvent[]>;
+  listTasks(scope: Scope, query: TaskListQuery): Promise<TaskPage>;
+  /** One bounded recovery pass (maintenance). */
+  recoverExpiredLeases(limit?: number): Promise<RecoveryProgress>;
+}
+
+const DEFAULT_RESCAN_INTERVAL_MS = 1_000;
+
+/** A wait that ends at once: no wake source, or nothing to wait for. */
+const noWake: WakeSource = {
+  wait: (_topic, timeoutMs, signal) =>
+    new Promise<void>((resolve) => {
+      if (signal?.aborted || timeoutMs <= 0) return resolve();
+      const timer = setTimeout(done, timeoutMs);
+      function done() {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
+        resolve();
+      }
+      signal?.addEventListener('abort', done, { once: true });
+    }),
+};
+
+/** A fresh `empty` that the store did not record: probing again is still a new poll. */
+function unrecordedEmpty(outcome: AcquireOutcome): boolean {
+  return !outcome.recorded;
+}
+
+/**
+ * Builds the task service over a store and an optional wake source.
+ *
+ * @example
+ * ```ts
+ * const service = createTaskService({ store, wake, longPollMaxMs: 20_000 });
+ * const reply = await service.acquire(command, { waitMs: 20_000, signal });
+ * ```
+ */
+export function createTaskService(options: TaskServiceOptions): TaskService {
+  const { store } = options;
+  const wake = options.wake ?? noWake;
+  const longPollMaxMs = options.longPollMaxMs ?? LONG_POLL_WAIT_MS;
+  const rescanMs = options.rescanIntervalMs ?? DEFAULT_RESCAN_INTERVAL_MS;
+
+  /** The wait budget of a request: its preference clamped to the maximum, as a deadline. */
+  function budget(wait: WaitOptions | undefined): { deadline: number; parks: boolean } {
+    const waitMs = Math.min(Math.max(wait?.waitMs ?? 0, 0), longPollMaxMs);
+    return { deadline: Date.now() + waitMs, parks: waitMs > 0 };
+  }
+
+  /** Parks until a hint, the next rescan, the deadline or an abort; true while time remains. */
+  async function park(topic: WakeTopic, deadline: number, signal?: AbortSignal): Promise<boolean> {
+    const remaining = deadline - Date.now();
+    if (remaining <= 0 || signal?.aborted) return false;
+    await wake.wait(topic, Math.min(remaining, rescanMs), signal);
+    return !signal?.aborted && deadline - Date.now() > 0;
+  }
+
+  async function acquire(command: AcquireCommand, wait?: WaitOptions): Promise<AcquireReply> {
+    const { deadline, parks } = budget(wait);
+    if (!parks) return (await store.acquire(command, { recordEmpty: true })).reply;
+    const topic: WakeTopic = { kind: 'queue', scope: command.scope, queue: command.queue };
+    for (;;) {
+      const probe = await store.acquire(command, { recordEmpty: false });
+      if (!unrecordedEmpty(probe)) return probe.reply;
+      if (!(await park(topic, deadline, wait?.signal))) break;
+    }
+    // A disconnected client gets nothing and consumes nothing: its retry of the
+    // same sequence is still a new poll.
+    if (wait?.signal?.aborted) return { disposition: 'empty', sequence: command.sequence };
+    return (await store.acquire(command, { recordEmpty: true })).reply;
+  }
+
+  async function acquireBatch(
+    commands: readonly AcquireCommand[],
+    wait?: WaitOptions,
+  ): Promise<ItemResult<AcquireReply>[]> {
+    const { deadline, parks } = budget(wait);
+    const first = commands[0];
+    let outcomes = await store.acquireBatch(commands, { recordEmpty: !parks });
+    if (parks && first !== undefined) {
+      const topic: WakeTopic = { kind: 'queue', scope: first.scope, queue: first.queue };
+      const waiting = () => outcomes.every((o) => o.ok && unrecordedEmpty(o.value));
+      while (waiting() && (await park(topic, deadline, wait?.signal))) {
+        outcomes = await store.acquireBatch(commands, { recordEmpty: false });
+      }
+      if (wait?.signal?.aborted) {
+        // Anything already assigned was recorded and will be replayed by the
+        // client's retry of the same sequences; unrecorded empties consumed nothing.
+        return outcomes.map((o) => (o.ok ? { ok: true, value: o.value.reply } : o));
+      }
+      // Record the empties this reply reports, so the client's next sequences follow on.
+      const unrecorded = outcomes.flatMap((o, i) => (o.ok && unrecordedEmpty(o.value) ? [i] : []));
+      if (unrecorded.length > 0) {
+        const recorded = await store.acquireBatch(
+          unrecorded.map((i) => commands[i] as AcquireCommand),
+          { recordEmpty: true },
+        );
+        unrecorded.forEach((index, k) => {
+          outcomes[index] = recorded[k] as ItemResult<AcquireOutcome>;
+        });
+      }
+    }
+    return outcomes.map((o) => (o.ok ? { ok: true, value: o.value.reply } : o));
+  }
+
+  async function result(scope: Scope, taskId: string, wait?: WaitOptions): Promise<TaskResult> {
+    const { deadline, parks } = budget(wait);
+    const topic: WakeTopic = { kind: 'task', scope, task_id: taskId };
+    for (;;) {
+      const current = await store.result(scope, taskId);
+      if (!parks || current.outcome.state !== 'pending') return current;
+      if (!(await park(topic, deadline, wait?.signal))) return store.result(scope, taskId);
+    }
+  }
+
+  return {
+    submit: (command) => store.submit(command),
+    submitBatch: (commands) => store.submitBatch(commands),
+    openSession: (command) => store.openSession(command),
+    extendSession: (scope, id) => store.extendSession(scope, id),
+    acquire,
+    acquireBatch,
+    renew: (command) => store.renew(command),
+    renewBatch: (commands) => store.renewBatch(commands),
+    settle: (command) => store.settle(command),
+    settleBatch: (commands) => store.settleBatch(commands),
+    confirmQuiescence: (owner) => store.confirmQuiescence(owner),
+    cancel: (scope, id) => store.cancel(scope, id),
+    status: (scope, id) => store.status(scope, id),
+    result,
+    inspect: (scope, id) => store.inspect(scope, id),
+    inspectAttempt: (scope, id, attemptId) => store.inspectAttempt(scope, id, attemptId),
+    history: (scope, id, after) => store.history(scope, id, after),
+    listTasks: (scope, query) => store.listTasks(scope, query),
+    recoverExpiredLeases: (limit = MAX_RECOVERY_BATCH) => store.recoverExpiredLeases(limit),
+  };
+}

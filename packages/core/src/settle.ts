@@ -1,0 +1,247 @@
+import {
+  type AttemptReport,
+  type AttemptState,
+  ContractError,
+  type LeaseOwner,
+  retryDelayMs,
+  type SettleCommand,
+  type SettleReply,
+  type TaskFailure,
+  type TaskState,
+  type Timestamp,
+} from '@ledgence/contracts';
+import { type HistoryEntry, recordHistory } from './history.js';
+import { leaseLive, ownershipLost, requireOwnedAttempt } from './lease.js';
+import type { AttemptRow, HistoryRow, SettlementDecision, TaskRow } from './rows.js';
+
+/** What a settle-side transition wrote (nothing when it replayed) and its reply. */
+export interface SettleSideResult<R> {
+  changed: boolean;
+  task: TaskRow;
+  attempt: AttemptRow;
+  history: HistoryRow[];
+  reply: R;
+}
+
+/**
+ * The retry delay after a failed attempt: the policy's delay for the number of
+ * dispatched attempts so far, jittered deterministically from the run and
+ * task ids, so replicas and restarts agree (a3s seed).
+ */
+export function retryDelayFor(task: TaskRow): number {
+  return retryDelayMs(task.retry, Math.max(1, task.dispatch_count), [task.run_id, task.task_id]);
+}
+
+/** Whether the retry budget has room: only attempts granted dispatch count (DESIGN §4.1). */
+export function attemptsRemain(task: TaskRow): boolean {
+  return task.dispatch_count < task.retry.max_attempts;
+}
+
+/**
+ * What a report means for the task (DESIGN §5 Settle): a settlement while
+ * cancel is requested cancels; success succeeds; an application error or an
+ * execution failure retries when `retryable !== false` and attempts remain,
+ * and fails otherwise.
+ */
+export function decideSettlement(task: TaskRow, report: AttemptReport): SettlementDecision {
+  if (task.cancel_requested_at !== null) return { kind: 'cancel' };
+  let failure: TaskFailure;
+  let retryable: boolean;
+  if (report.kind === 'completed') {
+    const outcome = report.report.outcome;
+    if (outcome.kind === 'success') return { kind: 'succeed', output: outcome.output };
+    failure = { kind: 'application', error: outcome.error };
+    retryable = outcome.error.retryable !== false;
+  } else {
+    failure = { kind: 'execution', error: report.report };
+    retryable = report.report.retryable;
+  }
+  if (retryable && attemptsRemain(task)) {
+    return { kind: 'retry', delay_ms: retryDelayFor(task), failure };
+  }
+  return { kind: 'fail', failure };
+}
+
+/**
+ * The decision to apply now for one held while cleanup was unconfirmed: a
+ * cancel requested since then wins over a retry (a cancelled task is never
+ * retried), while an outcome already known — success or final failure — stands.
+ */
+export function heldDecision(task: TaskRow, held: SettlementDecision): SettlementDecision {
+  return held.kind === 'retry' && task.cancel_requested_at !== null ? { kind: 'cancel' } : held;
+}
+
+const ATTEMPT_STATE_OF: Record<SettlementDecision['kind'], AttemptState> = {
+  succeed: 'succeeded',
+  fail: 'failed',
+  retry: 'failed',
+  cancel: 'cancelled',
+};
+
+/**
+ * Applies a decision: the attempt finishes, and the task becomes terminal or
+ * is re-queued after the retry delay. Shared by settle, confirm-quiescence and
+ * recovery, so an outcome is applied the same way whichever path ends it.
+ */
+export function applyDecision(
+  task: TaskRow,
+  attempt: AttemptRow,
+  decision: SettlementDecision,
+  now: Timestamp,
+  leading: readonly HistoryEntry[] = [],
+): { task: TaskRow; attempt: AttemptRow; history: HistoryRow[] } {
+  const finished: AttemptRow = {
+    ...attempt,
+    state: ATTEMPT_STATE_OF[decision.kind],
+    pending: null,
+    finished_at: now,
+  };
+  const base: TaskRow = { ...task, current_attempt_id: null };
+  let next: TaskRow;
+  let reason: HistoryEntry[0];
+  switch (decision.kind) {
+    case 'succeed':
+      next = terminal(base, { state: 'succeeded', output: decision.output }, now);
+      reason = 'succeeded';
+      break;
+    case 'fail':
+      next = terminal(base, { state: 'failed', failure: decision.failure }, now);
+      reason = 'failed';
+      break;
+    case 'cancel':
+      next = terminal(base, { state: 'cancelled' }, now);
+      reason = 'cancelled';
+      break;
+    case 'retry':
+      next = { ...base, state: 'queued', available_at: now + decision.delay_ms };
+      reason = 'retry_scheduled';
+      break;
+  }
+  const recorded = recordHistory(next, now, [...leading, [reason, attempt.attempt_id]]);
+  return { task: recorded.task, attempt: finished, history: recorded.history };
+}
+
+function terminal(
+  task: TaskRow,
+  outcome: NonNullable<TaskRow['outcome']>,
+  now: Timestamp,
+): TaskRow {
+  return { ...task, state: outcome.state, outcome, terminal_at: now };
+}
+
+function sameReport(command: SettleCommand, attempt: AttemptRow): void {
+  if (command.report.kind !== 'completed') return;
+  const identity = command.report.report.context.identity;
+  if (identity.task_id !== attempt.task_id || identity.attempt_id !== attempt.attempt_id) {
+    throw new ContractError(
+      'invalid_input',
+      '$.report.report.context.identity must name the owner’s task and attempt',
+      { reason: 'identity_mismatch', path: '$.report.report.context.identity' },
+    );
+  }
+}
+
+/**
+ * Settles an attempt exactly once (DESIGN §5 Settle). A settlement already
+ * recorded for the attempt answers first: the same `operation_id` with the
+ * same canonical command replays its receipt (`already_accepted: true`, even
+ * after the lease ended); anything else is `409 conflict`. Otherwise the owner
+ * must hold a live lease (else `ownership_lost`). `report_accepted` is always
+ * recorded; with `quiescence: confirmed` the decision applies at once, with
+ * `unconfirmed` the task stays active until cleanup is confirmed or authority ends.
+ *
+ * @param digest - {@link commandDigest} of `command`.
+ */
+export function settleAttempt(
+  loadedTask: TaskRow | null,
+  loadedAttempt: AttemptRow | null,
+  command: SettleCommand,
+  digest: string,
+  now: Timestamp,
+): SettleSideResult<SettleReply> {
+  const { task, attempt } = requireOwnedAttempt(loadedTask, loadedAttempt, command.owner);
+  if (attempt.settlement !== null) {
+    if (
+      attempt.settlement.receipt.operation_id === command.operation_id &&
+      attempt.settlement_digest === digest
+    ) {
+      const reply = {
+        receipt: attempt.settlement.receipt,
+        already_accepted: true,
+        task_state: task.state,
+      };
+      return { changed: false, task, attempt, history: [], reply };
+    }
+    throw new ContractError(
+      'conflict',
+      attempt.settlement.receipt.operation_id === command.operation_id
+        ? `operation ${command.operation_id} was already used with a different settlement`
+        : `attempt ${attempt.attempt_id} already has a different settlement`,
+    );
+  }
+  if (!leaseLive(attempt, now)) throw ownershipLost(command.owner, 'has expired or ended');
+  sameReport(command, attempt);
+  const receipt = {
+    operation_id: command.operation_id,
+    task_id: attempt.task_id,
+    attempt_id: attempt.attempt_id,
+    accepted_at: now,
+  };
+  const settled: AttemptRow = {
+    ...attempt,
+    settlement: { command, receipt },
+    settlement_digest: digest,
+    quiescence: command.quiescence,
+  };
+  const decision = decideSettlement(task, command.report);
+  const accepted: HistoryEntry = ['report_accepted', attempt.attempt_id];
+  if (command.quiescence === 'unconfirmed') {
+    const recorded = recordHistory(task, now, [accepted]);
+    return {
+      changed: true,
+      task: recorded.task,
+      attempt: { ...settled, pending: decision },
+      history: recorded.history,
+      reply: { receipt, already_accepted: false, task_state: recorded.task.state },
+    };
+  }
+  const applied = applyDecision(task, settled, decision, now, [accepted]);
+  return {
+    changed: true,
+    ...applied,
+    reply: { receipt, already_accepted: false, task_state: applied.task.state },
+  };
+}
+
+/**
+ * Confirms that required cleanup is done for a settled attempt whose report
+ * said `unconfirmed`, applying its decision (`cleanup_confirmed`). Confirming
+ * again, or an attempt that finished otherwise, answers the task's state and
+ * changes nothing; confirming before any settlement is `409 conflict`.
+ */
+export function confirmQuiescence(
+  loadedTask: TaskRow | null,
+  loadedAttempt: AttemptRow | null,
+  owner: LeaseOwner,
+  now: Timestamp,
+): SettleSideResult<TaskState> {
+  const { task, attempt } = requireOwnedAttempt(loadedTask, loadedAttempt, owner);
+  if (attempt.pending === null) {
+    if (attempt.settlement === null) {
+      if (!leaseLive(attempt, now)) throw ownershipLost(owner, 'has expired or ended');
+      throw new ContractError(
+        'conflict',
+        `attempt ${attempt.attempt_id} has no settlement to confirm; settle it first`,
+      );
+    }
+    return { changed: false, task, attempt, history: [], reply: task.state };
+  }
+  const applied = applyDecision(
+    task,
+    { ...attempt, quiescence: 'confirmed' },
+    heldDecision(task, attempt.pending),
+    now,
+    [['cleanup_confirmed', attempt.attempt_id]],
+  );
+  return { changed: true, ...applied, reply: applied.task.state };
+}

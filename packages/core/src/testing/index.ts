@@ -1,0 +1,52 @@
+/**
+ * @module @ledgence/core/testing
+ *
+ * Test support for anything built on the lifecycle core: an in-memory
+ * `TaskStore` made only of the core's pure transitions (the fast reference
+ * store), the `TaskStore` conformance suite every store runs (DESIGN §5 and
+ * §4.1, one or more vitest tests per rule), and fixture builders for the
+ * commands tests send. The conformance suite needs `vitest` (an optional peer
+ * dependency); the memory store and the fixtures do not use it.
+ *
+ * @example
+ * ```ts
+ * import {
+ *   createMemoryTaskStore,
+ *   runTaskStoreConformance,
+ * } from '@ledgence/core/testing';
+ *
+ * runTaskStoreConformance('memory store', async () => {
+ *   const store = createMemoryTaskStore();
+ *   return {
+ *     store,
+ *     config: store.config,
+ *     advance: async (ms) => store.advance(ms),
+ *     close: async () => {},
+ *   };
+ * });
+ * ```
+ */
+export {
+  type ConformanceHarness,
+  expectContractError,
+  runTaskStoreConformance,
+} from './conformance.js';
+export {
+  acquireCommand,
+  freshScope,
+  openSessionCommand,
+  ownerOf,
+  renewCommand,
+  type SettleOptions,
+  settleApplicationError,
+  settleExecutionFailure,
+  settleSuccess,
+  submitCommand,
+  TEST_NAMESPACE,
+  TEST_QUEUE,
+} from './fixtures.js';
+export {
+  createMemoryTaskStore,
+  type MemoryTaskStore,
+  type MemoryTaskStoreOptions,
+} from './memory-store.js';
