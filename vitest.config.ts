@@ -1,11 +1,15 @@
+import { defaultServerConditions } from 'vite';
 import { defineConfig } from 'vitest/config';
 
 // Tests sit beside the code: `*.test.ts` are fast unit tests with no I/O,
 // `*.int.test.ts` talk to a real PostgreSQL, `*.e2e.test.ts` drive real
 // processes over real sockets. The `@ledgence/source` condition resolves
 // workspace packages to their TypeScript sources, so no build is needed.
+// Vite applies `resolve.conditions` to browser code only; tests run on the server side, whose
+// conditions are `ssr.resolve.conditions` — without it, imports fall through to stale `dist/`.
 const shared = {
   resolve: { conditions: ['@ledgence/source'] },
+  ssr: { resolve: { conditions: ['@ledgence/source', ...defaultServerConditions] } },
 };
 
 // Int and e2e tests share one PostgreSQL per run: `DATABASE_URL` if set, else embedded

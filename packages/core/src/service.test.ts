@@ -172,6 +172,28 @@ describe('createTaskService long polls', () => {
     }
   });
 
+  it('answers parked polls with a recorded empty when the service is closing', async () => {
+    const store = createMemoryTaskStore();
+    const closing = new AbortController();
+    const service = createTaskService({
+      store,
+      rescanIntervalMs: 60_000,
+      longPollMaxMs: 60_000,
+      closing: closing.signal,
+    });
+    const scope = freshScope();
+    const { poll } = await sessionWithSlots(store, scope, 1);
+    const parked = service.acquire(poll(0, 1), { waitMs: 60_000 });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    closing.abort();
+    expect(await parked).toEqual({ disposition: 'empty', sequence: 1 });
+    // Recorded: the same sequence now replays the empty answer.
+    await store.submit(submitCommand(scope));
+    expect((await store.acquire(poll(0, 1), { recordEmpty: true })).reply.disposition).toBe(
+      'empty',
+    );
+  });
+
   it('waits for a result to become terminal', async () => {
     const store = createMemoryTaskStore();
     const service = createTaskService({ store, rescanIntervalMs, longPollMaxMs: 5_000 });

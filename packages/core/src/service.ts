@@ -51,6 +51,11 @@ export interface TaskServiceOptions {
    * one (a dropped LISTEN connection) must not strand a waiter for long.
    */
   rescanIntervalMs?: number;
+  /**
+   * Aborted when the server shuts down: parked waits stop parking and answer
+   * as if their wait had ended (an acquire records and returns `empty`).
+   */
+  closing?: AbortSignal;
 }
 
 /**
@@ -133,12 +138,20 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     return { deadline: Date.now() + waitMs, parks: waitMs > 0 };
   }
 
-  /** Parks until a hint, the next rescan, the deadline or an abort; true while time remains. */
+  const closing = options.closing;
+
+  /** Parks until a hint, the next rescan, the deadline, an abort or shutdown; true while time remains. */
   async function park(topic: WakeTopic, deadline: number, signal?: AbortSignal): Promise<boolean> {
     const remaining = deadline - Date.now();
-    if (remaining <= 0 || signal?.aborted) return false;
-    await wake.wait(topic, Math.min(remaining, rescanMs), signal);
-    return !signal?.aborted && deadline - Date.now() > 0;
+    if (remaining <= 0 || signal?.aborted || closing?.aborted) return false;
+    const stop =
+      closing === undefined
+        ? signal
+        : signal === undefined
+          ? closing
+          : AbortSignal.any([signal, closing]);
+    await wake.wait(topic, Math.min(remaining, rescanMs), stop);
+    return !signal?.aborted && !closing?.aborted && deadline - Date.now() > 0;
   }
 
   async function acquire(command: AcquireCommand, wait?: WaitOptions): Promise<AcquireReply> {

@@ -1,0 +1,154 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, isLoopbackHost, loadConfig } from './config.js';
+
+const noFiles = (path: string): string => {
+  throw new Error(`ENOENT: no such file, open '${path}'`);
+};
+const KEYS = JSON.stringify([
+  { key: 'k'.repeat(32), tenant: 'acme', namespaces: ['*'], roles: ['client', 'worker'] },
+]);
+
+function problemsOf(env: Record<string, string>, readFile = noFiles): string[] {
+  try {
+    loadConfig(env, readFile);
+  } catch (error) {
+    if (error instanceof ConfigError) return [...error.problems];
+    throw error;
+  }
+  return [];
+}
+
+describe('loadConfig', () => {
+  it('runs with no configuration at all: embedded database, loopback, development mode', () => {
+    const config = loadConfig({}, noFiles);
+    expect(config).toMatchObject({
+      databaseUrl: undefined,
+      dataDir: '.ledgence/pg',
+      host: '127.0.0.1',
+      port: 8080,
+      apiKeys: [],
+      logLevel: 'info',
+      leaseDurationMs: 30_000,
+      renewIntervalMs: 10_000,
+      longPollWaitMs: 20_000,
+      shutdownTimeoutMs: 10_000,
+    });
+  });
+
+  it('reads every setting', () => {
+    const config = loadConfig(
+      {
+        DATABASE_URL: 'postgres://u@db:5432/ledgence',
+        LEDGENCE_DATA_DIR: '/var/lib/ledgence',
+        HOST: '0.0.0.0',
+        PORT: '9000',
+        LEDGENCE_API_KEYS: KEYS,
+        LEDGENCE_LOG_LEVEL: 'debug',
+        LEDGENCE_LEASE_DURATION_MS: '1000',
+        LEDGENCE_RENEW_INTERVAL_MS: '300',
+        LEDGENCE_CLEANUP_GRACE_MS: '500',
+        LEDGENCE_LEASE_SAFETY_MARGIN_MS: '100',
+        LEDGENCE_SESSION_VALIDITY_MS: '5000',
+        LEDGENCE_LONG_POLL_WAIT_MS: '2000',
+        LEDGENCE_MAINTENANCE_INTERVAL_MS: '200',
+        LEDGENCE_SHUTDOWN_TIMEOUT_MS: '3000',
+      },
+      noFiles,
+    );
+    expect(config).toEqual({
+      databaseUrl: 'postgres://u@db:5432/ledgence',
+      dataDir: '/var/lib/ledgence',
+      host: '0.0.0.0',
+      port: 9000,
+      apiKeys: JSON.parse(KEYS),
+      logLevel: 'debug',
+      leaseDurationMs: 1000,
+      renewIntervalMs: 300,
+      cleanupGraceMs: 500,
+      leaseSafetyMarginMs: 100,
+      sessionValidityMs: 5000,
+      longPollWaitMs: 2000,
+      maintenanceIntervalMs: 200,
+      shutdownTimeoutMs: 3000,
+    });
+  });
+
+  it('reads keys from a file', () => {
+    const config = loadConfig({ LEDGENCE_API_KEYS_FILE: '/etc/keys.json' }, (path) => {
+      expect(path).toBe('/etc/keys.json');
+      return KEYS;
+    });
+    expect(config.apiKeys).toHaveLength(1);
+  });
+
+  it.each([
+    [{ PORT: '80a' }, 'PORT must be a whole number from 0 to 65535'],
+    [{ PORT: '70000' }, 'PORT must be a whole number from 0 to 65535'],
+    [{ PORT: '-1' }, 'PORT must be a whole number'],
+    [{ LEDGENCE_LEASE_DURATION_MS: '1.5' }, 'LEDGENCE_LEASE_DURATION_MS must be a whole number'],
+    [{ LEDGENCE_LOG_LEVEL: 'loud' }, 'LEDGENCE_LOG_LEVEL must be one of'],
+    [{ DATABASE_URL: 'mysql://x' }, 'DATABASE_URL must be a postgres://'],
+    [{ HOST: '0.0.0.0' }, 'HOST=0.0.0.0 would expose a server without API keys'],
+    [{ LEDGENCE_API_KEYS: 'not json' }, 'LEDGENCE_API_KEYS must be a JSON array'],
+    [{ LEDGENCE_API_KEYS: '{}' }, 'LEDGENCE_API_KEYS must be a JSON array of keys'],
+    [{ LEDGENCE_API_KEYS: '[1]' }, 'LEDGENCE_API_KEYS[0] must be an object'],
+    [
+      { LEDGENCE_API_KEYS: '[{"key":"short","tenant":"a","namespaces":["*"],"roles":["client"]}]' },
+      'LEDGENCE_API_KEYS[0].key must be a string of at least 16 characters',
+    ],
+    [
+      {
+        LEDGENCE_API_KEYS: `[{"key":"${'k'.repeat(20)}","tenant":"a","namespaces":[],"roles":["client"]}]`,
+      },
+      'LEDGENCE_API_KEYS[0].namespaces must be a non-empty array',
+    ],
+    [
+      {
+        LEDGENCE_API_KEYS: `[{"key":"${'k'.repeat(20)}","tenant":"a","namespaces":["*"],"roles":["root"]}]`,
+      },
+      'LEDGENCE_API_KEYS[0].roles must be a non-empty array of client, worker, admin',
+    ],
+    [
+      {
+        LEDGENCE_API_KEYS: `[{"key":"${'k'.repeat(20)}","tenant":"a","namespaces":["*"],"roles":["client"],"x":1}]`,
+      },
+      'LEDGENCE_API_KEYS[0] has unknown fields: x',
+    ],
+    [{ LEDGENCE_API_KEYS: KEYS, LEDGENCE_API_KEYS_FILE: '/k' }, 'not both'],
+    [
+      { LEDGENCE_API_KEYS_FILE: '/missing.json' },
+      'LEDGENCE_API_KEYS_FILE names a file that cannot be read',
+    ],
+    [
+      { LEDGENCE_LEASE_DURATION_MS: '1000', LEDGENCE_RENEW_INTERVAL_MS: '600' },
+      'LEDGENCE_RENEW_INTERVAL_MS (600) must be at most half of LEDGENCE_LEASE_DURATION_MS (1000)',
+    ],
+  ])('rejects %j naming the variable', (env, message) => {
+    const problems = problemsOf(env as Record<string, string>);
+    expect(problems.some((p) => p.includes(message))).toBe(true);
+  });
+
+  it('reports every problem at once', () => {
+    expect(problemsOf({ PORT: 'x', LEDGENCE_LOG_LEVEL: 'y', HOST: '10.0.0.1' })).toHaveLength(3);
+  });
+
+  it('never echoes a key in a problem', () => {
+    const secret = 'super-secret-value-12345';
+    const problems = problemsOf({
+      LEDGENCE_API_KEYS: `[{"key":"${secret}","tenant":"","namespaces":["*"],"roles":["client"]}] trailing`,
+    });
+    expect(problems.length).toBeGreaterThan(0);
+    expect(problems.join('\n')).not.toContain(secret);
+  });
+});
+
+describe('isLoopbackHost', () => {
+  it('accepts loopback names and addresses only', () => {
+    for (const host of ['127.0.0.1', '127.1.2.3', 'localhost', '::1']) {
+      expect(isLoopbackHost(host)).toBe(true);
+    }
+    for (const host of ['0.0.0.0', '10.0.0.1', '::', 'example.com']) {
+      expect(isLoopbackHost(host)).toBe(false);
+    }
+  });
+});

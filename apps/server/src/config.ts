@@ -1,0 +1,281 @@
+/**
+ * Server configuration from environment variables (DESIGN §11), validated at
+ * start. Every problem names the variable, says what is wrong and what would
+ * be right; all problems are reported at once, so one restart fixes them all.
+ */
+import {
+  CLEANUP_GRACE_MS,
+  LEASE_DURATION_MS,
+  LEASE_SAFETY_MARGIN_MS,
+  LONG_POLL_WAIT_MS,
+  RENEW_INTERVAL_MS,
+  SESSION_VALIDITY_MS,
+} from '@ledgence/contracts';
+
+/** One API key as the operator configures it (DESIGN §6). */
+export interface ApiKeySetting {
+  key: string;
+  tenant: string;
+  namespaces: string[];
+  roles: ('client' | 'worker' | 'admin')[];
+}
+
+/** The log levels pino understands. */
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+
+/** Everything the server reads from its environment. */
+export interface ServerConfig {
+  /** `DATABASE_URL`; absent → embedded PostgreSQL in {@link ServerConfig.dataDir}. */
+  databaseUrl: string | undefined;
+  /** `LEDGENCE_DATA_DIR`: the embedded database's folder (default `./.ledgence/pg`). */
+  dataDir: string;
+  /** `HOST` (default 127.0.0.1). */
+  host: string;
+  /** `PORT` (default 8080; 0 picks a free port). */
+  port: number;
+  /** `LEDGENCE_API_KEYS` or the file named by `LEDGENCE_API_KEYS_FILE`; empty = development mode. */
+  apiKeys: ApiKeySetting[];
+  /** `LEDGENCE_LOG_LEVEL` (default info). */
+  logLevel: LogLevel;
+  /** `LEDGENCE_LEASE_DURATION_MS`. */
+  leaseDurationMs: number;
+  /** `LEDGENCE_RENEW_INTERVAL_MS`: advertised to workers; must leave room for a missed renewal. */
+  renewIntervalMs: number;
+  /** `LEDGENCE_CLEANUP_GRACE_MS`. */
+  cleanupGraceMs: number;
+  /** `LEDGENCE_LEASE_SAFETY_MARGIN_MS`. */
+  leaseSafetyMarginMs: number;
+  /** `LEDGENCE_SESSION_VALIDITY_MS`. */
+  sessionValidityMs: number;
+  /** `LEDGENCE_LONG_POLL_WAIT_MS`: the most a poll or result wait parks. */
+  longPollWaitMs: number;
+  /** `LEDGENCE_MAINTENANCE_INTERVAL_MS`: how often each replica runs lease recovery. */
+  maintenanceIntervalMs: number;
+  /** `LEDGENCE_SHUTDOWN_TIMEOUT_MS`: graceful shutdown budget (default 10 s). */
+  shutdownTimeoutMs: number;
+}
+
+/** The configuration could not be used; `problems` name each variable and what is wrong. */
+export class ConfigError extends Error {
+  constructor(readonly problems: readonly string[]) {
+    super(
+      `Invalid configuration (${problems.length} problem${problems.length === 1 ? '' : 's'}):\n` +
+        problems.map((p) => `  - ${p}`).join('\n'),
+    );
+    this.name = 'ConfigError';
+  }
+}
+
+/** Reads a file named by a `…_FILE` variable. */
+export type ReadConfigFile = (path: string) => string;
+
+const LOG_LEVELS: readonly LogLevel[] = [
+  'fatal',
+  'error',
+  'warn',
+  'info',
+  'debug',
+  'trace',
+  'silent',
+];
+const ROLES = ['client', 'worker', 'admin'] as const;
+const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
+
+/** Environment variables the configuration reads, for help texts and docs. */
+export const CONFIG_VARIABLES = [
+  'DATABASE_URL',
+  'LEDGENCE_DATA_DIR',
+  'HOST',
+  'PORT',
+  'LEDGENCE_API_KEYS',
+  'LEDGENCE_API_KEYS_FILE',
+  'LEDGENCE_LOG_LEVEL',
+  'LEDGENCE_LEASE_DURATION_MS',
+  'LEDGENCE_RENEW_INTERVAL_MS',
+  'LEDGENCE_CLEANUP_GRACE_MS',
+  'LEDGENCE_LEASE_SAFETY_MARGIN_MS',
+  'LEDGENCE_SESSION_VALIDITY_MS',
+  'LEDGENCE_LONG_POLL_WAIT_MS',
+  'LEDGENCE_MAINTENANCE_INTERVAL_MS',
+  'LEDGENCE_SHUTDOWN_TIMEOUT_MS',
+] as const;
+
+/** Whether `host` binds the loopback interface only. */
+export function isLoopbackHost(host: string): boolean {
+  return LOOPBACK.has(host) || /^127(?:\.\d{1,3}){3}$/.test(host);
+}
+
+/**
+ * The server configuration from `env`, or a {@link ConfigError} listing every
+ * problem. Pure apart from `readFile`, which reads `…_FILE` variables.
+ */
+export function loadConfig(
+  env: Readonly<Record<string, string | undefined>>,
+  readFile: ReadConfigFile,
+): ServerConfig {
+  const problems: string[] = [];
+  const text = (name: string): string | undefined => {
+    const value = env[name];
+    return value === undefined || value.trim() === '' ? undefined : value.trim();
+  };
+  const integer = (name: string, fallback: number, min: number, max: number): number => {
+    const raw = text(name);
+    if (raw === undefined) return fallback;
+    const value = Number(raw);
+    if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value) || value < min || value > max) {
+      problems.push(
+        `${name} must be a whole number from ${min} to ${max} (got "${truncate(raw)}")`,
+      );
+      return fallback;
+    }
+    return value;
+  };
+
+  const databaseUrl = text('DATABASE_URL');
+  if (databaseUrl !== undefined && !/^postgres(?:ql)?:\/\//.test(databaseUrl)) {
+    problems.push(
+      'DATABASE_URL must be a postgres:// or postgresql:// URL; unset it to use the embedded database',
+    );
+  }
+  const host = text('HOST') ?? '127.0.0.1';
+  const port = integer('PORT', 8080, 0, 65_535);
+  const logLevel = (text('LEDGENCE_LOG_LEVEL') ?? 'info') as LogLevel;
+  if (!LOG_LEVELS.includes(logLevel)) {
+    problems.push(`LEDGENCE_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
+  }
+
+  const apiKeys = readApiKeys(
+    text('LEDGENCE_API_KEYS'),
+    text('LEDGENCE_API_KEYS_FILE'),
+    readFile,
+    problems,
+  );
+  if (apiKeys.length === 0 && !isLoopbackHost(host)) {
+    problems.push(
+      `HOST=${truncate(host)} would expose a server without API keys: development mode listens on loopback only. ` +
+        'Set LEDGENCE_API_KEYS (or LEDGENCE_API_KEYS_FILE), or use HOST=127.0.0.1',
+    );
+  }
+
+  const second = 1_000;
+  const hour = 3_600_000;
+  const config: ServerConfig = {
+    databaseUrl,
+    dataDir: text('LEDGENCE_DATA_DIR') ?? '.ledgence/pg',
+    host,
+    port,
+    apiKeys,
+    logLevel,
+    leaseDurationMs: integer('LEDGENCE_LEASE_DURATION_MS', LEASE_DURATION_MS, 100, hour),
+    renewIntervalMs: integer('LEDGENCE_RENEW_INTERVAL_MS', RENEW_INTERVAL_MS, 10, hour),
+    cleanupGraceMs: integer('LEDGENCE_CLEANUP_GRACE_MS', CLEANUP_GRACE_MS, 0, hour),
+    leaseSafetyMarginMs: integer(
+      'LEDGENCE_LEASE_SAFETY_MARGIN_MS',
+      LEASE_SAFETY_MARGIN_MS,
+      0,
+      hour,
+    ),
+    sessionValidityMs: integer(
+      'LEDGENCE_SESSION_VALIDITY_MS',
+      SESSION_VALIDITY_MS,
+      second,
+      24 * hour,
+    ),
+    longPollWaitMs: integer('LEDGENCE_LONG_POLL_WAIT_MS', LONG_POLL_WAIT_MS, 0, 5 * 60 * second),
+    maintenanceIntervalMs: integer('LEDGENCE_MAINTENANCE_INTERVAL_MS', 1_000, 10, hour),
+    shutdownTimeoutMs: integer('LEDGENCE_SHUTDOWN_TIMEOUT_MS', 10_000, 100, 5 * 60 * second),
+  };
+  // A renewal must fit inside the lease with room for one to be lost.
+  if (config.renewIntervalMs * 2 > config.leaseDurationMs) {
+    problems.push(
+      `LEDGENCE_RENEW_INTERVAL_MS (${config.renewIntervalMs}) must be at most half of LEDGENCE_LEASE_DURATION_MS (${config.leaseDurationMs}), so one lost renewal does not lose the lease`,
+    );
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
+}
+
+function readApiKeys(
+  inline: string | undefined,
+  file: string | undefined,
+  readFile: ReadConfigFile,
+  problems: string[],
+): ApiKeySetting[] {
+  if (inline !== undefined && file !== undefined) {
+    problems.push('set LEDGENCE_API_KEYS or LEDGENCE_API_KEYS_FILE, not both');
+    return [];
+  }
+  const source = file !== undefined ? 'LEDGENCE_API_KEYS_FILE' : 'LEDGENCE_API_KEYS';
+  let raw = inline;
+  if (file !== undefined) {
+    try {
+      raw = readFile(file);
+    } catch (error) {
+      problems.push(
+        `LEDGENCE_API_KEYS_FILE names a file that cannot be read (${(error as Error).message})`,
+      );
+      return [];
+    }
+  }
+  if (raw === undefined) return [];
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    // Never echo the value: it holds secrets.
+    problems.push(
+      `${source} must be a JSON array like [{"key":"…","tenant":"acme","namespaces":["*"],"roles":["client","worker"]}]`,
+    );
+    return [];
+  }
+  if (!Array.isArray(parsed)) {
+    problems.push(`${source} must be a JSON array of keys`);
+    return [];
+  }
+  const keys: ApiKeySetting[] = [];
+  parsed.forEach((entry: unknown, index) => {
+    const where = `${source}[${index}]`;
+    if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
+      problems.push(`${where} must be an object with key, tenant, namespaces and roles`);
+      return;
+    }
+    const { key, tenant, namespaces, roles, ...rest } = entry as Record<string, unknown>;
+    const unknown = Object.keys(rest);
+    if (unknown.length > 0) problems.push(`${where} has unknown fields: ${unknown.join(', ')}`);
+    if (typeof key !== 'string' || key.length < 16) {
+      problems.push(`${where}.key must be a string of at least 16 characters`);
+    }
+    if (typeof tenant !== 'string' || tenant.length === 0) {
+      problems.push(`${where}.tenant must be a tenant name`);
+    }
+    const okNamespaces =
+      Array.isArray(namespaces) &&
+      namespaces.length > 0 &&
+      namespaces.every((n) => typeof n === 'string' && n.length > 0);
+    if (!okNamespaces)
+      problems.push(`${where}.namespaces must be a non-empty array of names, or ["*"]`);
+    const okRoles =
+      Array.isArray(roles) &&
+      roles.length > 0 &&
+      roles.every((r) => (ROLES as readonly unknown[]).includes(r));
+    if (!okRoles) problems.push(`${where}.roles must be a non-empty array of ${ROLES.join(', ')}`);
+    if (typeof key === 'string' && typeof tenant === 'string' && okNamespaces && okRoles) {
+      keys.push({
+        key,
+        tenant,
+        namespaces: namespaces as string[],
+        roles: roles as ApiKeySetting['roles'],
+      });
+    }
+  });
+  const seen = new Set<string>();
+  for (const { key } of keys) {
+    if (seen.has(key)) problems.push(`${source} lists the same key twice`);
+    seen.add(key);
+  }
+  return keys;
+}
+
+function truncate(value: string): string {
+  return value.length > 40 ? `${value.slice(0, 40)}…` : value;
+}

@@ -1,0 +1,629 @@
+/**
+ * The Hono app of DESIGN §6: every client and worker route, batch routes
+ * included, with the order of checks of DESIGN §4.1 — authentication (401),
+ * content type (415), body size and decoding (413/400), authorization of the
+ * scope and role (403), then what the service says (404/409/410). Errors are
+ * mapped to problem+json in one place (`onError`/`notFound`).
+ */
+import { randomUUID } from 'node:crypto';
+import {
+  BATCH_MAX_BYTES,
+  COMMAND_MAX_DEPTH,
+  CONTROL_REQUEST_MAX_BYTES,
+  ContractError,
+  type DecodedItem,
+  decodeAcquireBatch,
+  decodeAcquireCommand,
+  decodeLeaseOwner,
+  decodeOpenSessionCommand,
+  decodeRenewBatch,
+  decodeRenewCommand,
+  decodeSettleBatch,
+  decodeSettleCommand,
+  decodeStrictJson,
+  decodeSubmitBatch,
+  decodeSubmitRequest,
+  LONG_POLL_WAIT_MS,
+  NAME_MAX_BYTES,
+  type Problem,
+  parseWith,
+  SCOPE_TEXT_MAX_BYTES,
+  type Scope,
+  SETTLEMENT_MAX_BYTES,
+  SUBMISSION_MAX_BYTES,
+  type SubmitCommand,
+  textProblem,
+} from '@ledgence/contracts';
+import type { ItemResult, TaskService } from '@ledgence/core';
+import { type Context, Hono } from 'hono';
+import { matchedRoutes } from 'hono/route';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
+import pino, { type Logger } from 'pino';
+import {
+  type AuthOptions,
+  createAuthenticator,
+  type Principal,
+  requireRole,
+  requireScope,
+  soleScope,
+} from './auth.js';
+import { CancelBodySchema, ExtendSessionBodySchema } from './bodies.js';
+import { readBody } from './body.js';
+import { createOpenApiDocument, documentRoute } from './openapi.js';
+import { genericError, PROBLEM_CONTENT_TYPE, problemOf } from './problem.js';
+import { parseAfterSequence, parseListQuery, parseWaitMs, singleValues } from './query.js';
+
+/** Readiness as the server reports it: a flag, or a flag with a short explanation. */
+export type Readiness = boolean | { ok: boolean; detail?: string };
+
+/** What `/readyz` asks (database reachable, migrations current). */
+export interface HealthOptions {
+  /** Resolves to whether the server can take traffic; a rejection counts as not ready. */
+  ready(): Promise<Readiness>;
+}
+
+/** What `/metrics` serves (e.g. a prom-client registry). */
+export interface MetricsOptions {
+  /** The `Content-Type` of the rendered metrics. */
+  contentType: string;
+  /** Renders the current metrics as text. */
+  render(): Promise<string>;
+}
+
+/** Options of {@link createHttpApp}. */
+export interface HttpAppOptions {
+  /** The task service every route calls. */
+  service: TaskService;
+  /** The API keys; `{ keys: [] }` is development mode (every request allowed). */
+  auth: AuthOptions;
+  /** The most a `wait_ms` may ask for; larger values are clamped. Default LONG_POLL_WAIT_MS. */
+  longPollMaxMs?: number;
+  /** One JSON line per request goes here; default a silent logger. */
+  logger?: Logger;
+  /** Readiness probe of `/readyz`; without one the app reports ready. */
+  health?: HealthOptions;
+  /** The source of `/metrics`; without one the route answers 404. */
+  metrics?: MetricsOptions;
+  /** The request id header taken from requests and echoed on replies. Default `x-request-id`. */
+  requestIdHeader?: string;
+}
+
+/** The per-request values the app's middleware shares with the routes. */
+export interface HttpAppVariables {
+  /** The request's id: the caller's when well formed, else a fresh UUID. */
+  requestId: string;
+  /** Who the request acts as, once authenticated. */
+  principal: Principal | undefined;
+  /** Strings the request supplied, so service messages quoting them are not echoed. */
+  supplied: string[];
+  /** Whether the service was called: only its messages can quote request input. */
+  inService: boolean;
+}
+
+/** The Hono environment of the app. */
+export interface HttpAppEnv {
+  Variables: HttpAppVariables;
+}
+
+type AppContext = Context<HttpAppEnv>;
+
+/** The scope prefix of the client routes: `{scope}` in DESIGN §6. */
+export const SCOPE_PREFIX = '/v1/tenants/:tenant_id/namespaces/:namespace';
+
+// A caller's request id is kept when it is short and made of safe characters,
+// so it can go into headers and logs as it is.
+const REQUEST_ID = /^[A-Za-z0-9._:/+=@-]{1,128}$/;
+
+// Strings longer than this are never quoted by service messages (they quote
+// identifiers), so they need not be remembered for scrubbing.
+const SUPPLIED_MAX_CHARS = 512;
+// Application JSON is never quoted by the service: not walked for scrubbing.
+const APPLICATION_JSON_KEYS = new Set(['data', 'output', 'details']);
+
+/** Adds the short strings of a decoded command to `out`, skipping application JSON. */
+function collectStrings(value: unknown, out: string[]): void {
+  const stack: unknown[] = [value];
+  while (stack.length > 0) {
+    const current = stack.pop();
+    if (typeof current === 'string') {
+      if (current.length <= SUPPLIED_MAX_CHARS) out.push(current);
+    } else if (Array.isArray(current)) {
+      for (const item of current) stack.push(item);
+    } else if (typeof current === 'object' && current !== null) {
+      for (const [key, item] of Object.entries(current)) {
+        if (!APPLICATION_JSON_KEYS.has(key)) stack.push(item);
+      }
+    }
+  }
+}
+
+function supply(c: AppContext, ...values: unknown[]): void {
+  const supplied = c.get('supplied');
+  for (const value of values) collectStrings(value, supplied);
+}
+
+function invalidPathParameter(name: string, problem: string): ContractError {
+  return new ContractError('invalid_input', `the path parameter ${name} ${problem}`, {
+    reason: 'path_parameter',
+  });
+}
+
+/** A path parameter checked with the text rule of its field. */
+function pathText(c: AppContext, name: string, maxBytes: number): string {
+  const value = c.req.param(name) ?? '';
+  supply(c, value);
+  const problem = textProblem(value, maxBytes);
+  if (problem !== undefined) throw invalidPathParameter(name, problem);
+  return value;
+}
+
+/** The `{scope}` of a client route's path. */
+function pathScope(c: AppContext): Scope {
+  return {
+    tenant_id: pathText(c, 'tenant_id', SCOPE_TEXT_MAX_BYTES),
+    namespace: pathText(c, 'namespace', SCOPE_TEXT_MAX_BYTES),
+  };
+}
+
+function principalOf(c: AppContext): Principal {
+  const principal = c.get('principal');
+  // The authentication middleware runs before every /v1 route.
+  if (principal === undefined) throw genericError('unauthorized');
+  return principal;
+}
+
+/** Rejects a query string on routes that take no parameters. */
+function noQuery(c: AppContext): void {
+  singleValues(new URL(c.req.url), []);
+}
+
+function queryOf(c: AppContext, allowed: readonly string[]): Map<string, string> {
+  const values = singleValues(new URL(c.req.url), allowed);
+  supply(c, ...values.values());
+  return values;
+}
+
+/** Reads a body that the route requires: empty is `invalid_input`. */
+async function requiredBody(c: AppContext, limit: number): Promise<Uint8Array> {
+  const bytes = await readBody(c.req.raw, limit);
+  if (bytes.byteLength === 0) {
+    throw new ContractError('invalid_input', 'the request body must be a JSON document', {
+      reason: 'missing_body',
+    });
+  }
+  return bytes;
+}
+
+/** Reads a body the route allows but does not need: when sent it must be a JSON object. */
+async function optionalBody(c: AppContext): Promise<unknown> {
+  const bytes = await readBody(c.req.raw, CONTROL_REQUEST_MAX_BYTES);
+  if (bytes.byteLength === 0) return undefined;
+  return decodeStrictJson(bytes, {
+    maxBytes: CONTROL_REQUEST_MAX_BYTES,
+    maxDepth: COMMAND_MAX_DEPTH,
+  });
+}
+
+function scopeMismatch(path: string): ContractError {
+  return new ContractError('invalid_input', `${path} must equal the scope of the path`, {
+    reason: 'scope_mismatch',
+    path,
+  });
+}
+
+/** A submit's task must be in the scope of the path it was posted to. */
+function checkSubmitScope(command: SubmitCommand, scope: Scope, at: string): void {
+  if (command.input.tenant_id !== scope.tenant_id) throw scopeMismatch(`${at}.input.tenant_id`);
+  if (command.input.namespace !== scope.namespace) throw scopeMismatch(`${at}.input.namespace`);
+}
+
+/**
+ * Runs the items of a batch that passed decoding and authorization through
+ * `run` in one call, and answers every item in request order: its reply, or
+ * its own problem document.
+ */
+async function answerBatch<C, R, O>(
+  items: readonly DecodedItem<C>[],
+  check: (command: C, index: number) => void,
+  run: (commands: C[]) => Promise<ItemResult<R>[]>,
+  reply: (value: R) => O,
+): Promise<(O | Problem)[]> {
+  const answers: (O | Problem | undefined)[] = new Array(items.length);
+  const accepted: C[] = [];
+  const positions: number[] = [];
+  const suppliedByItem: string[][] = [];
+  items.forEach((item, index) => {
+    const supplied: string[] = [];
+    suppliedByItem.push(supplied);
+    if (!item.ok) {
+      answers[index] = problemOf(item.error);
+      return;
+    }
+    collectStrings(item.value, supplied);
+    try {
+      check(item.value, index);
+      accepted.push(item.value);
+      positions.push(index);
+    } catch (error) {
+      if (!(error instanceof ContractError)) throw error;
+      answers[index] = problemOf(error, { supplied });
+    }
+  });
+  if (accepted.length > 0) {
+    const results = await run(accepted);
+    results.forEach((result, k) => {
+      const index = positions[k] as number;
+      answers[index] = result.ok
+        ? reply(result.value)
+        : problemOf(result.error, { supplied: suppliedByItem[index] ?? [] });
+    });
+  }
+  return answers.map(
+    (answer) => answer ?? problemOf(new ContractError('unavailable', 'the item was not answered')),
+  );
+}
+
+/** The route pattern that answered, for logs: never the raw path. */
+function routePattern(c: AppContext): string | null {
+  const routes = matchedRoutes(c).filter((route) => route.method !== 'ALL');
+  return routes.length === 0 ? null : (routes[routes.length - 1]?.path ?? null);
+}
+
+function problemResponse(c: AppContext, problem: Problem): Response {
+  if (problem.code === 'unauthorized') {
+    c.header('WWW-Authenticate', 'Bearer realm="ledgence"');
+  }
+  return c.body(JSON.stringify(problem), problem.status as ContentfulStatusCode, {
+    'Content-Type': PROBLEM_CONTENT_TYPE,
+  });
+}
+
+/**
+ * Builds the Ledgence HTTP app over a task service.
+ *
+ * @example
+ * ```ts
+ * const app = createHttpApp({ service, auth: { keys: [] } });
+ * const res = await app.request('/healthz');
+ * ```
+ */
+export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
+  const { service } = options;
+  const authenticator = createAuthenticator(options.auth);
+  const longPollMaxMs = options.longPollMaxMs ?? LONG_POLL_WAIT_MS;
+  const logger = options.logger ?? pino({ level: 'silent' });
+  const requestIdHeader = options.requestIdHeader ?? 'x-request-id';
+  const app = new Hono<HttpAppEnv>();
+
+  /** The service, for a request that passed every check: its errors may quote the request. */
+  function svc(c: AppContext): TaskService {
+    c.set('inService', true);
+    return service;
+  }
+
+  // ---- Edge: request id, one log line, errors -----------------------------------
+
+  app.use('*', async (c, next) => {
+    const started = performance.now();
+    const incoming = c.req.header(requestIdHeader);
+    const requestId = incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    c.set('requestId', requestId);
+    c.set('supplied', []);
+    c.set('inService', false);
+    c.set('principal', undefined);
+    c.header(requestIdHeader, requestId);
+    await next();
+    c.res.headers.set(requestIdHeader, requestId);
+    logger.info(
+      {
+        request_id: requestId,
+        method: c.req.method,
+        route: routePattern(c),
+        status: c.res.status,
+        duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
+        tenant: c.get('principal')?.tenant ?? null,
+      },
+      'request',
+    );
+  });
+
+  app.onError((error, c) => {
+    const requestId = c.get('requestId');
+    if (error instanceof ContractError) {
+      // Decoder, query and path messages name paths and rules only; the
+      // service's messages may quote identifiers, so those are scrubbed.
+      const supplied = c.get('inService') ? c.get('supplied') : undefined;
+      return problemResponse(c, problemOf(error, { requestId, supplied }));
+    }
+    // Not a contract error: a bug or a backend failure. The stack goes to the
+    // log; the client learns only that it may retry (no 500 code exists).
+    logger.error({ request_id: requestId, err: error }, 'request failed');
+    return problemResponse(c, problemOf(genericError('unavailable'), { requestId }));
+  });
+
+  app.notFound((c) =>
+    problemResponse(
+      c,
+      problemOf(new ContractError('not_found', 'no route matches this method and path'), {
+        requestId: c.get('requestId'),
+      }),
+    ),
+  );
+
+  // ---- Authentication of every /v1 route ----------------------------------------
+
+  app.use('/v1/*', async (c, next) => {
+    const result = authenticator.authenticate(c.req.header('authorization'));
+    if (!result.ok) {
+      throw new ContractError(
+        'unauthorized',
+        result.reason === 'missing'
+          ? 'an API key is required: send Authorization: Bearer <key>'
+          : 'the API key is not valid',
+        { reason: result.reason === 'missing' ? 'missing_credentials' : 'invalid_credentials' },
+      );
+    }
+    c.set('principal', result.principal);
+    await next();
+  });
+
+  // ---- Client routes ------------------------------------------------------------
+
+  app.post(`${SCOPE_PREFIX}/tasks`, documentRoute('submitTask'), async (c) => {
+    const bytes = await requiredBody(c, SUBMISSION_MAX_BYTES);
+    const header = c.req.header('idempotency-key');
+    if (header !== undefined) supply(c, header);
+    const command = decodeSubmitRequest(bytes, header);
+    supply(c, command);
+    noQuery(c);
+    const scope = pathScope(c);
+    checkSubmitScope(command, scope, '$');
+    const principal = principalOf(c);
+    requireRole(principal, 'client');
+    requireScope(principal, scope);
+    const outcome = await svc(c).submit(command);
+    if (outcome.created) {
+      const location = `/v1/tenants/${encodeURIComponent(scope.tenant_id)}/namespaces/${encodeURIComponent(scope.namespace)}/tasks/${encodeURIComponent(outcome.snapshot.task_id)}`;
+      c.header('Location', location);
+    }
+    return c.json(outcome.snapshot, outcome.created ? 201 : 200);
+  });
+
+  app.post(`${SCOPE_PREFIX}/tasks:batch`, documentRoute('submitTaskBatch'), async (c) => {
+    const items = decodeSubmitBatch(await requiredBody(c, BATCH_MAX_BYTES));
+    noQuery(c);
+    const scope = pathScope(c);
+    const principal = principalOf(c);
+    requireRole(principal, 'client');
+    requireScope(principal, scope);
+    const results = await answerBatch(
+      items,
+      (command, index) => checkSubmitScope(command, scope, `$.commands[${index}]`),
+      (commands) => svc(c).submitBatch(commands),
+      (outcome) => outcome.snapshot,
+    );
+    return c.json({ results });
+  });
+
+  app.get(`${SCOPE_PREFIX}/tasks`, documentRoute('listTasks'), async (c) => {
+    const url = new URL(c.req.url);
+    supply(c, ...url.searchParams.values());
+    const query = parseListQuery(url);
+    const scope = pathScope(c);
+    const principal = principalOf(c);
+    requireRole(principal, 'client');
+    requireScope(principal, scope);
+    return c.json(await svc(c).listTasks(scope, query));
+  });
+
+  /** The common head of the per-task client routes: scope, task id, role and scope checks. */
+  function taskRoute(c: AppContext): { scope: Scope; taskId: string } {
+    const scope = pathScope(c);
+    const taskId = pathText(c, 'task_id', NAME_MAX_BYTES);
+    const principal = principalOf(c);
+    requireRole(principal, 'client');
+    requireScope(principal, scope);
+    return { scope, taskId };
+  }
+
+  app.get(`${SCOPE_PREFIX}/tasks/:task_id`, documentRoute('getTaskStatus'), async (c) => {
+    noQuery(c);
+    const { scope, taskId } = taskRoute(c);
+    return c.json(await svc(c).status(scope, taskId));
+  });
+
+  app.get(`${SCOPE_PREFIX}/tasks/:task_id/result`, documentRoute('getTaskResult'), async (c) => {
+    const query = queryOf(c, ['wait_ms']);
+    const waitMs = parseWaitMs(query.get('wait_ms'), longPollMaxMs);
+    const { scope, taskId } = taskRoute(c);
+    return c.json(await svc(c).result(scope, taskId, { waitMs, signal: c.req.raw.signal }));
+  });
+
+  app.get(
+    `${SCOPE_PREFIX}/tasks/:task_id/snapshot`,
+    documentRoute('getTaskSnapshot'),
+    async (c) => {
+      noQuery(c);
+      const { scope, taskId } = taskRoute(c);
+      return c.json(await svc(c).inspect(scope, taskId));
+    },
+  );
+
+  app.get(
+    `${SCOPE_PREFIX}/tasks/:task_id/attempts/:attempt_id`,
+    documentRoute('getAttempt'),
+    async (c) => {
+      noQuery(c);
+      const attemptId = pathText(c, 'attempt_id', NAME_MAX_BYTES);
+      const { scope, taskId } = taskRoute(c);
+      return c.json(await svc(c).inspectAttempt(scope, taskId, attemptId));
+    },
+  );
+
+  app.get(`${SCOPE_PREFIX}/tasks/:task_id/history`, documentRoute('getTaskHistory'), async (c) => {
+    const query = queryOf(c, ['after_sequence']);
+    const after = parseAfterSequence(query.get('after_sequence'));
+    const { scope, taskId } = taskRoute(c);
+    return c.json(await svc(c).history(scope, taskId, after));
+  });
+
+  app.post(`${SCOPE_PREFIX}/tasks/:task_id/cancel`, documentRoute('cancelTask'), async (c) => {
+    const body = await optionalBody(c);
+    if (body !== undefined) parseWith(CancelBodySchema, body);
+    noQuery(c);
+    const { scope, taskId } = taskRoute(c);
+    return c.json({ task_state: await svc(c).cancel(scope, taskId) });
+  });
+
+  // ---- Worker routes ------------------------------------------------------------
+
+  /** Role and scope checks of a worker command. */
+  function authorizeWorker(c: AppContext, scope: Scope, path: string): void {
+    const principal = principalOf(c);
+    requireRole(principal, 'worker');
+    requireScope(principal, scope, path);
+  }
+
+  app.post('/v1/worker/sessions', documentRoute('openSession'), async (c) => {
+    const command = decodeOpenSessionCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
+    supply(c, command);
+    noQuery(c);
+    authorizeWorker(c, command.scope, '$.scope');
+    return c.json(await svc(c).openSession(command));
+  });
+
+  app.post('/v1/worker/sessions/:session_id/extend', documentRoute('extendSession'), async (c) => {
+    const body = await optionalBody(c);
+    const parsed = body === undefined ? {} : parseWith(ExtendSessionBodySchema, body);
+    supply(c, parsed);
+    noQuery(c);
+    const sessionId = pathText(c, 'session_id', NAME_MAX_BYTES);
+    const principal = principalOf(c);
+    // The session's scope: named in the body, or the key's only scope.
+    const scope = parsed.scope ?? soleScope(principal);
+    if (scope === undefined) {
+      throw new ContractError(
+        'invalid_input',
+        '$.scope is required unless the API key is bound to exactly one namespace',
+        { reason: 'scope_required', path: '$.scope' },
+      );
+    }
+    authorizeWorker(c, scope, '$.scope');
+    return c.json(await svc(c).extendSession(scope, sessionId));
+  });
+
+  app.post('/v1/worker/acquire', documentRoute('acquire'), async (c) => {
+    const command = decodeAcquireCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
+    supply(c, command);
+    const waitMs = parseWaitMs(queryOf(c, ['wait_ms']).get('wait_ms'), longPollMaxMs);
+    authorizeWorker(c, command.scope, '$.scope');
+    return c.json(await svc(c).acquire(command, { waitMs, signal: c.req.raw.signal }));
+  });
+
+  app.post('/v1/worker/acquire:batch', documentRoute('acquireBatch'), async (c) => {
+    const items = decodeAcquireBatch(await requiredBody(c, BATCH_MAX_BYTES));
+    const waitMs = parseWaitMs(queryOf(c, ['wait_ms']).get('wait_ms'), longPollMaxMs);
+    const principal = principalOf(c);
+    requireRole(principal, 'worker');
+    const replies = await answerBatch(
+      items,
+      (command, index) => requireScope(principal, command.scope, `$.commands[${index}].scope`),
+      (commands) => svc(c).acquireBatch(commands, { waitMs, signal: c.req.raw.signal }),
+      (reply) => reply,
+    );
+    return c.json({ replies });
+  });
+
+  app.post('/v1/worker/renew', documentRoute('renew'), async (c) => {
+    const command = decodeRenewCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
+    supply(c, command);
+    noQuery(c);
+    authorizeWorker(c, command.owner.scope, '$.owner.scope');
+    return c.json(await svc(c).renew(command));
+  });
+
+  app.post('/v1/worker/renew:batch', documentRoute('renewBatch'), async (c) => {
+    const items = decodeRenewBatch(await requiredBody(c, BATCH_MAX_BYTES));
+    noQuery(c);
+    const principal = principalOf(c);
+    requireRole(principal, 'worker');
+    const results = await answerBatch(
+      items,
+      (command, index) =>
+        requireScope(principal, command.owner.scope, `$.commands[${index}].owner.scope`),
+      (commands) => svc(c).renewBatch(commands),
+      (authority) => authority,
+    );
+    return c.json({ results });
+  });
+
+  app.post('/v1/worker/settle', documentRoute('settle'), async (c) => {
+    const command = decodeSettleCommand(await requiredBody(c, SETTLEMENT_MAX_BYTES));
+    supply(c, command);
+    noQuery(c);
+    authorizeWorker(c, command.owner.scope, '$.owner.scope');
+    return c.json(await svc(c).settle(command));
+  });
+
+  app.post('/v1/worker/settle:batch', documentRoute('settleBatch'), async (c) => {
+    const items = decodeSettleBatch(await requiredBody(c, BATCH_MAX_BYTES));
+    noQuery(c);
+    const principal = principalOf(c);
+    requireRole(principal, 'worker');
+    const results = await answerBatch(
+      items,
+      (command, index) =>
+        requireScope(principal, command.owner.scope, `$.commands[${index}].owner.scope`),
+      (commands) => svc(c).settleBatch(commands),
+      (reply) => reply,
+    );
+    return c.json({ results });
+  });
+
+  app.post('/v1/worker/quiescence', documentRoute('confirmQuiescence'), async (c) => {
+    const owner = decodeLeaseOwner(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
+    supply(c, owner);
+    noQuery(c);
+    authorizeWorker(c, owner.scope, '$.scope');
+    return c.json({ task_state: await svc(c).confirmQuiescence(owner) });
+  });
+
+  // ---- Operations: no authentication ---------------------------------------------
+
+  app.get('/healthz', documentRoute('health'), (c) => c.json({ status: 'ok' }));
+
+  app.get('/readyz', documentRoute('ready'), async (c) => {
+    let readiness: Readiness;
+    try {
+      readiness = options.health === undefined ? true : await options.health.ready();
+    } catch (error) {
+      logger.warn({ request_id: c.get('requestId'), err: error }, 'readiness check failed');
+      readiness = false;
+    }
+    const ok = typeof readiness === 'boolean' ? readiness : readiness.ok;
+    if (ok) return c.json({ status: 'ready' });
+    const detail = typeof readiness === 'object' ? readiness.detail : undefined;
+    throw new ContractError('unavailable', detail ?? 'the server is not ready', {
+      reason: 'not_ready',
+    });
+  });
+
+  app.get('/metrics', documentRoute('metrics'), async (c) => {
+    if (options.metrics === undefined) {
+      throw new ContractError('not_found', 'metrics are not configured on this server');
+    }
+    const text = await options.metrics.render();
+    return c.body(text, 200, { 'Content-Type': options.metrics.contentType });
+  });
+
+  let document: Promise<unknown> | undefined;
+  app.get('/openapi.json', documentRoute('openapi'), async (c) => {
+    document ??= createOpenApiDocument(app).catch((error: unknown) => {
+      document = undefined;
+      throw error;
+    });
+    return c.json(await document);
+  });
+
+  return app;
+}

@@ -1,0 +1,198 @@
+/**
+ * API keys (DESIGN §6 Authentication): each key is bound to one tenant, a
+ * list of namespaces (or `*`) and roles. Only a SHA-256 hash of each key is
+ * kept, and a presented key is compared against every hash in constant time,
+ * so neither memory nor timing gives a key away. With no keys configured the
+ * app runs in development mode and every request is allowed.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { ContractError, SCOPE_TEXT_MAX_BYTES, type Scope, textProblem } from '@ledgence/contracts';
+
+/** What a key may do: submit and read tasks, work tasks, or both (`admin`). */
+export type Role = 'client' | 'worker' | 'admin';
+
+/** The roles a key may name. */
+export const ROLES: readonly Role[] = ['client', 'worker', 'admin'];
+
+/** One configured API key (`LEDGENCE_API_KEYS` holds an array of these). */
+export interface ApiKeyConfig {
+  /** The secret bearer token. Hashed at start; the text is not retained. */
+  key: string;
+  /** The one tenant the key acts for. */
+  tenant: string;
+  /** The namespaces of that tenant the key may use, or `['*']` for all of them. */
+  namespaces: readonly string[];
+  /** What the key may do; `admin` implies `client` and `worker`. */
+  roles: readonly Role[];
+}
+
+/** Options of the authentication layer. */
+export interface AuthOptions {
+  /** The configured keys; none means development mode (every request allowed). */
+  keys: readonly ApiKeyConfig[];
+}
+
+/** Who a request acts as, after authentication. */
+export interface Principal {
+  /** The key's tenant; `undefined` in development mode, where every tenant is allowed. */
+  tenant: string | undefined;
+  /** The key's namespaces; `undefined` means every namespace of the tenant. */
+  namespaces: ReadonlySet<string> | undefined;
+  /** The roles granted; `admin` is expanded into all roles. */
+  roles: ReadonlySet<Role>;
+}
+
+/** The outcome of authenticating a request. */
+export type Authentication =
+  | { ok: true; principal: Principal }
+  | { ok: false; reason: 'missing' | 'invalid' };
+
+/** Verifies bearer tokens against the configured keys. */
+export interface Authenticator {
+  /** Whether no keys are configured, so every request is allowed. */
+  readonly developmentMode: boolean;
+  /** Checks an `Authorization` header value. */
+  authenticate(authorization: string | undefined): Authentication;
+}
+
+interface StoredKey {
+  hash: Buffer;
+  principal: Principal;
+}
+
+const KEY_MAX_CHARS = 4096;
+// RFC 6750 b64token: what a bearer credential may consist of.
+const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
+
+const DEVELOPMENT_PRINCIPAL: Principal = {
+  tenant: undefined,
+  namespaces: undefined,
+  roles: new Set<Role>(ROLES),
+};
+
+function hashKey(key: string): Buffer {
+  return createHash('sha256').update(key, 'utf8').digest();
+}
+
+/** Configuration errors name the key's index and the field, never the key. */
+function configError(index: number, message: string): TypeError {
+  return new TypeError(`auth.keys[${index}]${message}`);
+}
+
+function storedKey(config: ApiKeyConfig, index: number): StoredKey {
+  if (typeof config.key !== 'string' || config.key.length === 0) {
+    throw configError(index, '.key must be a non-empty string');
+  }
+  if (config.key.length > KEY_MAX_CHARS || !BEARER.test(`Bearer ${config.key}`)) {
+    throw configError(index, '.key must be a bearer token (RFC 6750 characters, ≤ 4096)');
+  }
+  const tenantProblem = textProblem(config.tenant, SCOPE_TEXT_MAX_BYTES);
+  if (tenantProblem !== undefined) throw configError(index, `.tenant ${tenantProblem}`);
+  if (!Array.isArray(config.namespaces) || config.namespaces.length === 0) {
+    throw configError(index, ".namespaces must be a non-empty array of names or ['*']");
+  }
+  const wildcard = config.namespaces.includes('*');
+  if (wildcard && config.namespaces.length !== 1) {
+    throw configError(index, ".namespaces must be ['*'] alone when it names '*'");
+  }
+  if (!wildcard) {
+    config.namespaces.forEach((namespace, at) => {
+      const problem = textProblem(namespace, SCOPE_TEXT_MAX_BYTES);
+      if (problem !== undefined) throw configError(index, `.namespaces[${at}] ${problem}`);
+    });
+  }
+  if (!Array.isArray(config.roles) || config.roles.length === 0) {
+    throw configError(index, '.roles must be a non-empty array');
+  }
+  const roles = new Set<Role>();
+  config.roles.forEach((role, at) => {
+    if (!ROLES.includes(role)) {
+      throw configError(index, `.roles[${at}] must be one of ${ROLES.join(', ')}`);
+    }
+    roles.add(role);
+  });
+  // admin implies every role: an operator's key can both submit and work.
+  if (roles.has('admin')) for (const role of ROLES) roles.add(role);
+  return {
+    hash: hashKey(config.key),
+    principal: {
+      tenant: config.tenant,
+      namespaces: wildcard ? undefined : new Set(config.namespaces),
+      roles,
+    },
+  };
+}
+
+/**
+ * Builds the authenticator of `options`. Throws a `TypeError` naming the
+ * offending entry (never the key) when the configuration is invalid, or when
+ * two entries hold the same key.
+ */
+export function createAuthenticator(options: AuthOptions): Authenticator {
+  const stored = options.keys.map(storedKey);
+  for (let i = 0; i < stored.length; i++) {
+    for (let j = 0; j < i; j++) {
+      if ((stored[i] as StoredKey).hash.equals((stored[j] as StoredKey).hash)) {
+        throw configError(i, `.key repeats auth.keys[${j}].key`);
+      }
+    }
+  }
+  const developmentMode = stored.length === 0;
+  return {
+    developmentMode,
+    authenticate(authorization) {
+      if (developmentMode) return { ok: true, principal: DEVELOPMENT_PRINCIPAL };
+      if (authorization === undefined || authorization.length === 0) {
+        return { ok: false, reason: 'missing' };
+      }
+      const match = authorization.length <= KEY_MAX_CHARS + 16 ? BEARER.exec(authorization) : null;
+      if (match === null) return { ok: false, reason: 'invalid' };
+      const presented = hashKey(match[1] as string);
+      // Compare against every key, without stopping at a match, so the time
+      // taken says nothing about which key (or whether any) matched.
+      let found: StoredKey | undefined;
+      for (const key of stored) {
+        if (timingSafeEqual(key.hash, presented) && found === undefined) found = key;
+      }
+      return found === undefined
+        ? { ok: false, reason: 'invalid' }
+        : { ok: true, principal: found.principal };
+    },
+  };
+}
+
+/** Whether `principal` may act in `scope`. */
+export function allowsScope(principal: Principal, scope: Scope): boolean {
+  if (principal.tenant === undefined) return true;
+  if (principal.tenant !== scope.tenant_id) return false;
+  return principal.namespaces === undefined || principal.namespaces.has(scope.namespace);
+}
+
+/** Throws `forbidden` unless `principal` holds `role`. */
+export function requireRole(principal: Principal, role: Exclude<Role, 'admin'>): void {
+  if (!principal.roles.has(role)) {
+    throw new ContractError('forbidden', `the API key does not hold the ${role} role`, {
+      reason: 'role',
+    });
+  }
+}
+
+/** Throws `forbidden` unless `principal` may act in `scope`; `path` names where the scope came from. */
+export function requireScope(principal: Principal, scope: Scope, path?: string): void {
+  if (allowsScope(principal, scope)) return;
+  throw new ContractError(
+    'forbidden',
+    `${path === undefined ? 'the scope' : path} is outside the API key's binding`,
+    path === undefined ? { reason: 'scope' } : { reason: 'scope', path },
+  );
+}
+
+/**
+ * The one scope a principal's binding names, when it names exactly one
+ * (a key with one concrete namespace); otherwise `undefined`.
+ */
+export function soleScope(principal: Principal): Scope | undefined {
+  if (principal.tenant === undefined || principal.namespaces?.size !== 1) return undefined;
+  const [namespace] = principal.namespaces;
+  return namespace === undefined ? undefined : { tenant_id: principal.tenant, namespace };
+}

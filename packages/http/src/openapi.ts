@@ -1,0 +1,594 @@
+/**
+ * The OpenAPI 3.1 document of `/openapi.json`, generated from the routes the
+ * app registers (hono-openapi's `describeRoute` + `generateSpecs`) and the
+ * contracts' valibot schemas (converted by `@valibot/to-json-schema` into
+ * `components.schemas`). No hono-openapi validator is used: decoding is the
+ * contracts' job, and its default 400 hook would echo the input.
+ */
+import {
+  AcquireBatchReplySchema,
+  AcquireBatchRequestSchema,
+  AcquireCommandSchema,
+  AcquireReplySchema,
+  AssignmentSchema,
+  AttemptSnapshotSchema,
+  AuthoritySchema,
+  CloudEventSchema,
+  ERROR_STATUS,
+  type ErrorCode,
+  JsonValueSchema,
+  LabelsSchema,
+  LeaseOwnerSchema,
+  LeaseSchema,
+  MAX_LABELS,
+  OpenSessionCommandSchema,
+  ProblemSchema,
+  ProgramDescriptorSchema,
+  RecordedHistoryEventSchema,
+  RenewBatchReplySchema,
+  RenewBatchRequestSchema,
+  RenewCommandSchema,
+  ScopeSchema,
+  SettleBatchReplySchema,
+  SettleBatchRequestSchema,
+  SettleCommandSchema,
+  SettleReplySchema,
+  SubmitBatchReplySchema,
+  SubmitBatchRequestSchema,
+  SubmitCommandSchema,
+  SubmitRequestBodySchema,
+  SubmitTaskSchema,
+  TASK_LIST_DEFAULT_LIMIT,
+  TASK_LIST_MAX_LIMIT,
+  TaskHistorySchema,
+  TaskPageSchema,
+  TaskResultSchema,
+  TaskSnapshotSchema,
+  TaskStateReplySchema,
+  TaskStatusSchema,
+  TraceContextSchema,
+  WorkerSessionSchema,
+} from '@ledgence/contracts';
+import { type ConversionConfig, toJsonSchemaDefs } from '@valibot/to-json-schema';
+import type { Env, Hono, MiddlewareHandler } from 'hono';
+import { type DescribeRouteOptions, describeRoute, generateSpecs } from 'hono-openapi';
+import type * as v from 'valibot';
+import { CancelBodySchema, ExtendSessionBodySchema } from './bodies.js';
+import { PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE } from './problem.js';
+
+/** A JSON Schema object as the document holds it. */
+type JsonSchema = Record<string, unknown>;
+
+/** The schemas published under `components.schemas`, by name. */
+const COMPONENT_SCHEMAS = {
+  Scope: ScopeSchema,
+  ProgramDescriptor: ProgramDescriptorSchema,
+  TraceContext: TraceContextSchema,
+  Labels: LabelsSchema,
+  SubmitTask: SubmitTaskSchema,
+  SubmitCommand: SubmitCommandSchema,
+  SubmitRequestBody: SubmitRequestBodySchema,
+  TaskSnapshot: TaskSnapshotSchema,
+  TaskStatus: TaskStatusSchema,
+  TaskPage: TaskPageSchema,
+  TaskResult: TaskResultSchema,
+  TaskHistory: TaskHistorySchema,
+  RecordedHistoryEvent: RecordedHistoryEventSchema,
+  AttemptSnapshot: AttemptSnapshotSchema,
+  TaskStateReply: TaskStateReplySchema,
+  CancelBody: CancelBodySchema,
+  OpenSessionCommand: OpenSessionCommandSchema,
+  ExtendSessionBody: ExtendSessionBodySchema,
+  WorkerSession: WorkerSessionSchema,
+  AcquireCommand: AcquireCommandSchema,
+  AcquireReply: AcquireReplySchema,
+  Assignment: AssignmentSchema,
+  CloudEvent: CloudEventSchema,
+  Lease: LeaseSchema,
+  LeaseOwner: LeaseOwnerSchema,
+  Authority: AuthoritySchema,
+  RenewCommand: RenewCommandSchema,
+  SettleCommand: SettleCommandSchema,
+  SettleReply: SettleReplySchema,
+  SubmitBatchRequest: SubmitBatchRequestSchema,
+  SubmitBatchReply: SubmitBatchReplySchema,
+  AcquireBatchRequest: AcquireBatchRequestSchema,
+  AcquireBatchReply: AcquireBatchReplySchema,
+  RenewBatchRequest: RenewBatchRequestSchema,
+  RenewBatchReply: RenewBatchReplySchema,
+  SettleBatchRequest: SettleBatchRequestSchema,
+  SettleBatchReply: SettleBatchReplySchema,
+  Problem: ProblemSchema,
+} as const;
+
+/** The name of a schema under `components.schemas`. */
+export type ComponentName = keyof typeof COMPONENT_SCHEMAS;
+
+const OBJECT_TYPES = new Set(['object', 'strict_object', 'loose_object', 'object_with_rest']);
+const OPTIONAL_TYPES = new Set(['optional', 'exact_optional', 'nullish', 'undefinedable']);
+
+/**
+ * Overrides of the converter: labels and application JSON are `custom`
+ * schemas it cannot read, and an object's `required` list is recomputed from
+ * its entries so that optional fields of every kind (`exactOptional` in
+ * replies, omitted-or-null in requests) are never listed as required.
+ */
+const overrideSchema: ConversionConfig['overrideSchema'] = ({ valibotSchema, jsonSchema }) => {
+  // The converter flattens pipes and offers each schema inside them, so a
+  // piped schema is recognised by the first schema of its pipe.
+  if (valibotSchema === LabelsSchema.pipe[0]) {
+    return {
+      type: 'object',
+      additionalProperties: { type: 'string' },
+      maxProperties: MAX_LABELS,
+      description: `At most ${MAX_LABELS} exact-match labels.`,
+    };
+  }
+  if (valibotSchema === JsonValueSchema.pipe[0]) return { description: 'Any JSON value.' };
+  const entries = (valibotSchema as { entries?: Record<string, { type: string }> }).entries;
+  if (OBJECT_TYPES.has(valibotSchema.type) && entries !== undefined) {
+    const required = Object.entries(entries)
+      .filter(([, entry]) => !OPTIONAL_TYPES.has(entry.type))
+      .map(([key]) => key);
+    const schema: Record<string, unknown> = { ...jsonSchema };
+    if (required.length > 0) schema.required = required;
+    else delete schema.required;
+    return schema as ReturnType<NonNullable<ConversionConfig['overrideSchema']>>;
+  }
+  return undefined;
+};
+
+// The contracts state integer rules as `check` actions whose messages name
+// the rule (common.ts); JSON Schema can say the same with `integer` bounds.
+const INTEGER_RANGE = /^must be an integer from (-?\d+) to (-?\d+)$/;
+const NON_NEGATIVE_INTEGER = /^must be a non-negative (?:safe )?integer/;
+const POSITIVE_INTEGER = /^must be a positive safe integer$/;
+
+/** Turns the contracts' integer checks into `type: integer` with bounds. */
+const overrideAction: ConversionConfig['overrideAction'] = ({ valibotAction, jsonSchema }) => {
+  const message = (valibotAction as { message?: unknown }).message;
+  if (valibotAction.type !== 'check' || typeof message !== 'string') return undefined;
+  const range = INTEGER_RANGE.exec(message);
+  const schema: Record<string, unknown> = { ...jsonSchema };
+  if (range !== null) {
+    Object.assign(schema, {
+      type: 'integer',
+      minimum: Number(range[1]),
+      maximum: Number(range[2]),
+    });
+  } else if (NON_NEGATIVE_INTEGER.test(message)) {
+    Object.assign(schema, { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
+  } else if (POSITIVE_INTEGER.test(message)) {
+    Object.assign(schema, { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER });
+  } else return undefined;
+  return schema as ReturnType<NonNullable<ConversionConfig['overrideAction']>>;
+};
+
+/** The JSON Schemas of {@link COMPONENT_SCHEMAS}, referencing each other by `$ref`. */
+export function componentSchemas(): Record<ComponentName, JsonSchema> {
+  const definitions = COMPONENT_SCHEMAS as unknown as Record<
+    ComponentName,
+    v.BaseSchema<unknown, unknown, v.BaseIssue<unknown>>
+  >;
+  const converted = toJsonSchemaDefs(definitions, {
+    target: 'draft-2020-12',
+    // The contracts use custom/check/rawCheck/transform for rules JSON Schema
+    // cannot state; the structure converts, the rules are documented in prose.
+    errorMode: 'ignore',
+    overrideSchema,
+    overrideAction,
+    overrideRef: ({ referenceId }) => `#/components/schemas/${referenceId}`,
+  }) as Record<ComponentName, JsonSchema>;
+  for (const schema of Object.values(converted)) delete schema.$schema;
+  return converted;
+}
+
+// ---- Route descriptions ---------------------------------------------------------
+
+/** A reference to a component schema. */
+function ref(name: ComponentName): JsonSchema {
+  return { $ref: `#/components/schemas/${name}` };
+}
+
+interface QueryParameter {
+  name: string;
+  description: string;
+  schema: JsonSchema;
+}
+
+interface RouteDoc {
+  summary: string;
+  description?: string;
+  tags: string[];
+  /** `none`: no authentication (health, metrics, the document itself). */
+  security: 'bearer' | 'none';
+  body?: { schema: JsonSchema; required: boolean; description?: string };
+  query?: QueryParameter[];
+  headers?: QueryParameter[];
+  /** Success replies by status. */
+  success: Record<number, { description: string; schema?: JsonSchema; contentType?: string }>;
+  /** Error codes the service (or the route) may answer, besides the common ones. */
+  errors: ErrorCode[];
+}
+
+const WAIT_MS: QueryParameter = {
+  name: 'wait_ms',
+  description: 'How long to wait (ms); larger values are clamped to the server maximum.',
+  schema: { type: 'integer', minimum: 0 },
+};
+
+const json = (schema: JsonSchema, description: string) => ({ description, schema });
+
+/** Every route the app registers, by operation id. */
+const ROUTES = {
+  submitTask: {
+    summary: 'Submit a task',
+    description:
+      'Insert-or-return by idempotency key. The body is a SubmitCommand, or, with an ' +
+      '`Idempotency-Key` header, `{input, origin_trace?}`. 201 when created, 200 when an ' +
+      'identical submission already exists; the same key with other content is 409.',
+    tags: ['tasks'],
+    security: 'bearer',
+    body: { schema: { oneOf: [ref('SubmitCommand'), ref('SubmitRequestBody')] }, required: true },
+    headers: [
+      {
+        name: 'Idempotency-Key',
+        description: 'The idempotency key, when the body does not carry it (text, ≤ 255 bytes).',
+        schema: { type: 'string' },
+      },
+    ],
+    success: {
+      201: json(ref('TaskSnapshot'), 'The task was created.'),
+      200: json(ref('TaskSnapshot'), 'The same submission already exists.'),
+    },
+    errors: ['conflict'],
+  },
+  submitTaskBatch: {
+    summary: 'Submit many tasks',
+    description: 'Each command is validated and answered on its own, in request order.',
+    tags: ['tasks'],
+    security: 'bearer',
+    body: { schema: ref('SubmitBatchRequest'), required: true },
+    success: { 200: json(ref('SubmitBatchReply'), 'One result or problem per command.') },
+    errors: [],
+  },
+  listTasks: {
+    summary: 'List tasks',
+    description:
+      'Newest first. Label filters are `label.<key>=<value>` parameters (repeatable with ' +
+      'different keys; all must match). A cursor is bound to the scope and filters.',
+    tags: ['tasks'],
+    security: 'bearer',
+    query: [
+      {
+        name: 'state',
+        description: 'Exact state.',
+        schema: { enum: ['queued', 'active', 'succeeded', 'failed', 'cancelled'] },
+      },
+      { name: 'queue', description: 'Exact queue.', schema: { type: 'string' } },
+      { name: 'program', description: 'Exact program name.', schema: { type: 'string' } },
+      {
+        name: 'submitted_from',
+        description: 'Inclusive lower bound of submitted_at (UTC ms).',
+        schema: { type: 'integer', minimum: 0 },
+      },
+      {
+        name: 'submitted_until',
+        description: 'Exclusive upper bound of submitted_at (UTC ms).',
+        schema: { type: 'integer', minimum: 0 },
+      },
+      {
+        name: 'limit',
+        description: `Page size (default ${TASK_LIST_DEFAULT_LIMIT}).`,
+        schema: { type: 'integer', minimum: 1, maximum: TASK_LIST_MAX_LIMIT },
+      },
+      {
+        name: 'cursor',
+        description: 'The next_cursor of the previous page.',
+        schema: { type: 'string' },
+      },
+    ],
+    success: { 200: json(ref('TaskPage'), 'One page of tasks.') },
+    errors: [],
+  },
+  getTaskStatus: {
+    summary: 'Task status',
+    tags: ['tasks'],
+    security: 'bearer',
+    success: { 200: json(ref('TaskStatus'), 'Scheduling metadata without payloads.') },
+    errors: ['not_found'],
+  },
+  getTaskResult: {
+    summary: 'Task result',
+    description: 'With `wait_ms`, waits for a terminal state first.',
+    tags: ['tasks'],
+    security: 'bearer',
+    query: [WAIT_MS],
+    success: { 200: json(ref('TaskResult'), 'The status and the outcome (or pending).') },
+    errors: ['not_found'],
+  },
+  getTaskSnapshot: {
+    summary: 'Task snapshot',
+    tags: ['tasks'],
+    security: 'bearer',
+    success: { 200: json(ref('TaskSnapshot'), 'The full scheduling record.') },
+    errors: ['not_found'],
+  },
+  getAttempt: {
+    summary: 'One attempt',
+    tags: ['tasks'],
+    security: 'bearer',
+    success: { 200: json(ref('AttemptSnapshot'), 'The attempt as recorded.') },
+    errors: ['not_found'],
+  },
+  getTaskHistory: {
+    summary: 'Task history',
+    tags: ['tasks'],
+    security: 'bearer',
+    query: [
+      {
+        name: 'after_sequence',
+        description: 'Return records after this sequence (default 0).',
+        schema: { type: 'integer', minimum: 0 },
+      },
+    ],
+    success: { 200: json(ref('TaskHistory'), 'At most 100 records, in order.') },
+    errors: ['not_found'],
+  },
+  cancelTask: {
+    summary: 'Cancel a task',
+    description: 'No body is needed; a body, when sent, must be `{}`.',
+    tags: ['tasks'],
+    security: 'bearer',
+    body: { schema: ref('CancelBody'), required: false },
+    success: { 200: json(ref('TaskStateReply'), 'The task state afterwards.') },
+    errors: ['not_found'],
+  },
+  openSession: {
+    summary: 'Open a worker session',
+    tags: ['worker'],
+    security: 'bearer',
+    body: { schema: ref('OpenSessionCommand'), required: true },
+    success: { 200: json(ref('WorkerSession'), 'The new session.') },
+    errors: [],
+  },
+  extendSession: {
+    summary: 'Extend a worker session',
+    description:
+      "The body `{scope}` names the session's scope; it may be left out when the API key is " +
+      'bound to exactly one namespace.',
+    tags: ['worker'],
+    security: 'bearer',
+    body: { schema: ref('ExtendSessionBody'), required: false },
+    success: { 200: json(ref('WorkerSession'), 'The session with its new expiry.') },
+    errors: ['session_not_found', 'session_expired'],
+  },
+  acquire: {
+    summary: 'Acquire a task (long poll)',
+    tags: ['worker'],
+    security: 'bearer',
+    query: [WAIT_MS],
+    body: { schema: ref('AcquireCommand'), required: true },
+    success: { 200: json(ref('AcquireReply'), 'empty, assigned or ownership_lost.') },
+    errors: ['session_not_found', 'session_expired', 'sequence_conflict', 'consumer_busy'],
+  },
+  acquireBatch: {
+    summary: 'Acquire for many slots of one session',
+    tags: ['worker'],
+    security: 'bearer',
+    query: [WAIT_MS],
+    body: { schema: ref('AcquireBatchRequest'), required: true },
+    success: { 200: json(ref('AcquireBatchReply'), 'One reply or problem per command.') },
+    errors: [],
+  },
+  renew: {
+    summary: 'Renew a lease',
+    tags: ['worker'],
+    security: 'bearer',
+    body: { schema: ref('RenewCommand'), required: true },
+    success: { 200: json(ref('Authority'), 'The current authority.') },
+    errors: ['not_found', 'sequence_conflict', 'ownership_lost'],
+  },
+  renewBatch: {
+    summary: 'Renew many leases',
+    tags: ['worker'],
+    security: 'bearer',
+    body: { schema: ref('RenewBatchRequest'), required: true },
+    success: { 200: json(ref('RenewBatchReply'), 'One authority or problem per command.') },
+    errors: [],
+  },
+  settle: {
+    summary: 'Settle an attempt',
+    tags: ['worker'],
+    security: 'bearer',
+    body: { schema: ref('SettleCommand'), required: true },
+    success: { 200: json(ref('SettleReply'), 'The receipt (already_accepted on replay).') },
+    errors: ['not_found', 'conflict', 'ownership_lost'],
+  },
+  settleBatch: {
+    summary: 'Settle many attempts',
+    tags: ['worker'],
+    security: 'bearer',
+    body: { schema: ref('SettleBatchRequest'), required: true },
+    success: { 200: json(ref('SettleBatchReply'), 'One reply or problem per command.') },
+    errors: [],
+  },
+  confirmQuiescence: {
+    summary: 'Confirm cleanup of a settled attempt',
+    tags: ['worker'],
+    security: 'bearer',
+    body: { schema: ref('LeaseOwner'), required: true },
+    success: { 200: json(ref('TaskStateReply'), 'The task state afterwards.') },
+    errors: ['not_found', 'conflict', 'ownership_lost'],
+  },
+  health: {
+    summary: 'Liveness',
+    tags: ['operations'],
+    security: 'none',
+    success: {
+      200: json(
+        { type: 'object', properties: { status: { const: 'ok' } }, required: ['status'] },
+        'The process is alive.',
+      ),
+    },
+    errors: [],
+  },
+  ready: {
+    summary: 'Readiness (database reachable, migrations current)',
+    tags: ['operations'],
+    security: 'none',
+    success: {
+      200: json(
+        { type: 'object', properties: { status: { const: 'ready' } }, required: ['status'] },
+        'Ready to take traffic.',
+      ),
+    },
+    errors: ['unavailable'],
+  },
+  metrics: {
+    summary: 'Prometheus metrics',
+    tags: ['operations'],
+    security: 'none',
+    success: {
+      200: {
+        description: 'Prometheus text exposition.',
+        schema: { type: 'string' },
+        contentType: 'text/plain',
+      },
+    },
+    errors: ['not_found'],
+  },
+  openapi: {
+    summary: 'This OpenAPI document',
+    tags: ['operations'],
+    security: 'none',
+    success: { 200: json({ type: 'object' }, 'OpenAPI 3.1.') },
+    errors: [],
+  },
+} satisfies Record<string, RouteDoc>;
+
+/** The operation id of a documented route. */
+export type OperationId = keyof typeof ROUTES;
+
+/** The error codes every authenticated route may answer, whatever it does. */
+const COMMON_ERRORS: readonly ErrorCode[] = [
+  'invalid_input',
+  'unauthorized',
+  'forbidden',
+  'unavailable',
+];
+/** The error codes of reading a body. */
+const BODY_ERRORS: readonly ErrorCode[] = ['payload_too_large', 'unsupported_media_type'];
+
+/** The error codes a route may answer, in status order. */
+export function routeErrors(id: OperationId): ErrorCode[] {
+  const doc: RouteDoc = ROUTES[id];
+  const codes = new Set<ErrorCode>(doc.security === 'bearer' ? COMMON_ERRORS : []);
+  if (doc.body !== undefined) for (const code of BODY_ERRORS) codes.add(code);
+  for (const code of doc.errors) codes.add(code);
+  return [...codes].sort((a, b) => ERROR_STATUS[a] - ERROR_STATUS[b] || a.localeCompare(b));
+}
+
+function errorResponses(id: OperationId): Record<string, unknown> {
+  const byStatus = new Map<number, ErrorCode[]>();
+  for (const code of routeErrors(id)) {
+    const status = ERROR_STATUS[code];
+    byStatus.set(status, [...(byStatus.get(status) ?? []), code]);
+  }
+  const responses: Record<string, unknown> = {};
+  for (const [status, codes] of byStatus) {
+    responses[String(status)] = {
+      description: `Problem: ${codes.map((code) => `\`${code}\``).join(', ')}.`,
+      ...(status === 401
+        ? { headers: { 'WWW-Authenticate': { schema: { type: 'string' } } } }
+        : {}),
+      content: {
+        [PROBLEM_CONTENT_TYPE]: {
+          schema: {
+            allOf: [ref('Problem'), { type: 'object', properties: { code: { enum: codes } } }],
+          },
+        },
+      },
+    };
+  }
+  return responses;
+}
+
+/** The hono-openapi description of one route. */
+function describeOptions(id: OperationId): DescribeRouteOptions {
+  const doc: RouteDoc = ROUTES[id];
+  const responses: Record<string, unknown> = {};
+  for (const [status, reply] of Object.entries(doc.success)) {
+    responses[status] = {
+      description: reply.description,
+      ...(reply.schema === undefined
+        ? {}
+        : { content: { [reply.contentType ?? 'application/json']: { schema: reply.schema } } }),
+    };
+  }
+  Object.assign(responses, errorResponses(id));
+  const parameters = [
+    ...(doc.query ?? []).map((p) => ({ in: 'query', required: false, ...p })),
+    ...(doc.headers ?? []).map((p) => ({ in: 'header', required: false, ...p })),
+  ];
+  const options: Record<string, unknown> = {
+    operationId: id,
+    summary: doc.summary,
+    tags: doc.tags,
+    responses,
+  };
+  if (doc.description !== undefined) options.description = doc.description;
+  if (doc.security === 'none') options.security = [];
+  if (parameters.length > 0) options.parameters = parameters;
+  if (doc.body !== undefined) {
+    options.requestBody = {
+      required: doc.body.required,
+      content: { 'application/json': { schema: doc.body.schema } },
+    };
+  }
+  return options as DescribeRouteOptions;
+}
+
+/** The documentation middleware of a route (a no-op at request time). */
+export function documentRoute(id: OperationId): MiddlewareHandler {
+  return describeRoute(describeOptions(id));
+}
+
+/** The security scheme name of API keys in the document. */
+export const SECURITY_SCHEME = 'bearerAuth';
+
+/**
+ * The OpenAPI 3.1 document of `app`: every described route with its request
+ * body, success reply, problem+json errors and security.
+ */
+export async function createOpenApiDocument<E extends Env>(app: Hono<E>): Promise<unknown> {
+  const document = await generateSpecs(app, {
+    documentation: {
+      openapi: '3.1.0',
+      info: {
+        title: 'Ledgence API',
+        version: '1',
+        description:
+          'Durable tasks on PostgreSQL: submit over HTTP, lease and settle exactly once. ' +
+          `Errors are RFC 9457 problem documents whose \`type\` is ${PROBLEM_TYPE_BASE}<code>.`,
+      },
+      components: {
+        schemas: componentSchemas() as never,
+        securitySchemes: {
+          [SECURITY_SCHEME]: {
+            type: 'http',
+            scheme: 'bearer',
+            description: 'An API key bound to a tenant, namespaces and roles.',
+          },
+        },
+      },
+      security: [{ [SECURITY_SCHEME]: [] }],
+    },
+    // No validator() is used, but keep hono-openapi from adding its own 400
+    // shape (which describes an input-echoing body) to any route.
+    defaultValidationErrorResponse: false,
+    // `/openapi.json` looks like a static file to hono-openapi; it is a route.
+    excludeStaticFile: false,
+  });
+  return document;
+}

@@ -1,0 +1,89 @@
+/**
+ * RFC 9457 problem documents: the one shape every error reply and every
+ * failed batch item takes (DESIGN §6). Details never carry rejected input:
+ * decoder messages name the JSON path and the rule, and messages written by
+ * the service are replaced by a fixed sentence when they quote anything the
+ * request supplied.
+ */
+import {
+  ContractError,
+  ERROR_STATUS,
+  ERROR_TITLES,
+  type ErrorCode,
+  type Problem,
+} from '@ledgence/contracts';
+
+/** The stable prefix of every problem `type`: `https://ledgence.dev/problems/<code>`. */
+export const PROBLEM_TYPE_BASE = 'https://ledgence.dev/problems/';
+
+/** The media type of every error reply. */
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+/**
+ * A fixed explanation per code, used when a message cannot be shown as it is
+ * (it quotes request input, or the error was not a contract error at all).
+ */
+const GENERIC_DETAILS: Readonly<Record<ErrorCode, string>> = {
+  invalid_input: 'The request is not valid.',
+  unauthorized: 'A valid API key is required: send Authorization: Bearer <key>.',
+  forbidden: "The API key's binding does not allow this scope or role.",
+  not_found: 'The resource was not found.',
+  conflict: 'The request conflicts with what was already recorded.',
+  sequence_conflict: 'The sequence does not follow the last recorded one.',
+  consumer_busy: 'The consumer slot still holds an active attempt.',
+  ownership_lost: 'The lease is no longer held by this owner.',
+  limit_exceeded: 'A limit of this resource was reached.',
+  session_not_found: 'The worker session was not found.',
+  session_expired: 'The worker session has expired.',
+  payload_too_large: 'The request body is larger than this route accepts.',
+  unsupported_media_type: 'The request body must be application/json.',
+  unavailable: 'The service is temporarily unavailable; retry later.',
+};
+
+/** Where a problem document was produced, for its `request_id` and detail scrubbing. */
+export interface ProblemContext {
+  /** The request id to report in the document. */
+  requestId?: string;
+  /**
+   * Strings the request supplied (path parameters, query values, header
+   * values, text of a decoded body). A message quoting any of them is
+   * replaced by the code's generic detail.
+   */
+  supplied?: readonly string[];
+}
+
+/** Whether `message` quotes any of the strings the request supplied. */
+function quotesInput(message: string, supplied: readonly string[] | undefined): boolean {
+  if (supplied === undefined) return false;
+  for (const value of supplied) {
+    if (value.length > 0 && message.includes(value)) return true;
+  }
+  return false;
+}
+
+/**
+ * The problem document of a {@link ContractError}: `type` from its code,
+ * `title` and `status` from the contracts' tables, its message as `detail`
+ * (unless it quotes request input), and its `reason` and `path` when set.
+ */
+export function problemOf(error: ContractError, context: ProblemContext = {}): Problem {
+  const code = error.code;
+  const problem: Problem = {
+    type: `${PROBLEM_TYPE_BASE}${code}`,
+    title: ERROR_TITLES[code],
+    status: ERROR_STATUS[code],
+    code,
+    detail: quotesInput(error.message, context.supplied) ? GENERIC_DETAILS[code] : error.message,
+  };
+  if (error.reason !== undefined) problem.reason = error.reason;
+  if (error.path !== undefined && !quotesInput(error.path, context.supplied)) {
+    problem.path = error.path;
+  }
+  if (context.requestId !== undefined) problem.request_id = context.requestId;
+  return problem;
+}
+
+/** A {@link ContractError} with the code's generic detail, for rejections the adapter makes. */
+export function genericError(code: ErrorCode, reason?: string): ContractError {
+  return new ContractError(code, GENERIC_DETAILS[code], reason === undefined ? {} : { reason });
+}

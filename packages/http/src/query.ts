@@ -1,0 +1,144 @@
+/**
+ * Query strings, decoded as strictly as bodies: every route names the
+ * parameters it takes, an unknown or repeated parameter is `invalid_input`,
+ * numbers are plain decimal digits, and no message repeats a value.
+ */
+import {
+  ContractError,
+  parseWith,
+  type TaskListQuery,
+  TaskListQuerySchema,
+} from '@ledgence/contracts';
+
+/** The query parameters of the task list route; `label.<key>` may repeat with different keys. */
+export const LIST_QUERY_PARAMETERS = [
+  'state',
+  'queue',
+  'program',
+  'submitted_from',
+  'submitted_until',
+  'limit',
+  'cursor',
+] as const;
+
+/** The prefix of a label filter parameter: `label.team=red`. */
+export const LABEL_PREFIX = 'label.';
+
+const DIGITS = /^\d+$/;
+
+function queryError(message: string, parameter?: string): ContractError {
+  return new ContractError(
+    'invalid_input',
+    message,
+    parameter === undefined ? { reason: 'query' } : { reason: 'query', path: `query.${parameter}` },
+  );
+}
+
+/** A parameter as a message may name it: only names the route defines are repeated. */
+function describe(name: string, allowed: readonly string[]): string {
+  return allowed.includes(name) ? `the query parameter ${name}` : 'a query parameter';
+}
+
+/**
+ * The query of `url` as a map of single values. Throws `invalid_input` for a
+ * parameter not in `allowed` (unless `allowPrefix` matches it) and for a
+ * parameter given twice.
+ */
+export function singleValues(
+  url: URL,
+  allowed: readonly string[],
+  allowPrefix?: string,
+): Map<string, string> {
+  const values = new Map<string, string>();
+  for (const [name, value] of url.searchParams) {
+    const known =
+      allowed.includes(name) || (allowPrefix !== undefined && name.startsWith(allowPrefix));
+    if (!known) throw queryError('a query parameter this route does not accept was given');
+    if (values.has(name)) {
+      throw queryError(`${describe(name, allowed)} must be given at most once`);
+    }
+    values.set(name, value);
+  }
+  return values;
+}
+
+/**
+ * A non-negative integer query value: decimal digits only. Values beyond
+ * 2^53−1 become `Infinity`, which callers clamp or reject.
+ */
+function nonNegativeInteger(name: string, value: string): number {
+  if (!DIGITS.test(value)) {
+    throw queryError(`the query parameter ${name} must be a non-negative integer`, name);
+  }
+  const number = value.length > 16 ? Number.POSITIVE_INFINITY : Number(value);
+  return Number.isSafeInteger(number) ? number : Number.POSITIVE_INFINITY;
+}
+
+/**
+ * `wait_ms`: absent is 0 (no wait); a value above `maxMs` is clamped to it
+ * (DESIGN §4.1); anything but decimal digits is `invalid_input`.
+ */
+export function parseWaitMs(value: string | undefined, maxMs: number): number {
+  if (value === undefined) return 0;
+  return Math.min(nonNegativeInteger('wait_ms', value), maxMs);
+}
+
+/** `after_sequence`: absent is 0; otherwise an integer in 0..2^53−1. */
+export function parseAfterSequence(value: string | undefined): number {
+  if (value === undefined) return 0;
+  const sequence = nonNegativeInteger('after_sequence', value);
+  if (!Number.isFinite(sequence)) {
+    throw queryError(
+      'the query parameter after_sequence must be at most 9007199254740991',
+      'after_sequence',
+    );
+  }
+  return sequence;
+}
+
+/**
+ * A query number handed to the schema: digits become a number (the schema
+ * then checks the range), anything else stays a string so the schema rejects
+ * it as "must be a number".
+ */
+function numberOrText(value: string): number | string {
+  if (!DIGITS.test(value)) return value;
+  return value.length > 16 ? Number.POSITIVE_INFINITY : Number(value);
+}
+
+/**
+ * The task list query of DESIGN §6: `state, queue, program, label.K=V
+ * (repeatable with different keys; all must match), submitted_from,
+ * submitted_until, limit (1..500), cursor`, validated with the contracts'
+ * `TaskListQuerySchema`. Errors name the parameter, never its value.
+ */
+export function parseListQuery(url: URL): TaskListQuery {
+  const values = singleValues(url, LIST_QUERY_PARAMETERS, LABEL_PREFIX);
+  const filters: Record<string, unknown> = {};
+  const labels: Record<string, string> = {};
+  let labelCount = 0;
+  for (const [name, value] of values) {
+    if (name.startsWith(LABEL_PREFIX)) {
+      // Object.defineProperty keeps a key like `__proto__` a plain data key,
+      // so the labels schema sees (and rejects) it instead of a prototype change.
+      Object.defineProperty(labels, name.slice(LABEL_PREFIX.length), {
+        value,
+        enumerable: true,
+        configurable: true,
+        writable: true,
+      });
+      labelCount++;
+    } else if (name === 'submitted_from' || name === 'submitted_until') {
+      filters[name] = numberOrText(value);
+    } else if (name !== 'limit' && name !== 'cursor') {
+      filters[name] = value;
+    }
+  }
+  if (labelCount > 0) filters.labels = labels;
+  const query: Record<string, unknown> = { filters };
+  const limit = values.get('limit');
+  if (limit !== undefined) query.limit = numberOrText(limit);
+  const cursor = values.get('cursor');
+  if (cursor !== undefined) query.cursor = cursor;
+  return parseWith(TaskListQuerySchema, query, 'query');
+}
