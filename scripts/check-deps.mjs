@@ -25,21 +25,21 @@ function walk(dir, base = dir) {
 }
 
 const workspace = [];
-for (const group of ['packages', 'apps']) {
-  for (const name of readdirSync(join(root, group))) {
-    const dir = `${group}/${name}`;
-    const manifestPath = join(root, dir, 'package.json');
-    let manifest;
-    try {
-      manifest = JSON.parse(readFileSync(manifestPath, 'utf8'));
-    } catch {
-      continue;
-    }
-    const files = walk(join(root, dir))
-      .filter((path) => !path.startsWith('node_modules'))
-      .map((path) => ({ path, source: readFileSync(join(root, dir, path), 'utf8') }));
-    workspace.push({ name: manifest.name, dir, manifest, files });
+// Every package and app, and the private end-to-end test workspace.
+const packageDirs = ['packages', 'apps']
+  .flatMap((group) => readdirSync(join(root, group)).map((name) => `${group}/${name}`))
+  .concat(['e2e']);
+for (const dir of packageDirs) {
+  let manifest;
+  try {
+    manifest = JSON.parse(readFileSync(join(root, dir, 'package.json'), 'utf8'));
+  } catch {
+    continue;
   }
+  const files = walk(join(root, dir))
+    .filter((path) => !path.startsWith('node_modules'))
+    .map((path) => ({ path, source: readFileSync(join(root, dir, path), 'utf8') }));
+  workspace.push({ name: manifest.name, dir, manifest, files });
 }
 
 const rootManifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));

@@ -21,6 +21,9 @@ export const ALLOWED_WORKSPACE_IMPORTS = {
     '@ledgence/core',
     '@ledgence/contracts',
   ],
+  // Private end-to-end tests: they spawn the server as a process (never import it)
+  // and drive it with the SDK, on test databases from the store's testing helpers.
+  '@ledgence/e2e': ['@ledgence/worker', '@ledgence/store-postgres', '@ledgence/contracts'],
 };
 
 /**

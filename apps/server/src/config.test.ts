@@ -50,6 +50,7 @@ describe('loadConfig', () => {
         LEDGENCE_LEASE_SAFETY_MARGIN_MS: '100',
         LEDGENCE_SESSION_VALIDITY_MS: '5000',
         LEDGENCE_LONG_POLL_WAIT_MS: '2000',
+        LEDGENCE_RESCAN_INTERVAL_MS: '50',
         LEDGENCE_MAINTENANCE_INTERVAL_MS: '200',
         LEDGENCE_SHUTDOWN_TIMEOUT_MS: '3000',
       },
@@ -68,6 +69,7 @@ describe('loadConfig', () => {
       leaseSafetyMarginMs: 100,
       sessionValidityMs: 5000,
       longPollWaitMs: 2000,
+      rescanIntervalMs: 50,
       maintenanceIntervalMs: 200,
       shutdownTimeoutMs: 3000,
     });

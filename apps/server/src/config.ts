@@ -49,6 +49,8 @@ export interface ServerConfig {
   sessionValidityMs: number;
   /** `LEDGENCE_LONG_POLL_WAIT_MS`: the most a poll or result wait parks. */
   longPollWaitMs: number;
+  /** `LEDGENCE_RESCAN_INTERVAL_MS`: a parked wait rescans this often even without a wake hint. */
+  rescanIntervalMs: number;
   /** `LEDGENCE_MAINTENANCE_INTERVAL_MS`: how often each replica runs lease recovery. */
   maintenanceIntervalMs: number;
   /** `LEDGENCE_SHUTDOWN_TIMEOUT_MS`: graceful shutdown budget (default 10 s). */
@@ -96,6 +98,7 @@ export const CONFIG_VARIABLES = [
   'LEDGENCE_LEASE_SAFETY_MARGIN_MS',
   'LEDGENCE_SESSION_VALIDITY_MS',
   'LEDGENCE_LONG_POLL_WAIT_MS',
+  'LEDGENCE_RESCAN_INTERVAL_MS',
   'LEDGENCE_MAINTENANCE_INTERVAL_MS',
   'LEDGENCE_SHUTDOWN_TIMEOUT_MS',
 ] as const;
@@ -182,6 +185,7 @@ export function loadConfig(
       24 * hour,
     ),
     longPollWaitMs: integer('LEDGENCE_LONG_POLL_WAIT_MS', LONG_POLL_WAIT_MS, 0, 5 * 60 * second),
+    rescanIntervalMs: integer('LEDGENCE_RESCAN_INTERVAL_MS', 1_000, 10, hour),
     maintenanceIntervalMs: integer('LEDGENCE_MAINTENANCE_INTERVAL_MS', 1_000, 10, hour),
     shutdownTimeoutMs: integer('LEDGENCE_SHUTDOWN_TIMEOUT_MS', 10_000, 100, 5 * 60 * second),
   };

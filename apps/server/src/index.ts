@@ -1,10 +1,30 @@
 /**
  * @module @ledgence/server
  *
- * The composition root: configuration, embedded PostgreSQL, migrations, the HTTP server, maintenance loops and the callback sender.
+ * The composition root of Ledgence: configuration from the environment,
+ * embedded PostgreSQL by default, migrations, the HTTP server, the maintenance
+ * loop on every replica, and graceful shutdown. Run it with `pnpm start` at the
+ * repository root, or embed it:
  *
- * This package is a placeholder: its contents land with issue #4. It exports
- * nothing yet, so that the workspace, its dependency direction and its build
- * exist from the first commit.
+ * @example
+ * ```ts
+ * import { readFileSync } from 'node:fs';
+ * import { loadConfig, startServer } from '@ledgence/server';
+ *
+ * const server = await startServer(loadConfig({ PORT: '0' }, (p) => readFileSync(p, 'utf8')));
+ * console.log(server.url); // → http://127.0.0.1:<port>
+ * await server.stop();
+ * ```
  */
-export {};
+export {
+  type ApiKeySetting,
+  CONFIG_VARIABLES,
+  ConfigError,
+  isLoopbackHost,
+  type LogLevel,
+  loadConfig,
+  type ReadConfigFile,
+  type ServerConfig,
+} from './config.js';
+export { type Maintenance, type MaintenanceOptions, startMaintenance } from './maintenance.js';
+export { type RunningServer, type StartServerOptions, startServer } from './server.js';

@@ -60,7 +60,13 @@ export type {
   WakeSource,
   WakeTopic,
 } from './ports.js';
-export { type RecoveryOutcome, type RecoveryResult, recoverExpiredLease } from './recovery.js';
+export {
+  countRecovery,
+  type RecoveryOutcome,
+  type RecoveryResult,
+  recoverExpiredLease,
+  startRecoveryProgress,
+} from './recovery.js';
 export { type RenewResult, renewLease } from './renew.js';
 export type {
   AttemptRow,

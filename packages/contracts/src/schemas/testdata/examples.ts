@@ -640,7 +640,15 @@ export const EXAMPLES: readonly SchemaExample[] = [
   {
     name: 'RecoveryProgressSchema',
     schema: s.RecoveryProgressSchema,
-    example: { scanned: 10, recovered: 6, requeued: 3, failed: 2, cancelled: 1, has_more: true },
+    example: {
+      scanned: 10,
+      recovered: 6,
+      requeued: 3,
+      failed: 2,
+      cancelled: 1,
+      finalized: 2,
+      has_more: true,
+    },
   },
 
   // ---- completion

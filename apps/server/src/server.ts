@@ -1,0 +1,167 @@
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { resolve } from 'node:path';
+import { serve } from '@hono/node-server';
+import { createTaskService, lifecycleConfig, withGroupCommit } from '@ledgence/core';
+import { createHttpApp } from '@ledgence/http';
+import {
+  createPostgresTaskStore,
+  createPostgresWakeSource,
+  type EmbeddedPostgres,
+  migrate,
+  migrationStatus,
+  startEmbeddedPostgres,
+} from '@ledgence/store-postgres';
+import pino, { type Logger } from 'pino';
+import postgres from 'postgres';
+import type { ServerConfig } from './config.js';
+import { startMaintenance } from './maintenance.js';
+
+/** The database the embedded server creates for Ledgence's own tables. */
+const EMBEDDED_DATABASE = 'ledgence';
+
+/** Options of {@link startServer}. */
+export interface StartServerOptions {
+  /** Where the JSON logs go; default pino at the configured level on stdout. */
+  logger?: Logger;
+}
+
+/** A started server. */
+export interface RunningServer {
+  /** Where it listens, e.g. `http://127.0.0.1:8080`. */
+  readonly url: string;
+  /** The embedded database's folder, or `undefined` with `DATABASE_URL`. */
+  readonly dataDir: string | undefined;
+  /** No API keys configured: loopback only, every request allowed. */
+  readonly developmentMode: boolean;
+  /**
+   * Graceful shutdown (DESIGN §11): not ready, stop accepting, end parked long
+   * polls with `empty`, finish in-flight requests, stop loops, close pools,
+   * stop the embedded database — within the configured timeout.
+   */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts Ledgence: connects (embedded PostgreSQL when no `DATABASE_URL`),
+ * migrates under an advisory lock, serves HTTP, and runs the maintenance loop.
+ *
+ * @example
+ * ```ts
+ * const server = await startServer(loadConfig(process.env, readFileSync));
+ * console.log(server.url);
+ * process.on('SIGTERM', () => server.stop());
+ * ```
+ */
+export async function startServer(
+  config: ServerConfig,
+  options: StartServerOptions = {},
+): Promise<RunningServer> {
+  const logger = options.logger ?? pino({ level: config.logLevel });
+  const cleanups: (() => Promise<void>)[] = [];
+  const cleanup = async () => {
+    for (const step of cleanups.reverse()) {
+      await step().catch((error) => logger.warn({ err: error }, 'shutdown step failed'));
+    }
+  };
+  try {
+    let databaseUrl = config.databaseUrl;
+    let embedded: EmbeddedPostgres | undefined;
+    if (databaseUrl === undefined) {
+      embedded = await startEmbeddedPostgres({ dataDir: resolve(config.dataDir) });
+      const running = embedded;
+      cleanups.push(() => running.stop());
+      await ensureDatabase(embedded.url, EMBEDDED_DATABASE);
+      databaseUrl = embedded.urlFor(EMBEDDED_DATABASE);
+    }
+    const url = databaseUrl;
+    await migrate(url);
+
+    const lifecycle = lifecycleConfig({
+      leaseDurationMs: config.leaseDurationMs,
+      cleanupGraceMs: config.cleanupGraceMs,
+      leaseSafetyMarginMs: config.leaseSafetyMarginMs,
+      sessionValidityMs: config.sessionValidityMs,
+    });
+    const store = createPostgresTaskStore({ url, config: lifecycle });
+    cleanups.push(() => store.close());
+    const wake = createPostgresWakeSource({ url });
+    cleanups.push(() => wake.close());
+    const closing = new AbortController();
+    const service = createTaskService({
+      store: withGroupCommit(store),
+      wake,
+      longPollMaxMs: config.longPollWaitMs,
+      rescanIntervalMs: config.rescanIntervalMs,
+      closing: closing.signal,
+    });
+
+    let accepting = true;
+    const app = createHttpApp({
+      service,
+      auth: { keys: config.apiKeys },
+      longPollMaxMs: config.longPollWaitMs,
+      logger,
+      health: {
+        async ready() {
+          if (!accepting) return { ok: false, detail: 'shutting down' };
+          const status = await migrationStatus(store.sql);
+          return status.current
+            ? true
+            : { ok: false, detail: `${status.pending.length} migrations pending` };
+        },
+      },
+    });
+
+    const maintenance = startMaintenance({
+      recover: (limit) => service.recoverExpiredLeases(limit),
+      intervalMs: config.maintenanceIntervalMs,
+      logger,
+    });
+    cleanups.push(() => maintenance.stop());
+
+    // Without TLS or HTTP/2 options, @hono/node-server serves over node:http.
+    const http = await new Promise<Server>((listening, failed) => {
+      const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, () =>
+        listening(server as Server),
+      );
+      server.once('error', failed);
+    });
+    const address = http.address() as AddressInfo;
+    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+
+    let stopping: Promise<void> | undefined;
+    return {
+      url: `http://${host}:${address.port}`,
+      dataDir: embedded?.dataDir,
+      developmentMode: config.apiKeys.length === 0,
+      stop() {
+        stopping ??= (async () => {
+          accepting = false;
+          closing.abort();
+          const closed = new Promise<void>((done) => http.close(() => done()));
+          http.closeIdleConnections();
+          const deadline = setTimeout(() => http.closeAllConnections(), config.shutdownTimeoutMs);
+          await closed;
+          clearTimeout(deadline);
+          await cleanup();
+        })();
+        return stopping;
+      },
+    };
+  } catch (error) {
+    await cleanup();
+    throw error;
+  }
+}
+
+/** Creates `name` on the server at `adminUrl` unless it exists (a fresh embedded cluster). */
+async function ensureDatabase(adminUrl: string, name: string): Promise<void> {
+  const sql = postgres(adminUrl, { max: 1, onnotice: () => {} });
+  try {
+    const [found] = await sql`select 1 from pg_database where datname = ${name}`;
+    if (found === undefined) await sql.unsafe(`create database "${name}"`);
+  } finally {
+    await sql.end();
+  }
+}

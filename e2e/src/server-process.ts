@@ -1,0 +1,69 @@
+/**
+ * Runs the real server (`src/main.ts`) as a child process from its TypeScript
+ * sources, as an operator would run the built one, for tests over real sockets.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const main = join(root, 'apps', 'server', 'src', 'main.ts');
+const tsx = join(root, 'node_modules', '.bin', 'tsx');
+
+/** A server child process. */
+export interface ServerProcess {
+  readonly url: string;
+  readonly child: ChildProcess;
+  /** Everything the process wrote to stderr (its human-readable start and stop lines). */
+  readonly stderr: () => string;
+  /** Resolves with the exit code (or the signal name) once the process has exited. */
+  readonly exited: Promise<number | string>;
+  /** Sends `signal` (default SIGTERM) and waits for the exit. */
+  stop(signal?: NodeJS.Signals): Promise<number | string>;
+}
+
+/**
+ * Starts a server process with `env` added to this process's environment
+ * (`PORT=0` unless given) and resolves once it prints its URL.
+ */
+export function startServerProcess(env: Record<string, string>): Promise<ServerProcess> {
+  const child = spawn(tsx, ['--conditions=@ledgence/source', main], {
+    env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  const exited = new Promise<number | string>((resolve) => {
+    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`server did not start within 60 s:\n${stderr}`));
+    }, 60_000);
+    child.stderr?.setEncoding('utf8');
+    child.stderr?.on('data', (chunk: string) => {
+      stderr += chunk;
+      const match = /listening on (http:\/\/\S+)/.exec(stderr);
+      if (match?.[1] !== undefined && timer.hasRef()) {
+        clearTimeout(timer);
+        timer.unref();
+        resolve({
+          url: match[1],
+          child,
+          stderr: () => stderr,
+          exited,
+          stop: (signal = 'SIGTERM') => {
+            child.kill(signal);
+            return exited;
+          },
+        });
+      }
+    });
+    void exited.then((code) => {
+      if (timer.hasRef()) {
+        clearTimeout(timer);
+        reject(new Error(`server exited (${code}) before listening:\n${stderr}`));
+      }
+    });
+  });
+}

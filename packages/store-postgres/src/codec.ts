@@ -1,0 +1,176 @@
+/**
+ * Mapping between table rows (as postgres.js returns them) and the core's records. postgres.js
+ * returns `bigint` as text (coerced here with `Number`: every stored value is below 2^53) and
+ * parses `json`/`jsonb`. JSON parameters are always sent as text inside `text[]` arrays and cast
+ * in SQL: a scalar parameter the server types as json would be JSON-encoded a second time.
+ */
+import type {
+  AcquireCommand,
+  AttemptRef,
+  RenewCommand,
+  SubmitTask,
+  TaskOutcome,
+} from '@ledgence/contracts';
+import type { AttemptRow, CursorRow, SessionRow, TaskRow } from '@ledgence/core';
+
+/** A row as the driver returns it. */
+export type DbRow = Record<string, unknown>;
+
+/** A number column (bigint arrives as text). */
+export function num(value: unknown): number {
+  return typeof value === 'number' ? value : Number(value);
+}
+
+function numOrNull(value: unknown): number | null {
+  return value === null || value === undefined ? null : num(value);
+}
+
+/**
+ * A `json` column as postgres.js parsed it (its default types parse `json` and `jsonb`); SQL
+ * NULL stays null. A string here is a JSON string value, never JSON text to parse again, so a
+ * client given to the store must keep postgres.js's default JSON parsing.
+ */
+export function jsonColumn(value: unknown): unknown {
+  return value === undefined ? null : value;
+}
+
+function jsonbColumn<T>(value: unknown): T {
+  return value as T;
+}
+
+/** JSON text for a `json`/`jsonb` parameter (SQL NULL for null). */
+export function jsonText(value: unknown): string | null {
+  return value === null || value === undefined ? null : JSON.stringify(value);
+}
+
+/** JSON text for a value that must be stored even when it is JSON `null` (payload data, output). */
+export function jsonValueText(value: unknown): string {
+  return JSON.stringify(value === undefined ? null : value);
+}
+
+/** The `input` column: the submission without its application `data`. */
+export function inputColumn(input: SubmitTask): string {
+  const { data: _data, ...rest } = input;
+  return JSON.stringify(rest);
+}
+
+/** The `outcome` column: a success's output lives in `task_payloads.output`, not here. */
+export function outcomeColumn(outcome: TaskOutcome | null): string | null {
+  if (outcome === null) return null;
+  if (outcome.state === 'succeeded') return JSON.stringify({ state: 'succeeded' });
+  return JSON.stringify(outcome);
+}
+
+/** Whether a payload was loaded alongside the task (`data`, and `output` for results). */
+export interface LoadedPayload {
+  data?: unknown;
+  output?: unknown;
+}
+
+/**
+ * A task row. Without a loaded payload, `input.data` is absent: the operations that load no
+ * payload (renew, settle, cancel, recovery) never read or write it.
+ */
+export function taskFromDb(row: DbRow, payload: LoadedPayload = {}): TaskRow {
+  const stored = jsonbColumn<Omit<SubmitTask, 'data'>>(row.input);
+  const input = ('data' in payload ? { ...stored, data: payload.data } : stored) as SubmitTask;
+  let outcome = jsonColumn(row.outcome) as TaskOutcome | null;
+  if (outcome !== null && outcome.state === 'succeeded') {
+    outcome = { state: 'succeeded', output: 'output' in payload ? payload.output : null };
+  }
+  return {
+    tenant_id: String(row.tenant_id),
+    namespace: String(row.namespace),
+    task_id: String(row.task_id),
+    run_id: String(row.run_id),
+    idempotency_key: String(row.idempotency_key),
+    command_digest: String(row.command_digest),
+    input,
+    origin_trace: row.origin_trace === null ? null : jsonbColumn(row.origin_trace),
+    queue: String(row.queue),
+    program: jsonbColumn(row.program),
+    retry: jsonbColumn(row.retry),
+    timeout_ms: num(row.timeout_ms),
+    priority: num(row.priority),
+    concurrency_key: row.concurrency_key === null ? null : String(row.concurrency_key),
+    concurrency_limit: numOrNull(row.concurrency_limit),
+    labels: jsonbColumn(row.labels),
+    state: row.state as TaskRow['state'],
+    submitted_at: num(row.submitted_at),
+    available_at: num(row.available_at),
+    terminal_at: numOrNull(row.terminal_at),
+    attempt_count: num(row.attempt_count),
+    dispatch_count: num(row.dispatch_count),
+    current_attempt_id: row.current_attempt_id === null ? null : String(row.current_attempt_id),
+    cancel_requested_at: numOrNull(row.cancel_requested_at),
+    outcome,
+    history_sequence: num(row.history_sequence),
+  };
+}
+
+/** An attempt row. */
+export function attemptFromDb(row: DbRow): AttemptRow {
+  return {
+    tenant_id: String(row.tenant_id),
+    namespace: String(row.namespace),
+    task_id: String(row.task_id),
+    attempt_id: String(row.attempt_id),
+    ordinal: num(row.ordinal),
+    lease_id: String(row.lease_id),
+    generation: num(row.generation),
+    worker_session_id: String(row.worker_session_id),
+    consumer_id: num(row.consumer_id),
+    state: row.state as AttemptRow['state'],
+    claimed_at: num(row.claimed_at),
+    deadline: num(row.deadline),
+    authority_deadline: num(row.authority_deadline),
+    lease_expires_at: num(row.lease_expires_at),
+    renew_sequence: num(row.renew_sequence),
+    last_renewal: row.last_renewal === null ? null : jsonbColumn<RenewCommand>(row.last_renewal),
+    dispatch_allowed: Boolean(row.dispatch_allowed),
+    quiescence: row.quiescence as AttemptRow['quiescence'],
+    settlement: jsonColumn(row.settlement) as AttemptRow['settlement'],
+    settlement_digest: row.settlement_digest === null ? null : String(row.settlement_digest),
+    pending: jsonColumn(row.pending) as AttemptRow['pending'],
+    finished_at: numOrNull(row.finished_at),
+  };
+}
+
+/** A session row. */
+export function sessionFromDb(row: DbRow): SessionRow {
+  return {
+    id: String(row.session_id),
+    tenant_id: String(row.tenant_id),
+    namespace: String(row.namespace),
+    queue: String(row.queue),
+    concurrency: num(row.concurrency),
+    created_at: num(row.created_at),
+    expires_at: num(row.expires_at),
+  };
+}
+
+/** A consumer cursor row. */
+export function cursorFromDb(row: DbRow): CursorRow {
+  return {
+    worker_session_id: String(row.worker_session_id),
+    consumer_id: num(row.consumer_id),
+    sequence: num(row.sequence),
+    command: jsonbColumn<AcquireCommand>(row.command),
+    assignment: row.assignment === null ? null : jsonbColumn<AttemptRef>(row.assignment),
+  };
+}
+
+/** The in-memory key of a task: tenant, namespace and id (control characters cannot occur). */
+export function taskKey(tenant: string, namespace: string, taskId: string): string {
+  return `${tenant}\u0000${namespace}\u0000${taskId}`;
+}
+
+/** The in-memory key of an attempt. */
+export function attemptKey(
+  tenant: string,
+  namespace: string,
+  taskId: string,
+  attemptId: string,
+): string {
+  return `${tenant}\u0000${namespace}\u0000${taskId}\u0000${attemptId}`;
+}

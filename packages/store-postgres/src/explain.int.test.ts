@@ -1,0 +1,206 @@
+/**
+ * The hot statements, as the store really issues them (captured through postgres.js `debug`),
+ * EXPLAINed over 100 000 terminal and 1 000 queued tasks: acquisition walks the partial index,
+ * recovery the active-attempts index, renew/settle probe primary keys — no sequential scans.
+ */
+import postgres from 'postgres';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { attemptFromDb } from './codec.js';
+import { renewAttempts } from './hot-sql.js';
+import { createPostgresTaskStore, type PostgresTaskStore } from './store.js';
+import {
+  acquireCommand,
+  CONFIG,
+  renewCommand,
+  SCOPE,
+  submitCommand,
+  successCommand,
+} from './testdata/fixtures.js';
+import type { TestDatabase } from './testing/database.js';
+import { createMigratedTestDatabase } from './testing/migrated.js';
+
+let db: TestDatabase;
+let sql: postgres.Sql;
+let store: PostgresTaskStore;
+let offset = 0;
+let capturing = false;
+const captured: { query: string; params: unknown[] }[] = [];
+
+beforeAll(async () => {
+  db = await createMigratedTestDatabase('explain');
+  sql = postgres(db.url, { max: 1, onnotice: () => {} });
+  await sql`
+    insert into tasks (tenant_id, namespace, task_id, run_id, idempotency_key, command_digest,
+      input, queue, program, retry, timeout_ms, priority, labels, state, submitted_at,
+      available_at, terminal_at, attempt_count, dispatch_count, outcome, history_sequence)
+    select 'acme', 'prod', 'tsk_done_' || lpad(g::text, 8, '0'), 'run_' || g, 'done-' || g, 'x',
+      '{}', 'q', '{"name":"p"}', '{"max_attempts":3,"delay_ms":1000}', 300000, 0, '{}',
+      'succeeded', g, g, g + 1, 1, 1, '{"state":"succeeded"}', 5
+    from generate_series(1, 100000) as g`;
+  await sql`
+    insert into attempts (tenant_id, namespace, task_id, attempt_id, ordinal, lease_id,
+      generation, worker_session_id, consumer_id, state, claimed_at, deadline,
+      authority_deadline, lease_expires_at, renew_sequence, dispatch_allowed, quiescence,
+      finished_at)
+    select 'acme', 'prod', 'tsk_done_' || lpad(g::text, 8, '0'), 'att_' || g, 1, 'lse_' || g, 1,
+      'ses_x', 0, 'succeeded', g, g + 1000, g + 2000, g + 1000, 1, true, 'confirmed', g + 10
+    from generate_series(1, 100000) as g`;
+  await sql`
+    insert into tasks (tenant_id, namespace, task_id, run_id, idempotency_key, command_digest,
+      input, queue, program, retry, timeout_ms, priority, labels, state, submitted_at,
+      available_at, attempt_count, dispatch_count, history_sequence)
+    select 'acme', 'prod', 'tsk_ready_' || lpad(g::text, 8, '0'), 'run_r' || g, 'ready-' || g,
+      'x', '{"tenant_id":"acme","namespace":"prod","queue":"q","program":{"name":"p"}}', 'q',
+      '{"name":"p"}', '{"max_attempts":3,"delay_ms":1000}', 300000, g % 3, '{}', 'queued',
+      200000 + g, 200000 + g, 0, 0, 1
+    from generate_series(1, 1000) as g`;
+  await sql`
+    insert into task_payloads (tenant_id, namespace, task_id, data)
+    select tenant_id, namespace, task_id, '{"n":1}' from tasks where state = 'queued'`;
+  // DESIGN §7.1: ANALYZE after bulk loads, where the planner would otherwise guess.
+  await sql`analyze`;
+  const client = postgres(db.url, {
+    max: 2,
+    onnotice: () => {},
+    debug: (_connection, query, params) => {
+      if (capturing) captured.push({ query, params: [...params] });
+    },
+  });
+  store = createPostgresTaskStore({ sql: client, config: CONFIG, clockOffsetMs: () => offset });
+});
+
+afterAll(async () => {
+  await store.sql.end();
+  await sql.end();
+  await db.drop();
+});
+
+async function explain(query: string, params: unknown[]): Promise<string> {
+  const rows = await sql.unsafe(`explain ${query}`, params as postgres.ParameterOrJSON<never>[]);
+  return rows.map((row) => String(row['QUERY PLAN'])).join('\n');
+}
+
+function statementsMatching(pattern: RegExp) {
+  return captured.filter((c) => pattern.test(c.query));
+}
+
+describe('EXPLAIN of the hot statements', () => {
+  it('counts round trips of a grouped claim and settle of 8 tasks', async () => {
+    for (let i = 0; i < 8; i += 1)
+      await store.submit(submitCommand(`grouped-${i}`, { queue: 'g' }));
+    const session = await store.openSession({ scope: SCOPE, queue: 'g', concurrency: 8 });
+    const start = captured.length;
+    capturing = true;
+    const replies = await store.acquireBatch(
+      Array.from({ length: 8 }, (_, slot) => acquireCommand(session.id, slot, 1, 'g')),
+      { recordEmpty: true },
+    );
+    const assignments = replies.flatMap((r) =>
+      r.ok && r.value.reply.disposition === 'assigned' ? [r.value.reply.assignment] : [],
+    );
+    expect(assignments).toHaveLength(8);
+    const settled = await store.settleBatch(assignments.map((a, i) => successCommand(a, `g${i}`)));
+    capturing = false;
+    expect(settled.every((r) => r.ok)).toBe(true);
+    const trips = captured.length - start;
+    const commits = captured.slice(start).filter((c) => /^\s*commit/i.test(c.query)).length;
+    console.log(
+      `[explain] 8 tasks claimed and settled through the batch path: ${trips} round trips ` +
+        `(${(trips / 8).toFixed(2)} per task), ${commits} commits (${(commits / 8).toFixed(2)} per task)`,
+    );
+  });
+
+  it('plans use indexes, never a sequential scan of tasks or attempts', async () => {
+    const session = await store.openSession({ scope: SCOPE, queue: 'q', concurrency: 1 });
+    const claimStart = captured.length;
+    capturing = true;
+    const { reply } = await store.acquire(acquireCommand(session.id, 0, 1), { recordEmpty: true });
+    capturing = false;
+    if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
+    // Round trips of one claim, begin and commit included.
+    const claimStatements = captured.length - claimStart;
+    // Highest priority first (g % 3 == 2), then the earliest available.
+    expect(reply.assignment.lease.owner.task_id).toBe('tsk_ready_00000002');
+
+    capturing = true;
+    const beforeRenew = captured.length;
+    await store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
+    const renewStatements = captured.length - beforeRenew;
+    await store.settle(successCommand(reply.assignment, 'op'));
+    const settleStatements = captured.length - beforeRenew - renewStatements;
+    console.log(
+      `[explain] round trips, begin and commit included: renew (dispatch) ${renewStatements}, ` +
+        `settle (success) ${settleStatements}`,
+    );
+    // An expired lease for the recovery statement to find.
+    await store.submit(submitCommand('expiring'));
+    const second = await store.acquire(acquireCommand(session.id, 0, 2), { recordEmpty: true });
+    expect(second.reply.disposition).toBe('assigned');
+    offset += 10_000;
+    const progress = await store.recoverExpiredLeases();
+    capturing = false;
+    expect(progress.recovered).toBe(1);
+
+    const acquireSelect = statementsMatching(/skip locked/i).find((c) => /t\.queue/.test(c.query));
+    const recoverySelect = statementsMatching(/lease_expires_at <=/);
+    const lockByKey = statementsMatching(/for update of t\s*$/i);
+    const attemptUpdates = statementsMatching(/update attempts/);
+    expect(acquireSelect).toBeDefined();
+    expect(recoverySelect.length).toBeGreaterThan(0);
+    expect(lockByKey.length).toBeGreaterThan(0);
+    expect(attemptUpdates.length).toBeGreaterThan(0);
+
+    const acquirePlan = await explain(acquireSelect?.query ?? '', acquireSelect?.params ?? []);
+    expect(acquirePlan).toMatch(/Index Scan using tasks_acquire on tasks/);
+    expect(acquirePlan).not.toMatch(/Seq Scan on tasks/);
+
+    for (const statement of recoverySelect) {
+      const plan = await explain(statement.query, statement.params);
+      expect(plan).toMatch(/attempts_active/);
+      expect(plan).not.toMatch(/Seq Scan on (tasks|attempts)/);
+    }
+    let checked = 0;
+    for (const statement of [
+      ...lockByKey,
+      ...attemptUpdates,
+      ...statementsMatching(/update tasks/),
+      ...statementsMatching(/row_to_json|store_now/),
+    ]) {
+      checked += 1;
+      const plan = await explain(statement.query, statement.params);
+      expect(plan).not.toMatch(/Seq Scan on (tasks|attempts)/);
+    }
+    expect(checked).toBeGreaterThan(5);
+    console.log(
+      `[explain] round trips of one single-slot claim, begin and commit included: ${claimStatements}`,
+    );
+  });
+
+  it('a renewal is a HOT update of the attempt row (no index touched)', async () => {
+    const [row] = await sql`select * from attempts where state = 'succeeded' limit 1`;
+    if (row === undefined) throw new Error('no attempt');
+    const attempt = attemptFromDb(row);
+    // Measured inside one transaction (per-transaction counters), then rolled back.
+    class Rollback extends Error {
+      constructor(readonly stats: unknown) {
+        super('rollback');
+      }
+    }
+    const counts = await sql
+      .begin(async (tx) => {
+        // A few renewals: many more inside ONE transaction would fill the page with versions
+        // that cannot be pruned until it ends, and a full page forces a non-HOT update.
+        for (let i = 1; i <= 5; i += 1) {
+          await renewAttempts(tx, [
+            { ...attempt, renew_sequence: attempt.renew_sequence + i, lease_expires_at: i },
+          ]);
+        }
+        const [stats] = await tx`
+          select pg_stat_get_xact_tuples_updated('attempts'::regclass)::int as updated,
+                 pg_stat_get_xact_tuples_hot_updated('attempts'::regclass)::int as hot`;
+        throw new Rollback(stats);
+      })
+      .catch((error: unknown) => (error instanceof Rollback ? error.stats : error));
+    expect(counts).toEqual({ updated: 5, hot: 5 });
+  });
+});

@@ -1,0 +1,181 @@
+/**
+ * A backend failure in the middle of an operation: the store's connection is terminated while
+ * its transaction waits on a row lock. Nothing partial may remain, the caller sees
+ * `unavailable` (never ownership_lost or an empty poll), and retrying the same command gives
+ * the answer it would have given.
+ */
+import { ContractError } from '@ledgence/contracts';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import {
+  acquireCommand,
+  type Harness,
+  harness,
+  renewCommand,
+  SCOPE,
+  submitCommand,
+  successCommand,
+} from './testdata/fixtures.js';
+
+let h: Harness;
+beforeAll(async () => {
+  h = await harness('failure');
+});
+afterAll(() => h.close());
+
+async function waitForLockWaiter(): Promise<number> {
+  for (let i = 0; i < 500; i += 1) {
+    const [row] = await h.sql<{ pid: number }[]>`
+      select pid from pg_stat_activity
+      where datname = current_database() and application_name = 'ledgence-store'
+        and wait_event_type = 'Lock'`;
+    if (row) return row.pid;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error('the store never waited on the lock');
+}
+
+it('pg_terminate_backend mid-settle leaves no partial state; the retry gets the real answer', async () => {
+  const store = h.makeStore(1);
+  const { snapshot } = await store.submit(submitCommand('victim', { queue: 'victim' }));
+  const session = await store.openSession({ scope: SCOPE, queue: 'victim', concurrency: 1 });
+  const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, 'victim'), {
+    recordEmpty: true,
+  });
+  if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
+  await store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
+  const command = successCommand(reply.assignment, 'op-victim', { done: true });
+
+  const blocker = await h.sql.reserve();
+  try {
+    await blocker`begin`;
+    await blocker`
+      select 1 from tasks where tenant_id = ${SCOPE.tenant_id} and namespace = ${SCOPE.namespace}
+        and task_id = ${snapshot.task_id} for update`;
+    const pending = store.settle(command).then(
+      () => 'settled',
+      (error: unknown) => error,
+    );
+    const pid = await waitForLockWaiter();
+    await h.sql`select pg_terminate_backend(${pid})`;
+    const failure = await pending;
+    expect(failure).toBeInstanceOf(ContractError);
+    expect((failure as ContractError).code).toBe('unavailable');
+    await blocker`rollback`;
+  } finally {
+    blocker.release();
+  }
+
+  // Nothing of the settle was written.
+  const attempt = await h.store.inspectAttempt(
+    SCOPE,
+    snapshot.task_id,
+    reply.assignment.lease.owner.attempt_id,
+  );
+  expect(attempt.settlement).toBeNull();
+  expect(attempt.state).toBe('active');
+  expect((await h.store.status(SCOPE, snapshot.task_id)).state).toBe('active');
+  const history = await h.store.history(SCOPE, snapshot.task_id, 0);
+  expect(history.map((e) => e.event.reason)).toEqual([
+    'submitted',
+    'claimed',
+    'dispatch_authorized',
+  ]);
+
+  // The same command again, on the same store (its pool reconnects): the answer it would have got.
+  const retried = await store.settle(command);
+  expect(retried.already_accepted).toBe(false);
+  expect(retried.task_state).toBe('succeeded');
+  expect((await store.settle(command)).already_accepted).toBe(true);
+});
+
+it('a terminated acquire is unavailable, not empty, and its retry claims the task', async () => {
+  const store = h.makeStore(1);
+  const { snapshot } = await store.submit(submitCommand('victim2', { queue: 'victim2' }));
+  const session = await store.openSession({ scope: SCOPE, queue: 'victim2', concurrency: 1 });
+  const blocker = await h.sql.reserve();
+  try {
+    await blocker`begin`;
+    // Hold the slot's advisory lock, as a concurrent poll of the same slot would.
+    await blocker`
+      select pg_advisory_xact_lock(hashtextextended(${JSON.stringify([
+        SCOPE.tenant_id,
+        SCOPE.namespace,
+        session.id,
+        0,
+      ])}, 0))`;
+    const pending = store
+      .acquire(acquireCommand(session.id, 0, 1, 'victim2'), { recordEmpty: true })
+      .then(
+        (value) => value,
+        (error: unknown) => error,
+      );
+    const [row] = await (async () => {
+      for (let i = 0; i < 500; i += 1) {
+        const rows = await h.sql<{ pid: number }[]>`
+          select pid from pg_stat_activity
+          where datname = current_database() and application_name = 'ledgence-store'
+            and wait_event_type = 'Lock'`;
+        if (rows.length > 0) return rows;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      throw new Error('no waiter');
+    })();
+    await h.sql`select pg_terminate_backend(${row?.pid ?? 0})`;
+    const failure = await pending;
+    expect(failure).toBeInstanceOf(ContractError);
+    expect((failure as ContractError).code).toBe('unavailable');
+    await blocker`rollback`;
+  } finally {
+    blocker.release();
+  }
+  const [cursor] =
+    await h.sql`select 1 from consumer_cursors where worker_session_id = ${session.id}`;
+  expect(cursor).toBeUndefined();
+  expect((await store.status(SCOPE, snapshot.task_id)).state).toBe('queued');
+  const retried = await store.acquire(acquireCommand(session.id, 0, 1, 'victim2'), {
+    recordEmpty: true,
+  });
+  expect(retried.reply.disposition).toBe('assigned');
+});
+
+it('a settle that waited on the task lock past its lease decides at the time it acts', async () => {
+  // The River #1302 shape made deterministic: the completer is delayed (here by a held row
+  // lock) until after the lease ended. It must not accept with the time it started at, and
+  // recovery then owns the outcome: exactly one outcome, consistent history.
+  const store = h.makeStore(1);
+  const { snapshot } = await store.submit(submitCommand('delayed', { queue: 'delayed' }));
+  const session = await store.openSession({ scope: SCOPE, queue: 'delayed', concurrency: 1 });
+  const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, 'delayed'), {
+    recordEmpty: true,
+  });
+  if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
+  const blocker = await h.sql.reserve();
+  let settled: unknown;
+  try {
+    await blocker`begin`;
+    await blocker`
+      select 1 from tasks where tenant_id = ${SCOPE.tenant_id} and namespace = ${SCOPE.namespace}
+        and task_id = ${snapshot.task_id} for update`;
+    const pending = store.settle(successCommand(reply.assignment, 'too-late')).then(
+      (value) => value,
+      (error: unknown) => error,
+    );
+    await waitForLockWaiter();
+    h.advance(5_000); // the lease ends while the settle waits
+    await blocker`rollback`;
+    settled = await pending;
+  } finally {
+    blocker.release();
+  }
+  expect(settled).toBeInstanceOf(ContractError);
+  expect((settled as ContractError).code).toBe('ownership_lost');
+  expect((await h.store.recoverExpiredLeases()).recovered).toBeGreaterThanOrEqual(1);
+  expect((await h.store.status(SCOPE, snapshot.task_id)).state).toBe('queued');
+  const history = await h.store.history(SCOPE, snapshot.task_id, 0);
+  expect(history.map((e) => e.event.reason)).toEqual([
+    'submitted',
+    'claimed',
+    'lease_expired',
+    'retry_scheduled',
+  ]);
+});

@@ -1,0 +1,547 @@
+/**
+ * The hot SQL of the store, in one place for review (DESIGN §7, §7.1): every statement claim,
+ * renew, settle and recovery run, each a named function with its locking choice and the index it
+ * relies on. Batches and single commands share these shapes: rows travel as parallel arrays
+ * through `unnest`, so one statement text serves any batch size, and postgres.js prepares each
+ * text once per connection (`prepare: true`, its default) — a fixed, small set of plans.
+ *
+ * Nothing here decides a lifecycle rule: statements load rows under lock, and write the rows the
+ * core's pure transitions returned. All run inside a transaction the caller opened.
+ *
+ * Arrays are passed as JS arrays and cast in SQL (`::text[]`, `::bigint[]`); booleans travel as
+ * `int[]` (postgres.js mis-infers boolean arrays), JSON as text cast to `json`/`jsonb`.
+ */
+import type { AttemptRow, CursorRow, HistoryRow, TaskRow } from '@ledgence/core';
+import type postgres from 'postgres';
+import { type DbRow, inputColumn, jsonText, jsonValueText, num, outcomeColumn } from './codec.js';
+
+/** The handle every statement runs on: a connection reserved for one open transaction. */
+export type Tx = postgres.Sql | postgres.TransactionSql;
+
+/** The NOTIFY channel of wake hints (DESIGN §5: a wake is only a hint; the rescan decides). */
+export const WAKE_CHANNEL = 'ledgence_wake';
+
+/** A task identity in a scope, the unit most statements take in arrays. */
+export interface TaskRef {
+  tenant_id: string;
+  namespace: string;
+  task_id: string;
+}
+
+/** An attempt identity in a scope. */
+export interface AttemptKeyRef extends TaskRef {
+  attempt_id: string;
+}
+
+function column<T, R>(rows: readonly T[], pick: (row: T) => R): R[] {
+  return rows.map(pick);
+}
+
+/**
+ * Store time in UTC ms. `clock_timestamp()`, not `now()`: the transaction may have waited for a
+ * row lock, and decisions must use the time at which they are taken. Read once per transaction.
+ */
+export async function storeNow(tx: Tx): Promise<number> {
+  const [row] = await tx`select (extract(epoch from clock_timestamp()) * 1000)::bigint as now`;
+  return num(row?.now);
+}
+
+/**
+ * Serialises polls of one consumer slot (two concurrent first polls would both see no cursor),
+ * and returns store time read AFTER the locks were granted (one round trip for both). Lock:
+ * `pg_advisory_xact_lock` per slot, taken in key order so that batches cannot deadlock, released
+ * at commit. No index: advisory locks are not table rows, so no cursor row has to exist.
+ */
+export async function lockConsumerSlots(tx: Tx, slotKeys: readonly string[]): Promise<number> {
+  const [row] = await tx`
+    select (extract(epoch from clock_timestamp()) * 1000)::bigint as now from (
+      select count(pg_advisory_xact_lock(k)) from (
+        select hashtextextended(s, 0) as k from unnest(${slotKeys as string[]}::text[]) as s
+        order by 1
+      ) as ordered
+    ) as locked`;
+  return num(row?.now);
+}
+
+/**
+ * Everything a poll needs about its slot, in one round trip: the session, the slot's cursor and
+ * the attempt the cursor last assigned, each as a JSON row (`row_to_json`; null when absent),
+ * one result row per requested slot with its 1-based `ordinality`. No row locks: the slot's
+ * advisory lock is held, and the session and attempt are only read. Indexes: the primary keys
+ * of `worker_sessions`, `consumer_cursors` and `attempts`.
+ */
+export async function loadSlots(
+  tx: Tx,
+  slots: readonly {
+    tenant_id: string;
+    namespace: string;
+    worker_session_id: string;
+    consumer_id: number;
+  }[],
+): Promise<DbRow[]> {
+  return tx`
+    select k.ordinality, row_to_json(s) as session, row_to_json(c) as cursor,
+      row_to_json(a) as attempt
+    from unnest(${column(slots, (k) => k.tenant_id)}::text[],
+                ${column(slots, (k) => k.namespace)}::text[],
+                ${column(slots, (k) => k.worker_session_id)}::text[],
+                ${column(slots, (k) => k.consumer_id)}::int[])
+      with ordinality as k(tenant_id, namespace, worker_session_id, consumer_id, ordinality)
+    left join worker_sessions s on s.tenant_id = k.tenant_id and s.namespace = k.namespace
+      and s.session_id = k.worker_session_id
+    left join consumer_cursors c on c.tenant_id = k.tenant_id and c.namespace = k.namespace
+      and c.worker_session_id = k.worker_session_id and c.consumer_id = k.consumer_id
+    left join attempts a on a.tenant_id = k.tenant_id and a.namespace = k.namespace
+      and a.task_id = c.assignment->>'task_id' and a.attempt_id = c.assignment->>'attempt_id'`;
+}
+
+/**
+ * Attempts by primary key, without a lock of their own: every attempt write happens under its
+ * task's row lock, so a caller holding the task lock reads a stable attempt.
+ */
+export async function loadAttempts(tx: Tx, keys: readonly AttemptKeyRef[]): Promise<DbRow[]> {
+  return tx`
+    select a.* from attempts a
+    join unnest(${column(keys, (k) => k.tenant_id)}::text[],
+                ${column(keys, (k) => k.namespace)}::text[],
+                ${column(keys, (k) => k.task_id)}::text[],
+                ${column(keys, (k) => k.attempt_id)}::text[]) as k(tenant_id, namespace, task_id, attempt_id)
+      on a.tenant_id = k.tenant_id and a.namespace = k.namespace
+     and a.task_id = k.task_id and a.attempt_id = k.attempt_id`;
+}
+
+/**
+ * {@link loadAttempts} plus store time in the same round trip, for steps that already hold their
+ * tasks' row locks (renew, settle, confirm): time is read after the locks were granted. Always
+ * returns at least one row (the outer `select 1`); rows without an attempt carry only the time.
+ */
+export async function loadAttemptsAt(
+  tx: Tx,
+  keys: readonly AttemptKeyRef[],
+): Promise<{ now: number; rows: DbRow[] }> {
+  const rows = await tx`
+    select (extract(epoch from clock_timestamp()) * 1000)::bigint as store_now, a.*
+    from (select 1) as one
+    left join (
+      attempts a
+      join unnest(${column(keys, (k) => k.tenant_id)}::text[],
+                  ${column(keys, (k) => k.namespace)}::text[],
+                  ${column(keys, (k) => k.task_id)}::text[],
+                  ${column(keys, (k) => k.attempt_id)}::text[])
+        as k(tenant_id, namespace, task_id, attempt_id)
+        on a.tenant_id = k.tenant_id and a.namespace = k.namespace
+       and a.task_id = k.task_id and a.attempt_id = k.attempt_id
+    ) on true`;
+  return {
+    now: Math.max(...rows.map((row) => num(row.store_now))),
+    rows: rows.filter((row) => row.attempt_id !== null),
+  };
+}
+
+/** Tasks by primary key, unlocked (replays and reads that write nothing). */
+export async function loadTasks(tx: Tx, keys: readonly TaskRef[]): Promise<DbRow[]> {
+  return tx`
+    select t.* from tasks t
+    join unnest(${column(keys, (k) => k.tenant_id)}::text[],
+                ${column(keys, (k) => k.namespace)}::text[],
+                ${column(keys, (k) => k.task_id)}::text[]) as k(tenant_id, namespace, task_id)
+      on t.tenant_id = k.tenant_id and t.namespace = k.namespace and t.task_id = k.task_id`;
+}
+
+/**
+ * Locks tasks for a lifecycle step (renew, settle, confirm, cancel). Lock: `FOR UPDATE OF t`,
+ * waiting; rows are locked in primary-key order (the LockRows node sits above the sort), so two
+ * batches over overlapping tasks cannot deadlock. Index: the primary key, one probe per task.
+ */
+export async function lockTasks(tx: Tx, keys: readonly TaskRef[]): Promise<DbRow[]> {
+  return tx`
+    select t.* from tasks t
+    join unnest(${column(keys, (k) => k.tenant_id)}::text[],
+                ${column(keys, (k) => k.namespace)}::text[],
+                ${column(keys, (k) => k.task_id)}::text[]) as k(tenant_id, namespace, task_id)
+      on t.tenant_id = k.tenant_id and t.namespace = k.namespace and t.task_id = k.task_id
+    order by t.tenant_id, t.namespace, t.task_id
+    for update of t`;
+}
+
+/** Application data (and optionally outputs) of tasks, by primary key; only replies read them. */
+export async function loadPayloads(tx: Tx, keys: readonly TaskRef[]): Promise<DbRow[]> {
+  return tx`
+    select p.tenant_id, p.namespace, p.task_id, p.data, p.output from task_payloads p
+    join unnest(${column(keys, (k) => k.tenant_id)}::text[],
+                ${column(keys, (k) => k.namespace)}::text[],
+                ${column(keys, (k) => k.task_id)}::text[]) as k(tenant_id, namespace, task_id)
+      on p.tenant_id = k.tenant_id and p.namespace = k.namespace and p.task_id = k.task_id`;
+}
+
+/**
+ * The best claimable tasks of a queue (DESIGN §5 Acquire): queued, available, and whose
+ * concurrency key (if any) is under its limit by the committed count; ordered priority desc,
+ * available_at, task_id. Lock: `FOR UPDATE SKIP LOCKED` — concurrent claimers take different
+ * rows instead of queueing on the first one. Index: the partial `tasks_acquire`
+ * (tenant_id, namespace, queue, priority desc, available_at, task_id) WHERE state = 'queued',
+ * walked in order; `available_at <= now` and the key check are filters on it, and LIMIT stops
+ * the walk early. The key check here is only a pre-filter: {@link takeConcurrencySlot} decides.
+ */
+export async function selectClaimable(
+  tx: Tx,
+  scope: { tenant_id: string; namespace: string },
+  queue: string,
+  now: number,
+  limit: number,
+  excluded: readonly string[],
+): Promise<DbRow[]> {
+  return tx`
+    select t.* from tasks t
+    where t.tenant_id = ${scope.tenant_id} and t.namespace = ${scope.namespace}
+      and t.queue = ${queue} and t.state = 'queued' and t.available_at <= ${now}
+      and t.task_id <> all(${excluded as string[]}::text[])
+      and (t.concurrency_key is null or not exists (
+        select 1 from concurrency_keys k
+        where k.tenant_id = t.tenant_id and k.namespace = t.namespace
+          and k.concurrency_key = t.concurrency_key and k.active >= t.concurrency_limit))
+    order by t.priority desc nulls last, t.available_at, t.task_id
+    limit ${limit}
+    for update of t skip locked`;
+}
+
+/**
+ * Takes one slot of a concurrency key for a claim, if the key is under `limit`. Lock: the key's
+ * row, waiting — claimers of one key serialise here, and after a wait PostgreSQL re-evaluates
+ * `active < limit` against the row the other claimer committed, so the limit holds under any
+ * concurrency (a plain `count(*) < limit` in the SKIP LOCKED select would let two claimers both
+ * pass). An upsert, so a key row that does not exist yet (rows loaded outside `submit`) is
+ * created holding this claim. Index: the primary key of `concurrency_keys`.
+ */
+export async function takeConcurrencySlot(
+  tx: Tx,
+  scope: { tenant_id: string; namespace: string },
+  key: string,
+  limit: number,
+): Promise<boolean> {
+  const rows = await tx`
+    insert into concurrency_keys as k (tenant_id, namespace, concurrency_key, active)
+    values (${scope.tenant_id}, ${scope.namespace}, ${key}, 1)
+    on conflict (tenant_id, namespace, concurrency_key) do update set active = k.active + 1
+      where k.active < ${limit}
+    returning k.active`;
+  return rows.length === 1;
+}
+
+/**
+ * Gives back concurrency slots of tasks that left `active` (settled, recovered). Lock: the key
+ * rows, in key order (the caller sorts), so releases never deadlock with each other. Index: PK.
+ */
+export async function releaseConcurrencySlots(
+  tx: Tx,
+  releases: readonly { tenant_id: string; namespace: string; key: string; count: number }[],
+): Promise<void> {
+  await tx`
+    update concurrency_keys k set active = greatest(0, k.active - v.n)
+    from unnest(${column(releases, (r) => r.tenant_id)}::text[],
+                ${column(releases, (r) => r.namespace)}::text[],
+                ${column(releases, (r) => r.key)}::text[],
+                ${column(releases, (r) => r.count)}::int[]) as v(tenant_id, namespace, key, n)
+    where k.tenant_id = v.tenant_id and k.namespace = v.namespace and k.concurrency_key = v.key`;
+}
+
+/** Creates missing concurrency-key rows at submit; existing rows are untouched (no lock wait). */
+export async function ensureConcurrencyKeys(
+  tx: Tx,
+  keys: readonly { tenant_id: string; namespace: string; key: string }[],
+): Promise<void> {
+  await tx`
+    insert into concurrency_keys (tenant_id, namespace, concurrency_key, active)
+    select distinct v.tenant_id, v.namespace, v.key, 0
+    from unnest(${column(keys, (k) => k.tenant_id)}::text[],
+                ${column(keys, (k) => k.namespace)}::text[],
+                ${column(keys, (k) => k.key)}::text[]) as v(tenant_id, namespace, key)
+    on conflict do nothing`;
+}
+
+/** New attempts (claims). Plain insert: the attempt id is fresh. */
+export async function insertAttempts(tx: Tx, rows: readonly AttemptRow[]): Promise<void> {
+  await tx`
+    insert into attempts (tenant_id, namespace, task_id, attempt_id, ordinal, lease_id, generation,
+      worker_session_id, consumer_id, state, claimed_at, deadline, authority_deadline,
+      lease_expires_at, renew_sequence, last_renewal, dispatch_allowed, quiescence, settlement,
+      settlement_digest, pending, finished_at)
+    select v.tenant_id, v.namespace, v.task_id, v.attempt_id, v.ordinal, v.lease_id, v.generation,
+      v.worker_session_id, v.consumer_id, v.state, v.claimed_at, v.deadline, v.authority_deadline,
+      v.lease_expires_at, v.renew_sequence, v.last_renewal::jsonb, v.dispatch_allowed = 1,
+      v.quiescence, v.settlement::json, v.settlement_digest, v.pending::json, v.finished_at
+    from unnest(
+      ${column(rows, (r) => r.tenant_id)}::text[], ${column(rows, (r) => r.namespace)}::text[],
+      ${column(rows, (r) => r.task_id)}::text[], ${column(rows, (r) => r.attempt_id)}::text[],
+      ${column(rows, (r) => r.ordinal)}::int[], ${column(rows, (r) => r.lease_id)}::text[],
+      ${column(rows, (r) => r.generation)}::int[],
+      ${column(rows, (r) => r.worker_session_id)}::text[],
+      ${column(rows, (r) => r.consumer_id)}::int[], ${column(rows, (r) => r.state)}::text[],
+      ${column(rows, (r) => r.claimed_at)}::bigint[], ${column(rows, (r) => r.deadline)}::bigint[],
+      ${column(rows, (r) => r.authority_deadline)}::bigint[],
+      ${column(rows, (r) => r.lease_expires_at)}::bigint[],
+      ${column(rows, (r) => r.renew_sequence)}::bigint[],
+      ${column(rows, (r) => jsonText(r.last_renewal))}::text[],
+      ${column(rows, (r) => (r.dispatch_allowed ? 1 : 0))}::int[],
+      ${column(rows, (r) => r.quiescence)}::text[],
+      ${column(rows, (r) => jsonText(r.settlement))}::text[],
+      ${column(rows, (r) => r.settlement_digest)}::text[],
+      ${column(rows, (r) => jsonText(r.pending))}::text[],
+      ${column(rows, (r) => r.finished_at)}::bigint[]
+    ) as v(tenant_id, namespace, task_id, attempt_id, ordinal, lease_id, generation,
+      worker_session_id, consumer_id, state, claimed_at, deadline, authority_deadline,
+      lease_expires_at, renew_sequence, last_renewal, dispatch_allowed, quiescence, settlement,
+      settlement_digest, pending, finished_at)`;
+}
+
+/**
+ * A renewal's attempt write: only the lease columns, none of them indexed, so the update is HOT.
+ * Lock: the task row is held by the caller. Index: the attempts primary key.
+ */
+export async function renewAttempts(tx: Tx, rows: readonly AttemptRow[]): Promise<void> {
+  await tx`
+    update attempts a set lease_expires_at = v.lease_expires_at,
+      renew_sequence = v.renew_sequence, last_renewal = v.last_renewal::jsonb,
+      dispatch_allowed = v.dispatch_allowed = 1
+    from unnest(
+      ${column(rows, (r) => r.tenant_id)}::text[], ${column(rows, (r) => r.namespace)}::text[],
+      ${column(rows, (r) => r.task_id)}::text[], ${column(rows, (r) => r.attempt_id)}::text[],
+      ${column(rows, (r) => r.lease_expires_at)}::bigint[],
+      ${column(rows, (r) => r.renew_sequence)}::bigint[],
+      ${column(rows, (r) => jsonText(r.last_renewal))}::text[],
+      ${column(rows, (r) => (r.dispatch_allowed ? 1 : 0))}::int[]
+    ) as v(tenant_id, namespace, task_id, attempt_id, lease_expires_at, renew_sequence,
+      last_renewal, dispatch_allowed)
+    where a.tenant_id = v.tenant_id and a.namespace = v.namespace
+      and a.task_id = v.task_id and a.attempt_id = v.attempt_id`;
+}
+
+/**
+ * A settle/confirm/recovery attempt write: every mutable column. Lock: the task row is held by
+ * the caller. Index: the attempts primary key.
+ */
+export async function updateAttempts(tx: Tx, rows: readonly AttemptRow[]): Promise<void> {
+  await tx`
+    update attempts a set state = v.state, lease_expires_at = v.lease_expires_at,
+      renew_sequence = v.renew_sequence, last_renewal = v.last_renewal::jsonb,
+      dispatch_allowed = v.dispatch_allowed = 1, quiescence = v.quiescence,
+      settlement = v.settlement::json, settlement_digest = v.settlement_digest,
+      pending = v.pending::json, finished_at = v.finished_at
+    from unnest(
+      ${column(rows, (r) => r.tenant_id)}::text[], ${column(rows, (r) => r.namespace)}::text[],
+      ${column(rows, (r) => r.task_id)}::text[], ${column(rows, (r) => r.attempt_id)}::text[],
+      ${column(rows, (r) => r.state)}::text[],
+      ${column(rows, (r) => r.lease_expires_at)}::bigint[],
+      ${column(rows, (r) => r.renew_sequence)}::bigint[],
+      ${column(rows, (r) => jsonText(r.last_renewal))}::text[],
+      ${column(rows, (r) => (r.dispatch_allowed ? 1 : 0))}::int[],
+      ${column(rows, (r) => r.quiescence)}::text[],
+      ${column(rows, (r) => jsonText(r.settlement))}::text[],
+      ${column(rows, (r) => r.settlement_digest)}::text[],
+      ${column(rows, (r) => jsonText(r.pending))}::text[],
+      ${column(rows, (r) => r.finished_at)}::bigint[]
+    ) as v(tenant_id, namespace, task_id, attempt_id, state, lease_expires_at, renew_sequence,
+      last_renewal, dispatch_allowed, quiescence, settlement, settlement_digest, pending,
+      finished_at)
+    where a.tenant_id = v.tenant_id and a.namespace = v.namespace
+      and a.task_id = v.task_id and a.attempt_id = v.attempt_id`;
+}
+
+/**
+ * The scheduling columns of tasks a transition changed; the immutable submission and the payload
+ * are never rewritten. Lock: the caller holds each row (`FOR UPDATE` or `SKIP LOCKED`). Index:
+ * the primary key. Updates that leave `state` and `available_at` alone are HOT.
+ */
+export async function updateTasks(tx: Tx, rows: readonly TaskRow[]): Promise<void> {
+  await tx`
+    update tasks t set state = v.state, available_at = v.available_at,
+      terminal_at = v.terminal_at, attempt_count = v.attempt_count,
+      dispatch_count = v.dispatch_count, current_attempt_id = v.current_attempt_id,
+      cancel_requested_at = v.cancel_requested_at, outcome = v.outcome::json,
+      history_sequence = v.history_sequence
+    from unnest(
+      ${column(rows, (r) => r.tenant_id)}::text[], ${column(rows, (r) => r.namespace)}::text[],
+      ${column(rows, (r) => r.task_id)}::text[], ${column(rows, (r) => r.state)}::text[],
+      ${column(rows, (r) => r.available_at)}::bigint[],
+      ${column(rows, (r) => r.terminal_at)}::bigint[],
+      ${column(rows, (r) => r.attempt_count)}::int[],
+      ${column(rows, (r) => r.dispatch_count)}::int[],
+      ${column(rows, (r) => r.current_attempt_id)}::text[],
+      ${column(rows, (r) => r.cancel_requested_at)}::bigint[],
+      ${column(rows, (r) => outcomeColumn(r.outcome))}::text[],
+      ${column(rows, (r) => r.history_sequence)}::int[]
+    ) as v(tenant_id, namespace, task_id, state, available_at, terminal_at, attempt_count,
+      dispatch_count, current_attempt_id, cancel_requested_at, outcome, history_sequence)
+    where t.tenant_id = v.tenant_id and t.namespace = v.namespace and t.task_id = v.task_id`;
+}
+
+/** A success's output, written once into the payload row (never by claim or renew). */
+export async function writeOutputs(
+  tx: Tx,
+  rows: readonly (TaskRef & { output: unknown })[],
+): Promise<void> {
+  await tx`
+    update task_payloads p set output = v.output::json
+    from unnest(${column(rows, (r) => r.tenant_id)}::text[],
+                ${column(rows, (r) => r.namespace)}::text[],
+                ${column(rows, (r) => r.task_id)}::text[],
+                ${column(rows, (r) => jsonValueText(r.output))}::text[])
+      as v(tenant_id, namespace, task_id, output)
+    where p.tenant_id = v.tenant_id and p.namespace = v.namespace and p.task_id = v.task_id`;
+}
+
+/** History records; sequences were assigned by the transitions under the task lock. */
+export async function insertHistory(tx: Tx, rows: readonly HistoryRow[]): Promise<void> {
+  await tx`
+    insert into task_history (tenant_id, namespace, task_id, sequence, attempt_id, at, reason)
+    select * from unnest(
+      ${column(rows, (r) => r.tenant_id)}::text[], ${column(rows, (r) => r.namespace)}::text[],
+      ${column(rows, (r) => r.task_id)}::text[], ${column(rows, (r) => r.sequence)}::int[],
+      ${column(rows, (r) => r.attempt_id)}::text[], ${column(rows, (r) => r.at)}::bigint[],
+      ${column(rows, (r) => r.reason)}::text[])`;
+}
+
+/** A slot's cursor after a poll. The slot's advisory lock is held; upsert on the primary key. */
+export async function upsertCursors(
+  tx: Tx,
+  rows: readonly (CursorRow & { tenant_id: string; namespace: string })[],
+): Promise<void> {
+  await tx`
+    insert into consumer_cursors (tenant_id, namespace, worker_session_id, consumer_id, sequence,
+      command, assignment)
+    select v.tenant_id, v.namespace, v.worker_session_id, v.consumer_id, v.sequence,
+      v.command::jsonb, v.assignment::jsonb
+    from unnest(
+      ${column(rows, (r) => r.tenant_id)}::text[], ${column(rows, (r) => r.namespace)}::text[],
+      ${column(rows, (r) => r.worker_session_id)}::text[],
+      ${column(rows, (r) => r.consumer_id)}::int[], ${column(rows, (r) => r.sequence)}::bigint[],
+      ${column(rows, (r) => jsonText(r.command))}::text[],
+      ${column(rows, (r) => jsonText(r.assignment))}::text[]
+    ) as v(tenant_id, namespace, worker_session_id, consumer_id, sequence, command, assignment)
+    on conflict (tenant_id, namespace, worker_session_id, consumer_id) do update
+      set sequence = excluded.sequence, command = excluded.command,
+          assignment = excluded.assignment`;
+}
+
+/**
+ * Existing tasks holding idempotency keys. No lock: a replayed submit only reads (a lock would
+ * also hide a queued task from SKIP LOCKED claimers while it is held); a concurrent first submit
+ * of the same key is caught by the insert's ON CONFLICT and answered by a retry.
+ * Index: the unique `tasks_idempotency_key`.
+ */
+export async function loadTasksByIdempotencyKey(
+  tx: Tx,
+  keys: readonly { tenant_id: string; namespace: string; idempotency_key: string }[],
+): Promise<DbRow[]> {
+  return tx`
+    select t.* from tasks t
+    join unnest(${column(keys, (k) => k.tenant_id)}::text[],
+                ${column(keys, (k) => k.namespace)}::text[],
+                ${column(keys, (k) => k.idempotency_key)}::text[]) as k(tenant_id, namespace, key)
+      on t.tenant_id = k.tenant_id and t.namespace = k.namespace and t.idempotency_key = k.key`;
+}
+
+/**
+ * New tasks (bulk submit). `ON CONFLICT DO NOTHING` on the idempotency key: a concurrent submit
+ * of the same key that committed first makes this insert skip the row instead of failing, and
+ * the caller answers from that task. Returns the keys actually inserted.
+ */
+export async function insertTasks(tx: Tx, rows: readonly TaskRow[]): Promise<string[]> {
+  const inserted = await tx`
+    insert into tasks (tenant_id, namespace, task_id, run_id, idempotency_key, command_digest,
+      input, origin_trace, queue, program, retry, timeout_ms, priority, concurrency_key,
+      concurrency_limit, labels, state, submitted_at, available_at, terminal_at, attempt_count,
+      dispatch_count, current_attempt_id, cancel_requested_at, outcome, history_sequence)
+    select v.tenant_id, v.namespace, v.task_id, v.run_id, v.idempotency_key, v.command_digest,
+      v.input::jsonb, v.origin_trace::jsonb, v.queue, v.program::jsonb, v.retry::jsonb,
+      v.timeout_ms, v.priority, v.concurrency_key, v.concurrency_limit, v.labels::jsonb, v.state,
+      v.submitted_at, v.available_at, v.terminal_at, v.attempt_count, v.dispatch_count,
+      v.current_attempt_id, v.cancel_requested_at, v.outcome::json, v.history_sequence
+    from unnest(
+      ${column(rows, (r) => r.tenant_id)}::text[], ${column(rows, (r) => r.namespace)}::text[],
+      ${column(rows, (r) => r.task_id)}::text[], ${column(rows, (r) => r.run_id)}::text[],
+      ${column(rows, (r) => r.idempotency_key)}::text[],
+      ${column(rows, (r) => r.command_digest)}::text[],
+      ${column(rows, (r) => inputColumn(r.input))}::text[],
+      ${column(rows, (r) => jsonText(r.origin_trace))}::text[],
+      ${column(rows, (r) => r.queue)}::text[],
+      ${column(rows, (r) => JSON.stringify(r.program))}::text[],
+      ${column(rows, (r) => JSON.stringify(r.retry))}::text[],
+      ${column(rows, (r) => r.timeout_ms)}::bigint[], ${column(rows, (r) => r.priority)}::int[],
+      ${column(rows, (r) => r.concurrency_key)}::text[],
+      ${column(rows, (r) => r.concurrency_limit)}::int[],
+      ${column(rows, (r) => JSON.stringify(r.labels))}::text[],
+      ${column(rows, (r) => r.state)}::text[],
+      ${column(rows, (r) => r.submitted_at)}::bigint[],
+      ${column(rows, (r) => r.available_at)}::bigint[],
+      ${column(rows, (r) => r.terminal_at)}::bigint[],
+      ${column(rows, (r) => r.attempt_count)}::int[],
+      ${column(rows, (r) => r.dispatch_count)}::int[],
+      ${column(rows, (r) => r.current_attempt_id)}::text[],
+      ${column(rows, (r) => r.cancel_requested_at)}::bigint[],
+      ${column(rows, (r) => outcomeColumn(r.outcome))}::text[],
+      ${column(rows, (r) => r.history_sequence)}::int[]
+    ) as v(tenant_id, namespace, task_id, run_id, idempotency_key, command_digest, input,
+      origin_trace, queue, program, retry, timeout_ms, priority, concurrency_key,
+      concurrency_limit, labels, state, submitted_at, available_at, terminal_at, attempt_count,
+      dispatch_count, current_attempt_id, cancel_requested_at, outcome, history_sequence)
+    on conflict (tenant_id, namespace, idempotency_key) do nothing
+    returning idempotency_key`;
+  return inserted.map((row) => String(row.idempotency_key));
+}
+
+/** Payload rows of new tasks (the submitted `data`). */
+export async function insertPayloads(
+  tx: Tx,
+  rows: readonly (TaskRef & { data: unknown })[],
+): Promise<void> {
+  await tx`
+    insert into task_payloads (tenant_id, namespace, task_id, data)
+    select v.tenant_id, v.namespace, v.task_id, v.data::json
+    from unnest(${column(rows, (r) => r.tenant_id)}::text[],
+                ${column(rows, (r) => r.namespace)}::text[],
+                ${column(rows, (r) => r.task_id)}::text[],
+                ${column(rows, (r) => jsonValueText(r.data))}::text[])
+      as v(tenant_id, namespace, task_id, data)`;
+}
+
+/**
+ * Expired leases to recover, with their tasks locked. Lock: `FOR UPDATE OF t SKIP LOCKED` on the
+ * task (never on the attempt: settle locks the task first, so recovery must too, or the two
+ * would deadlock); a task busy in another transaction (a late settle or renew) is skipped and
+ * reconsidered by the next pass. Index: the partial `attempts_active` (state = 'active'), which
+ * holds only in-flight attempts; the lease filter runs over that small set; tasks by primary key.
+ * The returned task row is the locked, current version; the caller re-reads the attempt.
+ */
+export async function lockExpiredLeases(tx: Tx, now: number, limit: number): Promise<DbRow[]> {
+  return tx`
+    select t.*, a.attempt_id as expired_attempt_id from attempts a
+    join tasks t on t.tenant_id = a.tenant_id and t.namespace = a.namespace
+      and t.task_id = a.task_id
+    where a.state = 'active' and a.lease_expires_at <= ${now}
+    order by a.lease_expires_at
+    limit ${limit}
+    for update of t skip locked`;
+}
+
+/**
+ * One NOTIFY per transaction on {@link WAKE_CHANNEL}, carrying every hint as a JSON array
+ * (split only if it would exceed PostgreSQL's 8000-byte payload limit). Delivered at commit.
+ */
+export async function notifyWake(tx: Tx, hints: readonly object[]): Promise<void> {
+  let chunk: string[] = [];
+  let size = 2;
+  const flush = async () => {
+    if (chunk.length === 0) return;
+    await tx`select pg_notify(${WAKE_CHANNEL}, ${`[${chunk.join(',')}]`})`;
+    chunk = [];
+    size = 2;
+  };
+  for (const hint of hints) {
+    const text = JSON.stringify(hint);
+    if (size + text.length + 1 > 7900) await flush();
+    chunk.push(text);
+    size += text.length + 1;
+  }
+  await flush();
+}

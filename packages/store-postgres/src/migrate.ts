@@ -1,0 +1,174 @@
+/**
+ * Applies the committed drizzle-kit migrations (`drizzle/`) under an advisory lock.
+ *
+ * Drizzle's own migrator takes no lock, so replicas starting together collide (both create the
+ * bookkeeping table, both apply the same migration). This one runs the whole pass in ONE
+ * transaction that first takes `pg_advisory_xact_lock`: a second migrator waits for the first to
+ * commit, then (READ COMMITTED, a fresh snapshot per statement) finds the migrations recorded and
+ * applies nothing. The transaction-scoped lock is released by commit, rollback or a dropped
+ * connection alike, so a migrator that dies never leaves the lock behind, and it works through
+ * any pooled client (a session-level lock would need the lock and unlock on one connection).
+ *
+ * Bookkeeping is drizzle's own table (`drizzle.__drizzle_migrations`: hash, created_at = the
+ * journal's `when`), so `drizzle-kit` tooling reads the same history.
+ */
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { readMigrationFiles } from 'drizzle-orm/migrator';
+import postgres from 'postgres';
+
+/** Where the committed migrations live: `<package>/drizzle`, from `src/` and `dist/` alike. */
+export const MIGRATIONS_FOLDER: string = fileURLToPath(new URL('../drizzle', import.meta.url));
+
+/**
+ * The advisory lock key of migrations: a fixed 64-bit number ("ledgence" in ASCII), so that
+ * every replica and version agrees on it.
+ */
+export const MIGRATION_LOCK_KEY = 0x6c65646765_6e6365n;
+
+/** A database to migrate: a postgres:// URL (a short-lived client is made) or a postgres.js client. */
+export type MigrationTarget = string | postgres.Sql;
+
+/** What {@link migrate} did. */
+export interface MigrationResult {
+  /** Tags of the migrations this call applied, in order (empty when already current). */
+  applied: string[];
+}
+
+/** Which migrations a database has and lacks (for readiness checks). */
+export interface MigrationStatus {
+  /** Tags recorded as applied, oldest first. */
+  applied: string[];
+  /** Tags of committed migrations not yet applied, oldest first. */
+  pending: string[];
+  /** True when nothing is pending. */
+  current: boolean;
+}
+
+interface Migration {
+  tag: string;
+  sql: string[];
+  folderMillis: number;
+  hash: string;
+}
+
+// The committed files do not change while a process runs; readiness probes ask often.
+const loaded = new Map<string, Migration[]>();
+
+function loadMigrations(folder: string): Migration[] {
+  let migrations = loaded.get(folder);
+  if (migrations === undefined) {
+    migrations = readMigrations(folder);
+    loaded.set(folder, migrations);
+  }
+  return migrations;
+}
+
+function readMigrations(folder: string): Migration[] {
+  const files = readMigrationFiles({ migrationsFolder: folder });
+  // readMigrationFiles does not return tags; the journal order is the same, so read them alongside.
+  const tags = journalTags(folder);
+  return files.map((file, index) => ({
+    tag: tags[index] ?? `#${index}`,
+    sql: file.sql,
+    folderMillis: file.folderMillis,
+    hash: file.hash,
+  }));
+}
+
+function journalTags(folder: string): string[] {
+  const journal = JSON.parse(readFileSync(`${folder}/meta/_journal.json`, 'utf8')) as {
+    entries: { tag: string }[];
+  };
+  return journal.entries.map((entry) => entry.tag);
+}
+
+async function withClient<T>(
+  target: MigrationTarget,
+  use: (sql: postgres.Sql) => Promise<T>,
+): Promise<T> {
+  if (typeof target !== 'string') return use(target);
+  const sql = postgres(target, { max: 1, onnotice: () => {}, connect_timeout: 10 });
+  try {
+    return await use(sql);
+  } finally {
+    await sql.end();
+  }
+}
+
+const BOOKKEEPING = `
+  create schema if not exists drizzle;
+  create table if not exists drizzle.__drizzle_migrations (
+    id serial primary key, hash text not null, created_at bigint
+  )`;
+
+/**
+ * Applies every pending migration, once, even when many replicas call it at the same moment.
+ *
+ * @param target a postgres:// URL or a postgres.js client.
+ * @param options `folder` overrides the migrations folder (tests).
+ * @returns the tags this call applied.
+ */
+export async function migrate(
+  target: MigrationTarget,
+  options: { folder?: string } = {},
+): Promise<MigrationResult> {
+  const migrations = loadMigrations(options.folder ?? MIGRATIONS_FOLDER);
+  return withClient(target, (sql) =>
+    sql.begin(async (tx) => {
+      await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_KEY.toString()}::bigint)`;
+      // After the lock: a migrator that ran first has committed its schema and rows by now.
+      await tx.unsafe(BOOKKEEPING);
+      const last = await lastApplied(tx);
+      const applied: string[] = [];
+      for (const migration of migrations) {
+        if (last !== null && last >= migration.folderMillis) continue;
+        for (const statement of migration.sql) {
+          if (statement.trim() !== '') await tx.unsafe(statement);
+        }
+        await tx`
+          insert into drizzle.__drizzle_migrations (hash, created_at)
+          values (${migration.hash}, ${migration.folderMillis})`;
+        applied.push(migration.tag);
+      }
+      return { applied };
+    }),
+  );
+}
+
+async function lastApplied(sql: postgres.Sql | postgres.TransactionSql): Promise<number | null> {
+  const rows = await sql<{ created_at: string | number | null }[]>`
+    select created_at from drizzle.__drizzle_migrations order by created_at desc limit 1`;
+  const value = rows[0]?.created_at;
+  return value === undefined || value === null ? null : Number(value);
+}
+
+/**
+ * Which committed migrations the database has applied and which are pending, without changing
+ * anything (for `/readyz`: a replica whose schema is behind is not ready).
+ *
+ * @param target a postgres:// URL or a postgres.js client.
+ */
+export async function migrationStatus(
+  target: MigrationTarget,
+  options: { folder?: string } = {},
+): Promise<MigrationStatus> {
+  const migrations = loadMigrations(options.folder ?? MIGRATIONS_FOLDER);
+  return withClient(target, async (sql) => {
+    const [exists] = await sql<{ found: string | null }[]>`
+      select to_regclass('drizzle.__drizzle_migrations')::text as found`;
+    const last = exists?.found ? await lastApplied(sql) : null;
+    const applied = migrations.filter((m) => last !== null && last >= m.folderMillis);
+    const pending = migrations.filter((m) => last === null || last < m.folderMillis);
+    return {
+      applied: applied.map((m) => m.tag),
+      pending: pending.map((m) => m.tag),
+      current: pending.length === 0,
+    };
+  });
+}
+
+/** The tags of committed migrations the database has not applied yet. */
+export async function pendingMigrations(target: MigrationTarget): Promise<string[]> {
+  return (await migrationStatus(target)).pending;
+}

@@ -1,0 +1,326 @@
+import { type Assignment, ContractError } from '@ledgence/contracts';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  acquireCommand,
+  failureCommand,
+  type Harness,
+  harness,
+  renewCommand,
+  SCOPE,
+  submitCommand,
+  successCommand,
+} from './testdata/fixtures.js';
+
+let h: Harness;
+beforeAll(async () => {
+  h = await harness('store');
+});
+afterAll(() => h.close());
+
+async function code(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+    return 'ok';
+  } catch (error) {
+    if (error instanceof ContractError) return error.code;
+    throw error;
+  }
+}
+
+async function session(queue = 'q', concurrency = 2) {
+  return h.store.openSession({ scope: SCOPE, queue, concurrency });
+}
+
+async function claim(
+  queue: string,
+  sessionId: string,
+  consumer: number,
+  seq: number,
+): Promise<Assignment> {
+  const { reply } = await h.store.acquire(acquireCommand(sessionId, consumer, seq, queue), {
+    recordEmpty: true,
+  });
+  if (reply.disposition !== 'assigned')
+    throw new Error(`expected assigned, got ${reply.disposition}`);
+  return reply.assignment;
+}
+
+describe('submit', () => {
+  it('inserts once, replays the same command, rejects a different one', async () => {
+    const first = await h.store.submit(
+      submitCommand('s1', { queue: 'sub', data: { a: [1, 'x\u0000y'] } }),
+    );
+    expect(first.created).toBe(true);
+    expect(first.snapshot.state).toBe('queued');
+    expect(first.snapshot.input.data).toEqual({ a: [1, 'x\u0000y'] });
+    const again = await h.store.submit(
+      submitCommand('s1', { queue: 'sub', data: { a: [1, 'x\u0000y'] } }),
+    );
+    expect(again.created).toBe(false);
+    expect(again.snapshot).toEqual(first.snapshot);
+    expect(await code(h.store.submit(submitCommand('s1', { queue: 'sub', data: 2 })))).toBe(
+      'conflict',
+    );
+    const history = await h.store.history(SCOPE, first.snapshot.task_id, 0);
+    expect(history.map((e) => e.event.reason)).toEqual(['submitted']);
+  });
+
+  it('concurrent submits of one key create one task', async () => {
+    const results = await Promise.all(
+      Array.from({ length: 6 }, () => h.store.submit(submitCommand('race', { queue: 'sub' }))),
+    );
+    expect(results.filter((r) => r.created)).toHaveLength(1);
+    expect(new Set(results.map((r) => r.snapshot.task_id)).size).toBe(1);
+  });
+
+  it('submitBatch answers each item alone', async () => {
+    const results = await h.store.submitBatch([
+      submitCommand('b1', { queue: 'sub' }),
+      submitCommand('s1', { queue: 'sub', data: 'different' }),
+      submitCommand('b1', { queue: 'sub' }),
+    ]);
+    expect(results[0]?.ok && results[0].value.created).toBe(true);
+    expect(results[1]?.ok === false && results[1].error.code).toBe('conflict');
+    expect(results[2]?.ok && results[2].value.created).toBe(false);
+  });
+
+  it('a foreign scope cannot see a task', async () => {
+    const { snapshot } = await h.store.submit(submitCommand('scoped', { queue: 'sub' }));
+    const other = { tenant_id: 'other', namespace: 'prod' };
+    expect(await code(h.store.status(other, snapshot.task_id))).toBe('not_found');
+    expect(await code(h.store.cancel(other, snapshot.task_id))).toBe('not_found');
+    expect(await code(h.store.history(other, snapshot.task_id, 0))).toBe('not_found');
+  });
+});
+
+describe('lifecycle', () => {
+  it('claims, renews with dispatch, settles, and replays', async () => {
+    const { snapshot } = await h.store.submit(submitCommand('life', { queue: 'life' }));
+    const s = await session('life');
+    const assignment = await claim('life', s.id, 0, 1);
+    expect(assignment.event.data).toEqual({ key: 'life' });
+    expect(assignment.authority.dispatch_allowed).toBe(false);
+    // Replay of the same poll: same assignment.
+    const replay = await h.store.acquire(acquireCommand(s.id, 0, 1, 'life'), { recordEmpty: true });
+    expect(replay.reply.disposition).toBe('assigned');
+    // A new poll while the slot is busy.
+    expect(
+      await code(h.store.acquire(acquireCommand(s.id, 0, 2, 'life'), { recordEmpty: true })),
+    ).toBe('consumer_busy');
+    const owner = assignment.lease.owner;
+    const auth = await h.store.renew(renewCommand(owner, 1, 'dispatch'));
+    expect(auth.dispatch_allowed).toBe(true);
+    expect((await h.store.renew(renewCommand(owner, 1, 'dispatch'))).renew_sequence).toBe(1);
+    expect(await code(h.store.renew(renewCommand(owner, 3)))).toBe('sequence_conflict');
+    const settled = await h.store.settle(successCommand(assignment, 'op1', { out: null }));
+    expect(settled.already_accepted).toBe(false);
+    expect(settled.task_state).toBe('succeeded');
+    const replayed = await h.store.settle(successCommand(assignment, 'op1', { out: null }));
+    expect(replayed.already_accepted).toBe(true);
+    expect(await code(h.store.settle(successCommand(assignment, 'op2')))).toBe('conflict');
+    const result = await h.store.result(SCOPE, snapshot.task_id);
+    expect(result.outcome).toEqual({ state: 'succeeded', output: { out: null } });
+    const history = await h.store.history(SCOPE, snapshot.task_id, 0);
+    expect(history.map((e) => e.event.reason)).toEqual([
+      'submitted',
+      'claimed',
+      'dispatch_authorized',
+      'report_accepted',
+      'succeeded',
+    ]);
+    expect(history.map((e) => e.sequence)).toEqual([1, 2, 3, 4, 5]);
+    const attempt = await h.store.inspectAttempt(SCOPE, snapshot.task_id, owner.attempt_id);
+    expect(attempt.state).toBe('succeeded');
+    expect(attempt.execution_may_have_started).toBe(true);
+    // After settling, the slot is free for the next poll, which finds nothing.
+    const next = await h.store.acquire(acquireCommand(s.id, 0, 2, 'life'), { recordEmpty: false });
+    expect(next).toEqual({ reply: { disposition: 'empty', sequence: 2 }, recorded: false });
+  });
+
+  it('a JSON null output is distinct from pending', async () => {
+    const { snapshot } = await h.store.submit(submitCommand('nullout', { queue: 'nullout' }));
+    expect((await h.store.result(SCOPE, snapshot.task_id)).outcome).toEqual({ state: 'pending' });
+    const s = await session('nullout');
+    const a = await claim('nullout', s.id, 0, 1);
+    await h.store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
+    await h.store.settle(successCommand(a, 'n', null));
+    expect((await h.store.result(SCOPE, snapshot.task_id)).outcome).toEqual({
+      state: 'succeeded',
+      output: null,
+    });
+  });
+
+  it('retries a failure, then fails when attempts run out', async () => {
+    const { snapshot } = await h.store.submit(
+      submitCommand('retry', { queue: 'retry', retry: { max_attempts: 2, delay_ms: 1000 } }),
+    );
+    const s = await session('retry');
+    const a1 = await claim('retry', s.id, 0, 1);
+    await h.store.renew(renewCommand(a1.lease.owner, 1, 'dispatch'));
+    expect((await h.store.settle(failureCommand(a1, 'f1'))).task_state).toBe('queued');
+    const early = await h.store.acquire(acquireCommand(s.id, 0, 2, 'retry'), { recordEmpty: true });
+    expect(early.reply.disposition).toBe('empty');
+    h.advance(1_000);
+    const a2 = await claim('retry', s.id, 0, 3);
+    expect(a2.event.ldgattempt).toBe(2);
+    await h.store.renew(renewCommand(a2.lease.owner, 1, 'dispatch'));
+    expect((await h.store.settle(failureCommand(a2, 'f2'))).task_state).toBe('failed');
+    const status = await h.store.status(SCOPE, snapshot.task_id);
+    expect(status.attempt_count).toBe(2);
+  });
+
+  it('cancels queued at once and active on request', async () => {
+    const queued = await h.store.submit(submitCommand('cq', { queue: 'cancel' }));
+    expect(await h.store.cancel(SCOPE, queued.snapshot.task_id)).toBe('cancelled');
+    expect(await h.store.cancel(SCOPE, queued.snapshot.task_id)).toBe('cancelled');
+    const active = await h.store.submit(submitCommand('ca', { queue: 'cancel' }));
+    const s = await session('cancel');
+    const a = await claim('cancel', s.id, 0, 1);
+    expect(await h.store.cancel(SCOPE, active.snapshot.task_id)).toBe('active');
+    const auth = await h.store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
+    expect(auth.cancel_requested).toBe(true);
+    expect(auth.dispatch_allowed).toBe(false);
+    expect((await h.store.settle(failureCommand(a, 'c'))).task_state).toBe('cancelled');
+  });
+
+  it('recovers an expired lease, and the stale owner is fenced', async () => {
+    const { snapshot } = await h.store.submit(submitCommand('expire', { queue: 'expire' }));
+    const s = await session('expire');
+    const a = await claim('expire', s.id, 0, 1);
+    h.advance(2_500);
+    expect(await code(h.store.renew(renewCommand(a.lease.owner, 1)))).toBe('ownership_lost');
+    const progress = await h.store.recoverExpiredLeases();
+    expect(progress).toMatchObject({
+      scanned: 1,
+      recovered: 1,
+      requeued: 1,
+      failed: 0,
+      cancelled: 0,
+    });
+    expect(await code(h.store.settle(successCommand(a, 'late')))).toBe('ownership_lost');
+    const status = await h.store.status(SCOPE, snapshot.task_id);
+    expect(status.state).toBe('queued');
+    const history = await h.store.history(SCOPE, snapshot.task_id, 0);
+    expect(history.map((e) => e.event.reason)).toEqual([
+      'submitted',
+      'claimed',
+      'lease_expired',
+      'retry_scheduled',
+    ]);
+    expect(await h.store.recoverExpiredLeases()).toMatchObject({ scanned: 0, has_more: false });
+  });
+
+  it('recovers in bounded passes and reports has_more exactly', async () => {
+    const s = await session('bounded', 5);
+    for (let i = 0; i < 5; i += 1)
+      await h.store.submit(submitCommand(`bounded-${i}`, { queue: 'bounded' }));
+    for (let i = 0; i < 5; i += 1) await claim('bounded', s.id, i, 1);
+    h.advance(2_500);
+    expect(await h.store.recoverExpiredLeases(2)).toMatchObject({ scanned: 2, has_more: true });
+    expect(await h.store.recoverExpiredLeases(2)).toMatchObject({ scanned: 2, has_more: true });
+    expect(await h.store.recoverExpiredLeases(2)).toEqual({
+      scanned: 1,
+      recovered: 1,
+      requeued: 1,
+      failed: 0,
+      cancelled: 0,
+      finalized: 0,
+      has_more: false,
+    });
+    expect(await code(h.store.recoverExpiredLeases(0))).toBe('invalid_input');
+  });
+
+  it('an unconfirmed settlement whose lease ends takes its recorded outcome', async () => {
+    const { snapshot } = await h.store.submit(submitCommand('fin', { queue: 'fin' }));
+    const s = await session('fin');
+    const a = await claim('fin', s.id, 0, 1);
+    await h.store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
+    const reply = await h.store.settle({
+      ...failureCommand(a, 'x', false),
+      quiescence: 'unconfirmed',
+    });
+    expect(reply.task_state).toBe('active');
+    h.advance(2_500);
+    // Not lost: its recorded outcome is applied and counted as finalized.
+    expect(await h.store.recoverExpiredLeases()).toMatchObject({
+      scanned: 1,
+      recovered: 0,
+      failed: 0,
+      finalized: 1,
+    });
+    const result = await h.store.result(SCOPE, snapshot.task_id);
+    expect(result.outcome.state).toBe('failed');
+  });
+
+  it('quiescence unconfirmed holds the task active until confirmed', async () => {
+    const { snapshot } = await h.store.submit(submitCommand('quiet', { queue: 'quiet' }));
+    const s = await session('quiet');
+    const a = await claim('quiet', s.id, 0, 1);
+    await h.store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
+    const reply = await h.store.settle(successCommand(a, 'q1', 1, 'unconfirmed'));
+    expect(reply.task_state).toBe('active');
+    expect(await h.store.confirmQuiescence(a.lease.owner)).toBe('succeeded');
+    expect(await h.store.confirmQuiescence(a.lease.owner)).toBe('succeeded');
+    expect((await h.store.result(SCOPE, snapshot.task_id)).outcome).toEqual({
+      state: 'succeeded',
+      output: 1,
+    });
+  });
+
+  it('sessions: unknown, expired, extended', async () => {
+    expect(
+      await code(h.store.acquire(acquireCommand('ses_nope', 0, 1), { recordEmpty: true })),
+    ).toBe('session_not_found');
+    const s = await session('q', 1);
+    h.advance(61_000);
+    expect(await code(h.store.acquire(acquireCommand(s.id, 0, 1), { recordEmpty: true }))).toBe(
+      'session_expired',
+    );
+    expect(await code(h.store.extendSession(SCOPE, s.id))).toBe('session_expired');
+    const fresh = await session('q', 1);
+    const extended = await h.store.extendSession(SCOPE, fresh.id);
+    expect(extended.expires_at).toBeGreaterThanOrEqual(fresh.expires_at);
+  });
+});
+
+describe('listing', () => {
+  it('pages in (submitted_at desc, task_id desc) order with filters', async () => {
+    for (let i = 0; i < 7; i += 1) {
+      await h.store.submit(
+        submitCommand(`list${i}`, { queue: 'list', labels: { team: i % 2 ? 'a' : 'b', env: 'x' } }),
+      );
+    }
+    const all: string[] = [];
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await h.store.listTasks(SCOPE, {
+        filters: { queue: 'list' },
+        limit: 3,
+        ...(cursor ? { cursor } : {}),
+      });
+      all.push(...page.tasks.map((t) => t.task_id));
+      if (page.next_cursor === undefined) break;
+      cursor = page.next_cursor;
+    }
+    expect(all).toHaveLength(7);
+    const sorted = [...all].sort().reverse();
+    expect(new Set(all).size).toBe(7);
+    expect(all).toEqual(sorted);
+    const labelled = await h.store.listTasks(SCOPE, {
+      filters: { queue: 'list', labels: { team: 'a', env: 'x' } },
+    });
+    expect(labelled.tasks).toHaveLength(3);
+    expect(labelled.next_cursor).toBeUndefined();
+    const none = await h.store.listTasks(SCOPE, { filters: { workflow_id: 'wf' } });
+    expect(none.tasks).toEqual([]);
+    const page = await h.store.listTasks(SCOPE, { filters: { queue: 'list' }, limit: 2 });
+    expect(
+      await code(
+        h.store.listTasks(SCOPE, {
+          filters: { queue: 'other' },
+          cursor: page.next_cursor as string,
+        }),
+      ),
+    ).toBe('invalid_input');
+  });
+});

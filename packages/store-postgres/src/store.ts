@@ -1,0 +1,1198 @@
+/**
+ * `TaskStore` on PostgreSQL (DESIGN §7). Every operation is one transaction: it reads store time
+ * once, loads the rows it needs under lock, applies the core's pure transition, writes what the
+ * transition returned (only changed rows), NOTIFYs once, and replies after commit. Lifecycle rules
+ * live only in `@ledgence/core`; this file moves rows between the tables and the transitions.
+ *
+ * Batches (DESIGN §7.1 group commit) run the same code over many items in one transaction with
+ * set-based statements; each item's transition is applied on its own, in request order, against
+ * the state the items before it left, so each gets the reply it would have got alone. An item
+ * whose transition rejects writes nothing and does not affect its neighbours; if the shared
+ * transaction itself fails (deadlock, serialization, lost connection), the items are retried one
+ * by one, each in its own transaction.
+ */
+import {
+  type AcquireCommand,
+  type AttemptSnapshot,
+  type Authority,
+  ContractError,
+  decodeTaskCursor,
+  encodeTaskCursor,
+  HISTORY_PAGE_LIMIT,
+  type LeaseOwner,
+  MAX_RECOVERY_BATCH,
+  type OpenSessionCommand,
+  type RecordedHistoryEvent,
+  type RecoveryProgress,
+  type RenewCommand,
+  type Scope,
+  type SettleCommand,
+  type SettleReply,
+  type SubmitCommand,
+  TASK_LIST_DEFAULT_LIMIT,
+  TASK_LIST_MAX_LIMIT,
+  type TaskListQuery,
+  type TaskPage,
+  type TaskResult,
+  type TaskSnapshot,
+  type TaskState,
+  type TaskStatus,
+  type Timestamp,
+  type WorkerSession,
+} from '@ledgence/contracts';
+import {
+  type AcquireOutcome,
+  type AcquireStoreOptions,
+  type AttemptRow,
+  attemptSnapshot,
+  type CursorRow,
+  cancelTask,
+  claimTask,
+  classifyPoll,
+  commandDigest,
+  confirmQuiescence,
+  countRecovery,
+  DEFAULT_LIFECYCLE_CONFIG,
+  emptyPoll,
+  extendSession,
+  type HistoryRow,
+  type ItemResult,
+  type LifecycleConfig,
+  newId,
+  openSession,
+  recordedHistoryEvent,
+  recoverExpiredLease,
+  renewLease,
+  replayPoll,
+  requireLiveSession,
+  type SessionRow,
+  type SubmitOutcome,
+  settleAttempt,
+  startRecoveryProgress,
+  submitTask,
+  type TaskRow,
+  type TaskStore,
+  taskResult,
+  taskSnapshot,
+  taskStatus,
+  workerSession,
+} from '@ledgence/core';
+import postgres from 'postgres';
+import {
+  attemptFromDb,
+  attemptKey,
+  cursorFromDb,
+  type DbRow,
+  jsonColumn,
+  type LoadedPayload,
+  num,
+  sessionFromDb,
+  taskFromDb,
+  taskKey,
+} from './codec.js';
+import {
+  type AttemptKeyRef,
+  ensureConcurrencyKeys,
+  insertAttempts,
+  insertHistory,
+  insertPayloads,
+  insertTasks,
+  loadAttempts,
+  loadAttemptsAt,
+  loadPayloads,
+  loadSlots,
+  loadTasks,
+  loadTasksByIdempotencyKey,
+  lockConsumerSlots,
+  lockExpiredLeases,
+  lockTasks,
+  notifyWake,
+  releaseConcurrencySlots,
+  renewAttempts,
+  selectClaimable,
+  storeNow,
+  type TaskRef,
+  type Tx,
+  takeConcurrencySlot,
+  updateAttempts,
+  updateTasks,
+  upsertCursors,
+  writeOutputs,
+} from './hot-sql.js';
+
+/** Options of {@link createPostgresTaskStore}. */
+export interface PostgresTaskStoreOptions {
+  /** postgres:// URL; the store makes (and on `close()` ends) its own pool. */
+  url?: string;
+  /** Or a postgres.js client the caller owns (not ended by `close()`). */
+  sql?: postgres.Sql;
+  /** Lease timings; defaults to the contract limits. */
+  config?: LifecycleConfig;
+  /** Pool size when the store makes its own pool (default 10). */
+  max?: number;
+  /**
+   * TEST ONLY: milliseconds added to store time, read at every operation, so tests can move
+   * time forward (lease expiry, retry delays) without sleeping. Never set it in production:
+   * store time must be the database clock (DESIGN §1.2).
+   */
+  clockOffsetMs?: () => number;
+}
+
+/** A {@link TaskStore} on PostgreSQL, with its client and a way to release it. */
+export interface PostgresTaskStore extends TaskStore {
+  /** The postgres.js client the store runs on now (an owned pool is replaced after a lost connection). */
+  readonly sql: postgres.Sql;
+  /** Ends the pool if the store created it; a caller-supplied client is left open. */
+  close(): Promise<void>;
+}
+
+/**
+ * Creates the PostgreSQL task store. The schema must be migrated first ({@link migrate}).
+ *
+ * @example
+ * ```ts
+ * const store = createPostgresTaskStore({ url: process.env.DATABASE_URL });
+ * const { snapshot } = await store.submit(command);
+ * await store.close();
+ * ```
+ */
+export function createPostgresTaskStore(options: PostgresTaskStoreOptions): PostgresTaskStore {
+  return new PgTaskStore(options);
+}
+
+/** A backend failure: never an empty acquisition or lost ownership (DESIGN §1.1). */
+function unavailable(error: unknown): ContractError {
+  const detail = error instanceof Error ? error.message : String(error);
+  return new ContractError('unavailable', `the task store is unavailable: ${detail}`, {
+    cause: error,
+  });
+}
+
+function notFound(taskId: string): ContractError {
+  return new ContractError('not_found', `task ${taskId} was not found`);
+}
+
+/** Thrown inside a transaction when a concurrent submit of the same key won the insert. */
+class SubmitRaceLost extends Error {}
+
+type ScopedCursor = CursorRow & { tenant_id: string; namespace: string };
+
+/** The writes of one transaction, collected while transitions run, flushed set-based. */
+class Changes {
+  readonly tasks = new Map<string, { before: TaskRow; after: TaskRow }>();
+  readonly newAttempts: AttemptRow[] = [];
+  readonly renewed = new Map<string, AttemptRow>();
+  readonly updated = new Map<string, AttemptRow>();
+  readonly history: HistoryRow[] = [];
+  readonly cursors = new Map<string, ScopedCursor>();
+  readonly hints = new Map<string, object>();
+
+  task(before: TaskRow, after: TaskRow): void {
+    const key = taskKey(after.tenant_id, after.namespace, after.task_id);
+    const entry = this.tasks.get(key);
+    if (entry === undefined) this.tasks.set(key, { before, after });
+    else entry.after = after;
+  }
+
+  hint(hint: object): void {
+    this.hints.set(JSON.stringify(hint), hint);
+  }
+}
+
+function attemptKeyOf(row: {
+  tenant_id: string;
+  namespace: string;
+  task_id: string;
+  attempt_id: string;
+}) {
+  return attemptKey(row.tenant_id, row.namespace, row.task_id, row.attempt_id);
+}
+
+function taskKeyOf(row: { tenant_id: string; namespace: string; task_id: string }) {
+  return taskKey(row.tenant_id, row.namespace, row.task_id);
+}
+
+const TERMINAL: ReadonlySet<TaskState> = new Set(['succeeded', 'failed', 'cancelled']);
+
+/** Whether a transition changed any column `updateTasks` writes. */
+function schedulingChanged(a: TaskRow, b: TaskRow): boolean {
+  return (
+    a.state !== b.state ||
+    a.available_at !== b.available_at ||
+    a.terminal_at !== b.terminal_at ||
+    a.attempt_count !== b.attempt_count ||
+    a.dispatch_count !== b.dispatch_count ||
+    a.current_attempt_id !== b.current_attempt_id ||
+    a.cancel_requested_at !== b.cancel_requested_at ||
+    a.history_sequence !== b.history_sequence ||
+    a.outcome !== b.outcome
+  );
+}
+
+function uniqueBy<T>(items: readonly T[], key: (item: T) => string): T[] {
+  const seen = new Map<string, T>();
+  for (const item of items) if (!seen.has(key(item))) seen.set(key(item), item);
+  return [...seen.values()];
+}
+
+function ownerTaskRef(owner: LeaseOwner): TaskRef {
+  return {
+    tenant_id: owner.scope.tenant_id,
+    namespace: owner.scope.namespace,
+    task_id: owner.task_id,
+  };
+}
+
+function ownerAttemptRef(owner: LeaseOwner): AttemptKeyRef {
+  return { ...ownerTaskRef(owner), attempt_id: owner.attempt_id };
+}
+
+/** Claim order (DESIGN §5): priority desc, available_at, task_id (bytes; ids are ASCII). */
+function claimOrder(a: TaskRow, b: TaskRow): number {
+  if (a.priority !== b.priority) return b.priority - a.priority;
+  if (a.available_at !== b.available_at) return a.available_at - b.available_at;
+  return a.task_id < b.task_id ? -1 : a.task_id > b.task_id ? 1 : 0;
+}
+
+function payloadOf(rows: readonly DbRow[]): Map<string, LoadedPayload> {
+  const map = new Map<string, LoadedPayload>();
+  for (const row of rows) {
+    map.set(taskKey(String(row.tenant_id), String(row.namespace), String(row.task_id)), {
+      data: jsonColumn(row.data),
+      output: jsonColumn(row.output),
+    });
+  }
+  return map;
+}
+
+/** The result of one worker-side transition (renew, settle, confirm). */
+interface SideResult<R> {
+  changed: boolean;
+  task: TaskRow;
+  attempt: AttemptRow;
+  history: HistoryRow[];
+  reply: R;
+}
+
+class PgTaskStore implements PostgresTaskStore {
+  sql: postgres.Sql;
+  private readonly owned: boolean;
+  private readonly makePool: (() => postgres.Sql) | undefined;
+  private readonly config: LifecycleConfig;
+  private readonly offset: () => number;
+
+  constructor(options: PostgresTaskStoreOptions) {
+    if (options.sql !== undefined) {
+      this.sql = options.sql;
+      this.owned = false;
+      this.makePool = undefined;
+    } else if (options.url !== undefined) {
+      const url = options.url;
+      this.makePool = () =>
+        postgres(url, {
+          max: options.max ?? 10,
+          onnotice: () => {},
+          connect_timeout: 10,
+          connection: { application_name: 'ledgence-store' },
+        });
+      this.sql = this.makePool();
+      this.owned = true;
+    } else {
+      throw new TypeError('createPostgresTaskStore needs a url or a sql client');
+    }
+    this.config = options.config ?? DEFAULT_LIFECYCLE_CONFIG;
+    this.offset = options.clockOffsetMs ?? (() => 0);
+  }
+
+  async close(): Promise<void> {
+    if (this.owned) await this.sql.end({ timeout: 5 });
+  }
+
+  /**
+   * One transaction on a reserved connection; a ContractError passes through (after rollback),
+   * any other failure is `unavailable`.
+   *
+   * Not `sql.begin`: after a failure it always sends ROLLBACK, and on a connection whose backend
+   * just died (pg_terminate_backend, failover) postgres.js 3.4.9 schedules that write on a socket
+   * it has already nulled — an uncaught TypeError that kills the process (porsager/postgres#1208,
+   * PR #1168, unmerged). Here a lost connection gets no further statement (the server rolls the
+   * transaction back when the session ends), is never returned to the pool, and an owned pool is
+   * replaced (see {@link replacePool}).
+   */
+  private async transact<T>(body: (tx: Tx) => Promise<T>, isolation?: string): Promise<T> {
+    let connection: postgres.ReservedSql;
+    try {
+      connection = await this.sql.reserve();
+    } catch (error) {
+      if (isConnectionLoss(error)) this.replacePool();
+      throw unavailable(error);
+    }
+    let lost = false;
+    try {
+      await connection.unsafe(isolation === undefined ? 'begin' : `begin ${isolation}`);
+      const result = await body(connection);
+      await connection.unsafe('commit');
+      return result;
+    } catch (error) {
+      lost = isConnectionLoss(error);
+      if (!lost) {
+        try {
+          await connection.unsafe('rollback');
+        } catch (rollbackError) {
+          lost = true;
+          if (error instanceof ContractError || error instanceof SubmitRaceLost) throw error;
+          throw unavailable(rollbackError);
+        }
+      }
+      if (error instanceof ContractError || error instanceof SubmitRaceLost) throw error;
+      throw unavailable(error);
+    } finally {
+      if (lost) this.replacePool();
+      else connection.release();
+    }
+  }
+
+  /**
+   * postgres.js 3.4.9 poisons a connection whose backend went away mid-query: `closed()` cancels
+   * its pending write timer without resetting it, so every later write on that connection object
+   * is buffered forever (CONNECT_TIMEOUT, then an uncaught TypeError; porsager/postgres#1208,
+   * PR #1168). A pool the store owns is therefore replaced after a lost connection; the old one
+   * is ended in the background. A caller-supplied client cannot be replaced: its owner must.
+   */
+  private replacePool(): void {
+    if (this.makePool === undefined) return;
+    const old = this.sql;
+    this.sql = this.makePool();
+    old.end({ timeout: 5 }).catch(() => {});
+  }
+
+  private async time(tx: Tx): Promise<Timestamp> {
+    return (await storeNow(tx)) + this.offset();
+  }
+
+  async now(): Promise<Timestamp> {
+    try {
+      return (await storeNow(this.sql)) + this.offset();
+    } catch (error) {
+      throw unavailable(error);
+    }
+  }
+
+  /**
+   * Runs a batch in one transaction; if that transaction fails as a whole, runs each item in a
+   * transaction of its own, so one bad neighbour or a deadlock costs latency, not answers.
+   */
+  private async batch<C, R>(
+    commands: readonly C[],
+    body: (tx: Tx, items: readonly C[]) => Promise<ItemResult<R>[]>,
+  ): Promise<ItemResult<R>[]> {
+    if (commands.length === 0) return [];
+    try {
+      return await this.transact((tx) => body(tx, commands));
+    } catch (error) {
+      if (commands.length === 1) return [{ ok: false, error: asContractError(error) }];
+    }
+    const results: ItemResult<R>[] = [];
+    for (const command of commands) {
+      try {
+        const [one] = await this.transact((tx) => body(tx, [command]));
+        results.push(one ?? { ok: false, error: unavailable(new Error('no result')) });
+      } catch (error) {
+        results.push({ ok: false, error: asContractError(error) });
+      }
+    }
+    return results;
+  }
+
+  private async single<C, R>(
+    command: C,
+    body: (tx: Tx, items: readonly C[]) => Promise<ItemResult<R>[]>,
+  ): Promise<R> {
+    const [result] = await this.transact((tx) => body(tx, [command]));
+    if (result === undefined) throw unavailable(new Error('no result'));
+    if (!result.ok) throw result.error;
+    return result.value;
+  }
+
+  /** Writes everything a transaction's transitions produced, then NOTIFYs once. */
+  private async flush(tx: Tx, changes: Changes): Promise<void> {
+    if (changes.newAttempts.length > 0) await insertAttempts(tx, changes.newAttempts);
+    const renewOnly = [...changes.renewed].filter(([key]) => !changes.updated.has(key));
+    if (renewOnly.length > 0)
+      await renewAttempts(
+        tx,
+        renewOnly.map(([, row]) => row),
+      );
+    if (changes.updated.size > 0) await updateAttempts(tx, [...changes.updated.values()]);
+
+    const changed = [...changes.tasks.values()].filter((e) => schedulingChanged(e.before, e.after));
+    if (changed.length > 0)
+      await updateTasks(
+        tx,
+        changed.map((e) => e.after),
+      );
+    const outputs: (TaskRef & { output: unknown })[] = [];
+    const releases = new Map<
+      string,
+      { tenant_id: string; namespace: string; key: string; count: number }
+    >();
+    for (const { before, after } of changed) {
+      const queueHint = {
+        kind: 'queue',
+        tenant: after.tenant_id,
+        namespace: after.namespace,
+        queue: after.queue,
+      };
+      if (
+        after.state === 'succeeded' &&
+        before.state !== 'succeeded' &&
+        after.outcome?.state === 'succeeded'
+      ) {
+        outputs.push({ ...refOf(after), output: after.outcome.output });
+      }
+      if (after.state === 'queued' && before.state !== 'queued') changes.hint(queueHint);
+      if (TERMINAL.has(after.state) && !TERMINAL.has(before.state)) {
+        changes.hint({
+          kind: 'task',
+          tenant: after.tenant_id,
+          namespace: after.namespace,
+          task_id: after.task_id,
+        });
+      }
+      if (before.state === 'active' && after.state !== 'active' && after.concurrency_key !== null) {
+        const key = `${after.tenant_id}\u0000${after.namespace}\u0000${after.concurrency_key}`;
+        const entry = releases.get(key);
+        if (entry) entry.count += 1;
+        else {
+          releases.set(key, {
+            tenant_id: after.tenant_id,
+            namespace: after.namespace,
+            key: after.concurrency_key,
+            count: 1,
+          });
+        }
+        // A freed slot may make key-blocked work claimable.
+        changes.hint(queueHint);
+      }
+    }
+    if (outputs.length > 0) await writeOutputs(tx, outputs);
+    if (releases.size > 0) {
+      const sorted = [...releases.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+      await releaseConcurrencySlots(
+        tx,
+        sorted.map(([, v]) => v),
+      );
+    }
+    if (changes.history.length > 0) await insertHistory(tx, changes.history);
+    if (changes.cursors.size > 0) await upsertCursors(tx, [...changes.cursors.values()]);
+    if (changes.hints.size > 0) await notifyWake(tx, [...changes.hints.values()]);
+  }
+
+  // ---- submit -------------------------------------------------------------------------------
+
+  async submit(command: SubmitCommand): Promise<SubmitOutcome> {
+    // A concurrent submit of the same key may commit between our lookup and our insert; the
+    // retry then finds that task and answers from it (replay or conflict).
+    for (let round = 0; ; round += 1) {
+      try {
+        return await this.single(command, (tx, items) => this.submitTx(tx, items));
+      } catch (error) {
+        if (error instanceof SubmitRaceLost && round < 2) continue;
+        throw asContractError(error);
+      }
+    }
+  }
+
+  async submitBatch(commands: readonly SubmitCommand[]): Promise<ItemResult<SubmitOutcome>[]> {
+    if (commands.length === 0) return [];
+    try {
+      return await this.transact((tx) => this.submitTx(tx, commands));
+    } catch {
+      // One by one, each with the single path's race handling.
+      const results: ItemResult<SubmitOutcome>[] = [];
+      for (const command of commands) {
+        try {
+          results.push({ ok: true, value: await this.submit(command) });
+        } catch (error) {
+          results.push({ ok: false, error: asContractError(error) });
+        }
+      }
+      return results;
+    }
+  }
+
+  private async submitTx(
+    tx: Tx,
+    commands: readonly SubmitCommand[],
+  ): Promise<ItemResult<SubmitOutcome>[]> {
+    const idem = (c: SubmitCommand) =>
+      `${c.input.tenant_id}\u0000${c.input.namespace}\u0000${c.idempotency_key}`;
+    const keys = uniqueBy(commands, idem).map((c) => ({
+      tenant_id: c.input.tenant_id,
+      namespace: c.input.namespace,
+      idempotency_key: c.idempotency_key,
+    }));
+    const existingRows = await loadTasksByIdempotencyKey(tx, keys);
+    const now = await this.time(tx);
+    const payloads =
+      existingRows.length > 0
+        ? payloadOf(
+            await loadPayloads(
+              tx,
+              existingRows.map((r) => taskFromDb(r)),
+            ),
+          )
+        : new Map<string, LoadedPayload>();
+    const byKey = new Map<string, TaskRow>();
+    for (const row of existingRows) {
+      const task = taskFromDb(row);
+      byKey.set(
+        `${task.tenant_id}\u0000${task.namespace}\u0000${task.idempotency_key}`,
+        taskFromDb(row, payloads.get(taskKeyOf(task)) ?? {}),
+      );
+    }
+    const created: TaskRow[] = [];
+    const history: HistoryRow[] = [];
+    const results: ItemResult<SubmitOutcome>[] = [];
+    for (const command of commands) {
+      try {
+        const result = submitTask(
+          byKey.get(idem(command)) ?? null,
+          command,
+          commandDigest(command),
+          now,
+          {
+            task_id: newId('task'),
+            run_id: newId('run'),
+          },
+        );
+        if (result.created) {
+          byKey.set(idem(command), result.task);
+          created.push(result.task);
+          history.push(...result.history);
+        }
+        results.push({ ok: true, value: { created: result.created, snapshot: result.reply } });
+      } catch (error) {
+        if (!(error instanceof ContractError)) throw error;
+        results.push({ ok: false, error });
+      }
+    }
+    if (created.length > 0) {
+      const inserted = await insertTasks(tx, created);
+      if (inserted.length !== created.length) throw new SubmitRaceLost('idempotency key raced');
+      await insertPayloads(
+        tx,
+        created.map((t) => ({ ...refOf(t), data: t.input.data })),
+      );
+      await insertHistory(tx, history);
+      const concurrency = created
+        .filter((t) => t.concurrency_key !== null)
+        .map((t) => ({
+          tenant_id: t.tenant_id,
+          namespace: t.namespace,
+          key: t.concurrency_key as string,
+        }));
+      if (concurrency.length > 0) await ensureConcurrencyKeys(tx, concurrency);
+      const changes = new Changes();
+      for (const t of created) {
+        changes.hint({
+          kind: 'queue',
+          tenant: t.tenant_id,
+          namespace: t.namespace,
+          queue: t.queue,
+        });
+      }
+      await this.flush(tx, changes);
+    }
+    return results;
+  }
+
+  // ---- sessions -----------------------------------------------------------------------------
+
+  async openSession(command: OpenSessionCommand): Promise<WorkerSession> {
+    return this.transact(async (tx) => {
+      const now = await this.time(tx);
+      const row = openSession(command, newId('session'), now, this.config);
+      await tx`
+        insert into worker_sessions (tenant_id, namespace, session_id, queue, concurrency,
+          created_at, expires_at)
+        values (${row.tenant_id}, ${row.namespace}, ${row.id}, ${row.queue}, ${row.concurrency},
+          ${row.created_at}, ${row.expires_at})`;
+      return workerSession(row);
+    });
+  }
+
+  async extendSession(scope: Scope, sessionId: string): Promise<WorkerSession> {
+    return this.transact(async (tx) => {
+      const rows = await tx`
+        select * from worker_sessions
+        where tenant_id = ${scope.tenant_id} and namespace = ${scope.namespace}
+          and session_id = ${sessionId}
+        for update`;
+      const now = await this.time(tx);
+      const loaded: SessionRow | null = rows[0] === undefined ? null : sessionFromDb(rows[0]);
+      const live = requireLiveSession(loaded, scope, sessionId, now);
+      const extended = extendSession(live, now, this.config);
+      await tx`
+        update worker_sessions set expires_at = ${extended.expires_at}
+        where tenant_id = ${scope.tenant_id} and namespace = ${scope.namespace}
+          and session_id = ${sessionId}`;
+      return workerSession(extended);
+    });
+  }
+
+  // ---- acquire ------------------------------------------------------------------------------
+
+  async acquire(command: AcquireCommand, options: AcquireStoreOptions): Promise<AcquireOutcome> {
+    return this.single(command, (tx, items) => this.acquireTx(tx, items, options));
+  }
+
+  async acquireBatch(
+    commands: readonly AcquireCommand[],
+    options: AcquireStoreOptions,
+  ): Promise<ItemResult<AcquireOutcome>[]> {
+    const slots = new Set(commands.map(slotKey));
+    if (slots.size !== commands.length) {
+      // The same slot twice: the second poll depends on the first's claim; run them in order.
+      const results: ItemResult<AcquireOutcome>[] = [];
+      for (const command of commands) {
+        try {
+          results.push({ ok: true, value: await this.acquire(command, options) });
+        } catch (error) {
+          results.push({ ok: false, error: asContractError(error) });
+        }
+      }
+      return results;
+    }
+    return this.batch(commands, (tx, items) => this.acquireTx(tx, items, options));
+  }
+
+  private async acquireTx(
+    tx: Tx,
+    commands: readonly AcquireCommand[],
+    options: AcquireStoreOptions,
+  ): Promise<ItemResult<AcquireOutcome>[]> {
+    // JSON text: unambiguous, and free of the NUL the in-memory keys use (PostgreSQL text rejects it).
+    const locked = await lockConsumerSlots(tx, [
+      ...new Set(
+        commands.map((c) =>
+          JSON.stringify([
+            c.scope.tenant_id,
+            c.scope.namespace,
+            c.worker_session_id,
+            c.consumer_id,
+          ]),
+        ),
+      ),
+    ]);
+    const now = locked + this.offset();
+    // One statement for every slot's session, cursor and the cursor's attempt (slots are unique
+    // within a transaction: acquireBatch runs repeated slots one by one).
+    const sessions = new Map<string, SessionRow>();
+    const cursors = new Map<string, CursorRow>();
+    const attempts = new Map<string, AttemptRow>();
+    const slotRows = await loadSlots(
+      tx,
+      commands.map((c) => ({
+        tenant_id: c.scope.tenant_id,
+        namespace: c.scope.namespace,
+        worker_session_id: c.worker_session_id,
+        consumer_id: c.consumer_id,
+      })),
+    );
+    for (const row of slotRows) {
+      const command = commands[num(row.ordinality) - 1];
+      if (command === undefined) continue;
+      if (row.session !== null) {
+        const session = sessionFromDb(row.session as DbRow);
+        sessions.set(`${session.tenant_id}\u0000${session.namespace}\u0000${session.id}`, session);
+      }
+      if (row.cursor !== null) cursors.set(slotKey(command), cursorFromDb(row.cursor as DbRow));
+      if (row.attempt !== null) {
+        const attempt = attemptFromDb(row.attempt as DbRow);
+        attempts.set(attemptKeyOf(attempt), attempt);
+      }
+    }
+    const slotAttempt = (command: AcquireCommand, cursor: CursorRow | null) =>
+      cursor?.assignment
+        ? (attempts.get(attemptKeyOf({ ...command.scope, ...cursor.assignment })) ?? null)
+        : null;
+
+    const results: (ItemResult<AcquireOutcome> | undefined)[] = commands.map(() => undefined);
+    const replays: { index: number; cursor: CursorRow; command: AcquireCommand }[] = [];
+    const fresh = new Map<string, { index: number; command: AcquireCommand }[]>();
+    commands.forEach((command, index) => {
+      const session =
+        sessions.get(
+          `${command.scope.tenant_id}\u0000${command.scope.namespace}\u0000${command.worker_session_id}`,
+        ) ?? null;
+      const cursor = cursors.get(slotKey(command)) ?? null;
+      try {
+        const kind = classifyPoll(session, cursor, slotAttempt(command, cursor), command, now);
+        if (kind.kind === 'replay') replays.push({ index, cursor: kind.cursor, command });
+        else {
+          const group = `${command.scope.tenant_id}\u0000${command.scope.namespace}\u0000${command.queue}`;
+          const list = fresh.get(group) ?? [];
+          list.push({ index, command });
+          fresh.set(group, list);
+        }
+      } catch (error) {
+        if (!(error instanceof ContractError)) throw error;
+        results[index] = { ok: false, error };
+      }
+    });
+
+    // New polls: the best claimable tasks of each queue, one select per queue.
+    const winners = new Map<string, TaskRow[]>();
+    for (const [group, polls] of fresh) {
+      const first = polls[0];
+      if (first === undefined) continue;
+      winners.set(group, await this.claimable(tx, first.command, now, polls.length));
+    }
+    // Replays answer from the cursor's attempt and its task, unlocked (a replay writes nothing).
+    const replayRefs = replays
+      .filter((r) => r.cursor.assignment !== null)
+      .map((r) => ({
+        ...r.command.scope,
+        task_id: (r.cursor.assignment as { task_id: string }).task_id,
+      }));
+    const replayTasks = new Map<string, TaskRow>();
+    const wanted: TaskRef[] = [...replayRefs];
+    for (const list of winners.values()) wanted.push(...list.map(refOf));
+    const payloads = wanted.length > 0 ? payloadOf(await loadPayloads(tx, wanted)) : new Map();
+    if (replayRefs.length > 0) {
+      for (const row of await loadTasks(tx, replayRefs)) {
+        const task = taskFromDb(row);
+        replayTasks.set(taskKeyOf(task), taskFromDb(row, payloads.get(taskKeyOf(task)) ?? {}));
+      }
+    }
+    for (const { index, cursor, command } of replays) {
+      const task = cursor.assignment
+        ? (replayTasks.get(taskKeyOf({ ...command.scope, task_id: cursor.assignment.task_id })) ??
+          null)
+        : null;
+      const reply = replayPoll(cursor, task, slotAttempt(command, cursor), now);
+      results[index] = { ok: true, value: { reply, recorded: true } };
+    }
+
+    const changes = new Changes();
+    for (const [group, polls] of fresh) {
+      const queue = winners.get(group) ?? [];
+      for (const { index, command } of polls) {
+        const picked = queue.shift();
+        if (picked === undefined) {
+          const empty = emptyPoll(command);
+          if (options.recordEmpty) {
+            changes.cursors.set(slotKey(command), { ...empty.cursor, ...command.scope });
+          }
+          results[index] = {
+            ok: true,
+            value: { reply: empty.reply, recorded: options.recordEmpty },
+          };
+          continue;
+        }
+        const task = {
+          ...picked,
+          input: { ...picked.input, data: payloads.get(taskKeyOf(picked))?.data ?? null },
+        };
+        const claim = claimTask(
+          task,
+          command,
+          now,
+          { attempt_id: newId('attempt'), lease_id: newId('lease') },
+          this.config,
+        );
+        changes.task(task, claim.task);
+        changes.newAttempts.push(claim.attempt);
+        changes.history.push(...claim.history);
+        changes.cursors.set(slotKey(command), { ...claim.cursor, ...command.scope });
+        results[index] = { ok: true, value: { reply: claim.reply, recorded: true } };
+      }
+    }
+    await this.flush(tx, changes);
+    return results.map((r) => r ?? { ok: false, error: unavailable(new Error('unanswered poll')) });
+  }
+
+  /**
+   * Up to `need` claimable tasks of the command's queue, locked, each holding its concurrency
+   * slot. A task whose key filled up between the select and the slot update is passed over and
+   * the select runs again past it (at most three rounds: contention on one key is bounded by
+   * its limit, and the next poll finds the rest).
+   */
+  private async claimable(
+    tx: Tx,
+    command: AcquireCommand,
+    now: Timestamp,
+    need: number,
+  ): Promise<TaskRow[]> {
+    const won: TaskRow[] = [];
+    const excluded: string[] = [];
+    for (let round = 0; round < 3 && won.length < need; round += 1) {
+      const rows = await selectClaimable(
+        tx,
+        command.scope,
+        command.queue,
+        now,
+        need - won.length,
+        excluded,
+      );
+      if (rows.length === 0) break;
+      const tasks = rows.map((row) => taskFromDb(row));
+      const keyed = tasks
+        .filter((t) => t.concurrency_key !== null)
+        .sort((a, b) => ((a.concurrency_key ?? '') < (b.concurrency_key ?? '') ? -1 : 1));
+      const refused = new Set<string>();
+      for (const task of keyed) {
+        const ok = await takeConcurrencySlot(
+          tx,
+          command.scope,
+          task.concurrency_key as string,
+          task.concurrency_limit ?? 1,
+        );
+        if (!ok) refused.add(task.task_id);
+      }
+      for (const task of tasks) {
+        excluded.push(task.task_id);
+        if (!refused.has(task.task_id)) won.push(task);
+      }
+      if (refused.size === 0) break;
+    }
+    return won.sort(claimOrder);
+  }
+
+  // ---- renew / settle / confirm -------------------------------------------------------------
+
+  async renew(command: RenewCommand): Promise<Authority> {
+    return this.single(command, (tx, items) => this.renewTx(tx, items));
+  }
+
+  async renewBatch(commands: readonly RenewCommand[]): Promise<ItemResult<Authority>[]> {
+    return this.batch(commands, (tx, items) => this.renewTx(tx, items));
+  }
+
+  private renewTx(tx: Tx, commands: readonly RenewCommand[]): Promise<ItemResult<Authority>[]> {
+    return this.ownerSteps(
+      tx,
+      commands,
+      (c) => c.owner,
+      'renew',
+      (task, attempt, c, now) => renewLease(task, attempt, c, now, this.config),
+    );
+  }
+
+  async settle(command: SettleCommand): Promise<SettleReply> {
+    return this.single(command, (tx, items) => this.settleTx(tx, items));
+  }
+
+  async settleBatch(commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]> {
+    return this.batch(commands, (tx, items) => this.settleTx(tx, items));
+  }
+
+  private settleTx(tx: Tx, commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]> {
+    return this.ownerSteps(
+      tx,
+      commands,
+      (c) => c.owner,
+      'full',
+      (task, attempt, c, now) => settleAttempt(task, attempt, c, commandDigest(c), now),
+    );
+  }
+
+  async confirmQuiescence(owner: LeaseOwner): Promise<TaskState> {
+    return this.single(owner, (tx, items) =>
+      this.ownerSteps(
+        tx,
+        items,
+        (o) => o,
+        'full',
+        (task, attempt, o, now) => confirmQuiescence(task, attempt, o, now),
+      ),
+    );
+  }
+
+  /**
+   * The shape shared by renew, settle and confirm: lock the owners' tasks (primary-key order),
+   * read their attempts, apply each item's transition in order against the state left by the
+   * items before it, and write the changed rows once.
+   */
+  private async ownerSteps<C, R>(
+    tx: Tx,
+    commands: readonly C[],
+    ownerOf: (command: C) => LeaseOwner,
+    shape: 'renew' | 'full',
+    step: (
+      task: TaskRow | null,
+      attempt: AttemptRow | null,
+      command: C,
+      now: Timestamp,
+    ) => SideResult<R>,
+  ): Promise<ItemResult<R>[]> {
+    const owners = commands.map(ownerOf);
+    const tasks = new Map<string, TaskRow>();
+    for (const row of await lockTasks(tx, uniqueBy(owners.map(ownerTaskRef), taskKeyOf))) {
+      const task = taskFromDb(row);
+      tasks.set(taskKeyOf(task), task);
+    }
+    // Store time is read with the attempts, after the task locks were granted: a step that
+    // waited for a lock decides at the time it acts.
+    const loaded = await loadAttemptsAt(tx, uniqueBy(owners.map(ownerAttemptRef), attemptKeyOf));
+    const now = loaded.now + this.offset();
+    const attempts = new Map<string, AttemptRow>();
+    for (const row of loaded.rows) {
+      const attempt = attemptFromDb(row);
+      attempts.set(attemptKeyOf(attempt), attempt);
+    }
+    const changes = new Changes();
+    const results: ItemResult<R>[] = [];
+    commands.forEach((command, index) => {
+      const owner = owners[index] as LeaseOwner;
+      const tk = taskKeyOf(ownerTaskRef(owner));
+      const ak = attemptKeyOf(ownerAttemptRef(owner));
+      const task = tasks.get(tk) ?? null;
+      const attempt = attempts.get(ak) ?? null;
+      try {
+        const result = step(task, attempt, command, now);
+        if (result.changed && task !== null) {
+          changes.task(task, result.task);
+          tasks.set(tk, result.task);
+          attempts.set(ak, result.attempt);
+          (shape === 'renew' ? changes.renewed : changes.updated).set(ak, result.attempt);
+          changes.history.push(...result.history);
+        }
+        results.push({ ok: true, value: result.reply });
+      } catch (error) {
+        if (!(error instanceof ContractError)) throw error;
+        results.push({ ok: false, error });
+      }
+    });
+    await this.flush(tx, changes);
+    return results;
+  }
+
+  // ---- cancel -------------------------------------------------------------------------------
+
+  async cancel(scope: Scope, taskId: string): Promise<TaskState> {
+    return this.transact(async (tx) => {
+      const [row] = await lockTasks(tx, [{ ...scopeOf(scope), task_id: taskId }]);
+      if (row === undefined) throw notFound(taskId);
+      const now = await this.time(tx);
+      const task = taskFromDb(row);
+      const result = cancelTask(task, now);
+      if (result.changed) {
+        const changes = new Changes();
+        changes.task(task, result.task);
+        changes.history.push(...result.history);
+        await this.flush(tx, changes);
+      }
+      return result.reply;
+    });
+  }
+
+  // ---- reads --------------------------------------------------------------------------------
+
+  /** The task with its payload, from one statement (one snapshot). */
+  private async readTask(db: Tx, scope: Scope, taskId: string): Promise<TaskRow> {
+    const [row] = await db`
+      select t.*, p.data as payload_data, p.output as payload_output
+      from tasks t
+      left join task_payloads p on p.tenant_id = t.tenant_id and p.namespace = t.namespace
+        and p.task_id = t.task_id
+      where t.tenant_id = ${scope.tenant_id} and t.namespace = ${scope.namespace}
+        and t.task_id = ${taskId}`;
+    if (row === undefined) throw notFound(taskId);
+    return taskFromDb(row, {
+      data: jsonColumn(row.payload_data),
+      output: jsonColumn(row.payload_output),
+    });
+  }
+
+  async status(scope: Scope, taskId: string): Promise<TaskStatus> {
+    return this.transact(async (tx) => taskStatus(await this.readTask(tx, scope, taskId)));
+  }
+
+  async result(scope: Scope, taskId: string): Promise<TaskResult> {
+    return this.transact(async (tx) => taskResult(await this.readTask(tx, scope, taskId)));
+  }
+
+  async inspect(scope: Scope, taskId: string): Promise<TaskSnapshot> {
+    return this.transact(async (tx) => taskSnapshot(await this.readTask(tx, scope, taskId)));
+  }
+
+  async inspectAttempt(scope: Scope, taskId: string, attemptId: string): Promise<AttemptSnapshot> {
+    return this.transact(async (tx) => {
+      const task = await this.readTask(tx, scope, taskId);
+      const [row] = await loadAttempts(tx, [
+        { ...scopeOf(scope), task_id: taskId, attempt_id: attemptId },
+      ]);
+      if (row === undefined) {
+        throw new ContractError(
+          'not_found',
+          `attempt ${attemptId} of task ${taskId} was not found`,
+        );
+      }
+      return attemptSnapshot(task, attemptFromDb(row));
+    }, 'isolation level repeatable read read only');
+  }
+
+  async history(
+    scope: Scope,
+    taskId: string,
+    afterSequence: number,
+  ): Promise<RecordedHistoryEvent[]> {
+    return this.transact(async (tx) => {
+      const [task] = await tx`
+        select 1 from tasks where tenant_id = ${scope.tenant_id}
+          and namespace = ${scope.namespace} and task_id = ${taskId}`;
+      if (task === undefined) throw notFound(taskId);
+      const rows = await tx`
+        select * from task_history
+        where tenant_id = ${scope.tenant_id} and namespace = ${scope.namespace}
+          and task_id = ${taskId} and sequence > ${afterSequence}
+        order by sequence
+        limit ${HISTORY_PAGE_LIMIT}`;
+      return rows.map((row) =>
+        recordedHistoryEvent({
+          tenant_id: String(row.tenant_id),
+          namespace: String(row.namespace),
+          task_id: String(row.task_id),
+          sequence: num(row.sequence),
+          attempt_id: row.attempt_id === null ? null : String(row.attempt_id),
+          at: num(row.at),
+          reason: row.reason as HistoryRow['reason'],
+        }),
+      );
+    }, 'isolation level repeatable read read only');
+  }
+
+  async listTasks(scope: Scope, query: TaskListQuery): Promise<TaskPage> {
+    const filters = query.filters;
+    const position =
+      query.cursor === undefined || query.cursor === null
+        ? null
+        : decodeTaskCursor(query.cursor, scope, filters);
+    const limit = query.limit ?? TASK_LIST_DEFAULT_LIMIT;
+    if (!Number.isSafeInteger(limit) || limit < 1 || limit > TASK_LIST_MAX_LIMIT) {
+      throw new ContractError('invalid_input', `$.limit must be 1..${TASK_LIST_MAX_LIMIT}`, {
+        reason: 'schema',
+        path: '$.limit',
+      });
+    }
+    return this.transact(async (tx) => {
+      const sql = tx;
+      const empty = sql``;
+      const rows = await sql`
+        select * from tasks
+        where tenant_id = ${scope.tenant_id} and namespace = ${scope.namespace}
+          ${filters.state != null ? sql`and state = ${filters.state}` : empty}
+          ${filters.queue != null ? sql`and queue = ${filters.queue}` : empty}
+          ${filters.program != null ? sql`and program->>'name' = ${filters.program}` : empty}
+          ${filters.labels != null ? sql`and labels @> ${JSON.stringify(filters.labels)}::text::jsonb` : empty}
+          ${filters.submitted_from != null ? sql`and submitted_at >= ${filters.submitted_from}` : empty}
+          ${filters.submitted_until != null ? sql`and submitted_at < ${filters.submitted_until}` : empty}
+          ${filters.workflow_id != null ? sql`and workflow_id = ${filters.workflow_id}` : empty}
+          ${
+            position !== null
+              ? sql`and (submitted_at, task_id) < (${position.submitted_at}, ${position.task_id})`
+              : empty
+          }
+        order by submitted_at desc nulls last, task_id desc nulls last
+        limit ${limit + 1}`;
+      const tasks = rows.slice(0, limit).map((row) => taskStatus(taskFromDb(row)));
+      const page: TaskPage = { tasks };
+      const last = tasks[tasks.length - 1];
+      if (rows.length > limit && last !== undefined) {
+        page.next_cursor = encodeTaskCursor(scope, filters, {
+          submitted_at: last.submitted_at,
+          task_id: last.task_id,
+        });
+      }
+      return page;
+    });
+  }
+
+  // ---- recovery -----------------------------------------------------------------------------
+
+  async recoverExpiredLeases(limit: number = MAX_RECOVERY_BATCH): Promise<RecoveryProgress> {
+    if (!Number.isSafeInteger(limit) || limit < 1) {
+      throw new ContractError('invalid_input', 'recovery limit must be a positive integer', {
+        reason: 'schema',
+        path: '$.limit',
+      });
+    }
+    // One bounded transaction: at most MAX_RECOVERY_BATCH leases per call (DESIGN §1.5).
+    const bounded = Math.min(MAX_RECOVERY_BATCH, limit);
+    return this.transact(async (tx) => {
+      const now = await this.time(tx);
+      // One row past the bound answers `has_more` exactly; it is locked until commit, not touched.
+      const found = await lockExpiredLeases(tx, now, bounded + 1);
+      const rows = found.slice(0, bounded);
+      const progress = startRecoveryProgress(rows.length, found.length > bounded);
+      if (rows.length === 0) return progress;
+      const tasks = rows.map((row) => taskFromDb(row));
+      // Re-read the attempts under the task locks: the select's attempt rows are from its
+      // snapshot, and a settle or renew may have committed just before the lock was granted.
+      const refs = rows.map((row, i) => ({
+        ...refOf(tasks[i] as TaskRow),
+        attempt_id: String(row.expired_attempt_id),
+      }));
+      const attempts = new Map<string, AttemptRow>();
+      for (const row of await loadAttempts(tx, refs)) {
+        const attempt = attemptFromDb(row);
+        attempts.set(attemptKeyOf(attempt), attempt);
+      }
+      const changes = new Changes();
+      tasks.forEach((task, i) => {
+        const attempt = attempts.get(attemptKeyOf(refs[i] as AttemptKeyRef));
+        if (attempt === undefined) return;
+        const result = recoverExpiredLease(task, attempt, now);
+        countRecovery(progress, result);
+        if (result === null) return; // a late settle or renew won the race
+        changes.task(task, result.task);
+        changes.updated.set(attemptKeyOf(attempt), result.attempt);
+        changes.history.push(...result.history);
+      });
+      await this.flush(tx, changes);
+      return progress;
+    });
+  }
+}
+
+function scopeOf(scope: Scope): { tenant_id: string; namespace: string } {
+  return { tenant_id: scope.tenant_id, namespace: scope.namespace };
+}
+
+function refOf(task: { tenant_id: string; namespace: string; task_id: string }): TaskRef {
+  return { tenant_id: task.tenant_id, namespace: task.namespace, task_id: task.task_id };
+}
+
+function slotKey(command: AcquireCommand): string {
+  return `${command.scope.tenant_id}\u0000${command.scope.namespace}\u0000${command.worker_session_id}\u0000${command.consumer_id}`;
+}
+
+const CONNECTION_LOSS = new Set([
+  'CONNECTION_CLOSED',
+  'CONNECTION_DESTROYED',
+  'CONNECTION_ENDED',
+  'CONNECT_TIMEOUT',
+  'ECONNRESET',
+  'EPIPE',
+  '57P01', // admin_shutdown: pg_terminate_backend, server shutdown
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now
+]);
+
+/**
+ * Whether a failure means the connection is gone (rather than the statement failing): the
+ * driver's connection codes, SQLSTATE class 08 (connection exception) and 57P0x (shutdown).
+ */
+function isConnectionLoss(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return (
+    typeof code === 'string' &&
+    (CONNECTION_LOSS.has(code) || code.startsWith('08') || code.startsWith('57P'))
+  );
+}
+
+function asContractError(error: unknown): ContractError {
+  return error instanceof ContractError ? error : unavailable(error);
+}

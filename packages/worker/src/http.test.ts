@@ -1,0 +1,216 @@
+import {
+  ContractError,
+  LedgenceError,
+  TaskStatusSchema,
+  WorkerSessionSchema,
+} from '@ledgence/contracts';
+import { describe, expect, it } from 'vitest';
+import {
+  ApplicationError,
+  isRetryable,
+  ProblemError,
+  ProtocolError,
+  TransportError,
+} from './errors.js';
+import { type FetchLike, HttpTransport } from './http.js';
+
+function respond(status: number, body: string, type = 'application/json'): FetchLike {
+  return async () => new Response(body, { status, headers: { 'content-type': type } });
+}
+
+const session = {
+  id: 'ses_1',
+  scope: { tenant_id: 'acme', namespace: 'prod' },
+  queue: 'q',
+  concurrency: 2,
+  expires_at: 1_000,
+};
+
+function get(fetch: FetchLike, options: { timeoutMs?: number; signal?: AbortSignal } = {}) {
+  const http = new HttpTransport({
+    url: 'http://h.invalid/',
+    fetch,
+    requestTimeoutMs: options.timeoutMs ?? 1_000,
+  });
+  return http.request({
+    method: 'GET',
+    path: '/x',
+    schema: WorkerSessionSchema,
+    maxBytes: 1_000,
+    signal: options.signal,
+  });
+}
+
+const problem = (code: string, status: number, extra: Record<string, unknown> = {}) =>
+  JSON.stringify({ type: 'about:blank', title: 't', status, code, detail: `d ${code}`, ...extra });
+
+describe('HttpTransport', () => {
+  it('parses a valid reply strictly', async () => {
+    const reply = await get(respond(200, JSON.stringify(session)));
+    expect(reply).toEqual({ status: 200, body: session });
+  });
+
+  it('sends the key, the JSON content type and the query', async () => {
+    let seen: { url: string; init: RequestInit } | undefined;
+    const http = new HttpTransport({
+      url: 'http://h.invalid',
+      apiKey: 'k1',
+      fetch: async (url, init) => {
+        seen = { url, init };
+        return new Response(JSON.stringify(session), {
+          headers: { 'content-type': 'application/json; charset=utf-8' },
+        });
+      },
+    });
+    await http.request({
+      method: 'POST',
+      path: '/p',
+      query: { a: 1, b: undefined },
+      body: { x: 1 },
+      schema: WorkerSessionSchema,
+      maxBytes: 1_000,
+    });
+    expect(seen?.url).toBe('http://h.invalid/p?a=1');
+    const headers = seen?.init.headers as Record<string, string>;
+    expect(headers.authorization).toBe('Bearer k1');
+    expect(headers['content-type']).toBe('application/json');
+    expect(seen?.init.body).toBe('{"x":1}');
+  });
+
+  it('maps a problem document to a ProblemError that is a ContractError', async () => {
+    const error = await get(
+      respond(
+        409,
+        problem('ownership_lost', 409, { request_id: 'r1', reason: 'expired' }),
+        'application/problem+json',
+      ),
+    ).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ProblemError);
+    expect(error).toBeInstanceOf(ContractError);
+    expect(error).toMatchObject({
+      code: 'ownership_lost',
+      status: 409,
+      message: 'd ownership_lost',
+      requestId: 'r1',
+      reason: 'expired',
+      retryable: false,
+    });
+    expect(isRetryable(error)).toBe(false);
+  });
+
+  it('maps unavailable to a retryable ProblemError', async () => {
+    const error = await get(
+      respond(503, problem('unavailable', 503), 'application/problem+json'),
+    ).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ProblemError);
+    expect(isRetryable(error)).toBe(true);
+  });
+
+  it('maps gateway pages and 429 to retryable transport errors', async () => {
+    for (const status of [500, 502, 504, 429]) {
+      const error = await get(respond(status, '<html>bad gateway</html>', 'text/html')).catch(
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(TransportError);
+      expect(error).toMatchObject({ reason: 'server', status });
+      expect(isRetryable(error)).toBe(true);
+    }
+  });
+
+  it('maps network failures and timeouts to transport errors', async () => {
+    const network = await get(async () => {
+      throw new TypeError('fetch failed', { cause: new Error('ECONNRESET') });
+    }).catch((e: unknown) => e);
+    expect(network).toMatchObject({ reason: 'network' });
+    expect((network as Error).message).toContain('ECONNRESET');
+    const slow: FetchLike = (_url, init) =>
+      new Promise((_resolve, reject) => {
+        init.signal?.addEventListener('abort', () => reject(init.signal?.reason));
+      });
+    const timeout = await get(slow, { timeoutMs: 20 }).catch((e: unknown) => e);
+    expect(timeout).toBeInstanceOf(TransportError);
+    expect(timeout).toMatchObject({ reason: 'timeout' });
+  });
+
+  it("rethrows the caller's abort reason as it is", async () => {
+    const controller = new AbortController();
+    const reason = new Error('mine');
+    const slow: FetchLike = (_url, init) =>
+      new Promise((_resolve, reject) => {
+        init.signal?.addEventListener('abort', () => reject(init.signal?.reason));
+      });
+    const pending = get(slow, { signal: controller.signal }).catch((e: unknown) => e);
+    controller.abort(reason);
+    expect(await pending).toBe(reason);
+  });
+
+  it('rejects replies that break the contract as ProtocolErrors', async () => {
+    const cases: [FetchLike, string | RegExp][] = [
+      [respond(200, '{"id":'), /strict JSON/],
+      [respond(200, JSON.stringify({ ...session, extra: 1 })), /\$\.extra/],
+      [respond(200, JSON.stringify({ ...session, concurrency: '2' })), /\$\.concurrency/],
+      [respond(200, '{"id":"a","id":"b"}'), /strict JSON/],
+      [respond(200, `{"n":${'9'.repeat(20)}}`), /strict JSON/],
+      [respond(200, JSON.stringify(session), 'text/plain'), /content type/],
+      [respond(200, JSON.stringify({ ...session, queue: 'x'.repeat(2_000) })), /exceeds/],
+      [respond(400, 'not a problem', 'text/plain'), /without a valid problem/],
+      [respond(409, problem('ownership_lost', 400)), /without a valid problem/],
+      [respond(201, JSON.stringify(session)), /answered 201/],
+    ];
+    for (const [fetch, message] of cases) {
+      const error = await get(fetch).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ProtocolError);
+      expect((error as Error).message).toMatch(message);
+      expect(isRetryable(error)).toBe(false);
+    }
+  });
+
+  it('keeps a status schema strict about nulls the contract requires', async () => {
+    const http = new HttpTransport({
+      url: 'http://h.invalid',
+      fetch: respond(
+        200,
+        JSON.stringify({
+          task_id: 't',
+          run_id: 'r',
+          queue: 'q',
+          program: { name: 'p' },
+          state: 'queued',
+          submitted_at: 1,
+          available_at: 1,
+          attempt_count: 0,
+          max_attempts: 3,
+          cancel_requested_at: null,
+        }),
+      ),
+    });
+    await expect(
+      http.request({ method: 'GET', path: '/t', schema: TaskStatusSchema, maxBytes: 10_000 }),
+    ).rejects.toThrow(/terminal_at is required/);
+  });
+});
+
+describe('typed errors across copies', () => {
+  it('recognise an error made by another copy of the package by its brand', () => {
+    // What a second installed copy of @ledgence/worker would define.
+    class CopiedTransportError extends LedgenceError {
+      static override readonly brand = '@ledgence/worker/TransportError';
+    }
+    class CopiedApplicationError extends LedgenceError {
+      static override readonly brand = '@ledgence/worker/ApplicationError';
+    }
+    expect(new CopiedTransportError('x')).toBeInstanceOf(TransportError);
+    expect(new CopiedApplicationError('x')).toBeInstanceOf(ApplicationError);
+    expect(new CopiedApplicationError('x')).not.toBeInstanceOf(TransportError);
+    expect(new ApplicationError('c', 'm')).toBeInstanceOf(LedgenceError);
+    expect(new ApplicationError('c', 'm').name).toBe('ApplicationError');
+  });
+});
+
+describe('HttpTransport configuration', () => {
+  it('refuses a URL fetch could never reach, instead of retrying it forever', () => {
+    for (const url of ['', 'localhost:8080', 'ftp://h/', 'Error: x']) {
+      expect(() => new HttpTransport({ url, fetch: respond(200, '{}') })).toThrow(TypeError);
+    }
+  });
+});

@@ -1,0 +1,270 @@
+/**
+ * The one HTTP path every SDK call takes: builds the request, bounds it with
+ * a timeout, reads the reply with a byte limit, and parses it strictly with
+ * the contracts' decoder and the route's reply schema. A reply that breaks
+ * the contract is a {@link ProtocolError}, never an unchecked `any`; a
+ * problem document becomes a {@link ProblemError}; anything that leaves the
+ * outcome unknown (network, timeout, 5xx without a problem) is a
+ * {@link TransportError}, which callers may retry because every request the
+ * SDK sends is replay-safe.
+ */
+import {
+  COMMAND_MAX_DEPTH,
+  CONTROL_REQUEST_TIMEOUT_MS,
+  ContractError,
+  decodeStrictJson,
+  type Problem,
+  ProblemSchema,
+  parseWith,
+} from '@ledgence/contracts';
+import { ProblemError, ProtocolError, TransportError } from './errors.js';
+
+/** A schema the contracts' `parseWith` accepts (a valibot schema from @ledgence/contracts). */
+export type ReplySchema = Parameters<typeof parseWith>[0];
+/** The parsed output of a {@link ReplySchema}. */
+export type ReplyOf<S extends ReplySchema> = ReturnType<typeof parseWith<S>>;
+
+/** The `fetch` the SDK calls: the global one, or a test double / custom agent. */
+export type FetchLike = (input: string, init: RequestInit) => Promise<Response>;
+
+/** Connection settings shared by the client and the worker. */
+export interface HttpOptions {
+  /** The server's base URL, e.g. `http://127.0.0.1:8080`. */
+  url: string;
+  /** The API key, sent as `Authorization: Bearer <key>`; absent in development mode. */
+  apiKey?: string | undefined;
+  /** The `fetch` to use; the global `fetch` by default. */
+  fetch?: FetchLike | undefined;
+  /** Timeout of one request, added to any long-poll wait; CONTROL_REQUEST_TIMEOUT_MS by default. */
+  requestTimeoutMs?: number | undefined;
+}
+
+/** One request: route, body, the reply schema and its byte limit. */
+export interface RequestSpec<S extends ReplySchema> {
+  method: 'GET' | 'POST';
+  /** The path below the base URL, already percent-encoded. */
+  path: string;
+  /** Query parameters; `undefined` values are left out. */
+  query?: Record<string, string | number | undefined>;
+  /** A JSON body; `undefined` sends none. */
+  body?: unknown;
+  /** The schema of a successful reply. */
+  schema: S;
+  /** The largest reply body accepted. */
+  maxBytes: number;
+  /** Statuses that count as success; `[200]` by default. */
+  okStatus?: readonly number[];
+  /** Extra time beyond the request timeout, e.g. a long poll's wait. */
+  extraTimeoutMs?: number;
+  /** Aborts the request; the abort reason is rethrown as it is. */
+  signal?: AbortSignal | undefined;
+}
+
+/** A successful reply: its parsed body and status. */
+export interface Reply<T> {
+  status: number;
+  body: T;
+}
+
+const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
+
+/** Reads at most `maxBytes` of a body, so a runaway reply cannot exhaust memory. */
+async function readBody(response: Response, maxBytes: number): Promise<Uint8Array> {
+  const reader = response.body?.getReader();
+  if (reader === undefined) return new Uint8Array(0);
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBytes) {
+      await reader.cancel().catch(() => {});
+      throw new ProtocolError(`the reply exceeds ${maxBytes} bytes`, { status: response.status });
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(total);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return bytes;
+}
+
+/** Strict JSON of a reply, with contract errors restated as protocol errors. */
+function decodeReply(bytes: Uint8Array, maxBytes: number, status: number): unknown {
+  try {
+    return decodeStrictJson(bytes, { maxBytes, maxDepth: COMMAND_MAX_DEPTH });
+  } catch (error) {
+    throw asProtocolError(error, status, 'is not strict JSON');
+  }
+}
+
+function asProtocolError(error: unknown, status: number, what: string): ProtocolError {
+  if (error instanceof ContractError) {
+    return new ProtocolError(`the server's reply ${what}: ${error.message}`, {
+      status,
+      path: error.path,
+      cause: error,
+    });
+  }
+  return new ProtocolError(`the server's reply ${what}`, { status, cause: error });
+}
+
+/**
+ * Parses `value` with a reply schema; a mismatch is a {@link ProtocolError}
+ * naming the JSON path (the server broke the contract).
+ */
+export function parseReply<S extends ReplySchema>(schema: S, value: unknown, status = 200) {
+  try {
+    return parseWith(schema, value) as ReplyOf<S>;
+  } catch (error) {
+    throw asProtocolError(error, status, 'does not match the contract');
+  }
+}
+
+/** Whether a batch item is a problem document rather than a result. */
+export function isProblem(item: unknown): item is Problem {
+  return (
+    typeof item === 'object' &&
+    item !== null &&
+    'type' in item &&
+    'code' in item &&
+    'status' in item &&
+    'detail' in item
+  );
+}
+
+/** The error a failed status carries: a problem, a retryable server failure, or a protocol break. */
+function failureOf(status: number, contentType: string, bytes: Uint8Array): Error {
+  let problem: Problem | undefined;
+  if (JSON_TYPE.test(contentType)) {
+    try {
+      problem = parseWith(
+        ProblemSchema,
+        decodeStrictJson(bytes, { maxBytes: bytes.byteLength + 1 }),
+      ) as Problem;
+    } catch {
+      problem = undefined;
+    }
+  }
+  if (problem !== undefined && problem.status === status) return new ProblemError(problem);
+  // Gateways answer 502/504 and rate limiters 429 with pages of their own:
+  // the request's fate is unknown, so it is retried like a dropped connection.
+  if (status >= 500 || status === 429 || status === 408) {
+    return new TransportError(`the server answered ${status}`, { reason: 'server', status });
+  }
+  return new ProtocolError(`the server answered ${status} without a valid problem document`, {
+    status,
+  });
+}
+
+/** Problem replies are small; a larger one is not a problem document. */
+const PROBLEM_MAX_BYTES = 64 * 1024;
+
+/** The HTTP transport of a client or worker. */
+export class HttpTransport {
+  readonly #base: string;
+  readonly #apiKey: string | undefined;
+  readonly #fetch: FetchLike;
+  /** Timeout of one request, before any long-poll wait is added. */
+  readonly requestTimeoutMs: number;
+
+  constructor(options: HttpOptions) {
+    if (typeof options.url !== 'string' || !URL.canParse(options.url)) {
+      throw new TypeError('url must be an absolute http(s) URL');
+    }
+    // Checked here: fetch reports a bad scheme as a network failure, which
+    // the SDK would retry forever.
+    const protocol = new URL(options.url).protocol;
+    if (protocol !== 'http:' && protocol !== 'https:') {
+      throw new TypeError(`url must use http or https, not ${protocol}`);
+    }
+    this.#base = options.url.replace(/\/+$/, '');
+    this.#apiKey = options.apiKey;
+    const f = options.fetch ?? globalThis.fetch;
+    if (typeof f !== 'function') throw new TypeError('no fetch available: pass options.fetch');
+    this.#fetch = f;
+    this.requestTimeoutMs = options.requestTimeoutMs ?? CONTROL_REQUEST_TIMEOUT_MS;
+  }
+
+  /** Sends one request and returns its strictly parsed reply, or throws a typed error. */
+  async request<S extends ReplySchema>(spec: RequestSpec<S>): Promise<Reply<ReplyOf<S>>> {
+    let url = `${this.#base}${spec.path}`;
+    if (spec.query !== undefined) {
+      const params = new URLSearchParams();
+      for (const [key, value] of Object.entries(spec.query)) {
+        if (value !== undefined) params.append(key, String(value));
+      }
+      const text = params.toString();
+      if (text.length > 0) url += `?${text}`;
+    }
+    const headers: Record<string, string> = { accept: 'application/json' };
+    if (this.#apiKey !== undefined) headers.authorization = `Bearer ${this.#apiKey}`;
+    let body: string | undefined;
+    if (spec.body !== undefined) {
+      body = JSON.stringify(spec.body);
+      headers['content-type'] = 'application/json';
+    }
+    const timeoutMs = this.requestTimeoutMs + (spec.extraTimeoutMs ?? 0);
+    const timeout = AbortSignal.timeout(timeoutMs);
+    const signal = spec.signal === undefined ? timeout : AbortSignal.any([spec.signal, timeout]);
+    let status = 0;
+    try {
+      const response = await this.#fetch(url, { method: spec.method, headers, body, signal });
+      status = response.status;
+      const contentType = response.headers.get('content-type') ?? '';
+      const ok = (spec.okStatus ?? [200]).includes(status);
+      const bytes = await readBody(response, ok ? spec.maxBytes : PROBLEM_MAX_BYTES).catch(
+        (error: unknown) => {
+          // A problem body too large to be one still says "failed with this status".
+          if (!ok && error instanceof ProtocolError) return new Uint8Array(0);
+          throw error;
+        },
+      );
+      if (!ok) throw failureOf(status, contentType, bytes);
+      if (!JSON_TYPE.test(contentType)) {
+        throw new ProtocolError(
+          `the server answered ${status} with content type "${contentType}"`,
+          {
+            status,
+          },
+        );
+      }
+      const value = decodeReply(bytes, spec.maxBytes, status);
+      return { status, body: parseReply(spec.schema, value, status) };
+    } catch (error) {
+      if (spec.signal?.aborted) throw spec.signal.reason;
+      if (
+        error instanceof ProblemError ||
+        error instanceof ProtocolError ||
+        error instanceof TransportError
+      ) {
+        throw error;
+      }
+      if (timeout.aborted) {
+        throw new TransportError(`${spec.method} ${spec.path} timed out after ${timeoutMs} ms`, {
+          reason: 'timeout',
+          cause: error,
+        });
+      }
+      throw new TransportError(`${spec.method} ${spec.path} failed: ${describe(error)}`, {
+        reason: 'network',
+        status: status === 0 ? undefined : status,
+        cause: error,
+      });
+    }
+  }
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) {
+    const cause = (error as { cause?: unknown }).cause;
+    if (cause instanceof Error && cause.message.length > 0)
+      return `${error.message} (${cause.message})`;
+    return error.message;
+  }
+  return String(error);
+}

@@ -1,0 +1,239 @@
+import {
+  type Assignment,
+  type Authority,
+  ContractError,
+  type LeaseOwner,
+} from '@ledgence/contracts';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { ProblemError, TransportError } from './errors.js';
+import {
+  clockTick,
+  dispatchDecision,
+  initialLease,
+  type LeaseState,
+  maySettle,
+  nextRenew,
+  renewFailed,
+  renewReplied,
+} from './lease.js';
+
+const owner: LeaseOwner = {
+  scope: { tenant_id: 'acme', namespace: 'prod' },
+  task_id: 't1',
+  attempt_id: 'a1',
+  lease_id: 'l1',
+  generation: 1,
+  worker_session_id: 's1',
+  consumer_id: 0,
+};
+
+function authority(overrides: Partial<Authority> = {}): Authority {
+  return {
+    owner,
+    expires_at: 31_000,
+    remaining_ms: 30_000,
+    execution_remaining_ms: 300_000,
+    renew_sequence: 0,
+    cancel_requested: false,
+    dispatch_allowed: false,
+    ...overrides,
+  };
+}
+
+const assignment = { authority: authority() } as unknown as Assignment;
+
+function problem(code: ConstructorParameters<typeof ContractError>[0]): ProblemError {
+  return new ProblemError({
+    type: 'about:blank',
+    title: code,
+    status: new ContractError(code, 'x').status,
+    code,
+    detail: 'x',
+  });
+}
+
+function send(lease: LeaseState, intent: 'dispatch' | 'keep_alive') {
+  const next = nextRenew(lease, intent);
+  if (next === null) throw new Error('lease lost');
+  return next;
+}
+
+describe('lease protocol', () => {
+  it('starts at renew sequence 0 with a conservative local expiry', () => {
+    const lease = initialLease(assignment, 1_000);
+    expect(lease).toMatchObject({
+      acknowledged: 0,
+      pending: null,
+      expiresAtLocal: 31_000,
+      executionEndsAtLocal: 301_000,
+      dispatchAllowed: false,
+      dispatchAnswered: false,
+      lost: null,
+    });
+  });
+
+  it('asks for dispatch with sequence 1, then keeps alive with 2, 3…', () => {
+    let lease = initialLease(assignment, 0);
+    const dispatch = send(lease, 'dispatch');
+    expect(dispatch.command).toEqual({ owner, sequence: 1, intent: 'dispatch' });
+    lease = renewReplied(
+      dispatch.lease,
+      authority({ renew_sequence: 1, dispatch_allowed: true }),
+      100,
+    ).lease;
+    expect(lease).toMatchObject({ acknowledged: 1, pending: null, dispatchAnswered: true });
+    expect(dispatchDecision(lease)).toEqual({ kind: 'run' });
+    const beat = send(lease, 'keep_alive');
+    expect(beat.command).toEqual({ owner, sequence: 2, intent: 'keep_alive' });
+  });
+
+  it('re-sends a renew verbatim after a lost reply, whatever intent is asked next', () => {
+    const lease = initialLease(assignment, 0);
+    const dispatch = send(lease, 'dispatch');
+    const failed = renewFailed(dispatch.lease, new TransportError('x', { reason: 'timeout' }));
+    expect(failed.effect).toEqual({ kind: 'retry' });
+    const again = send(failed.lease, 'keep_alive');
+    expect(again.command).toEqual({ owner, sequence: 1, intent: 'dispatch' });
+  });
+
+  it('extends the local expiry from the send time of the answered renew', () => {
+    const lease = send(initialLease(assignment, 0), 'dispatch').lease;
+    const step = renewReplied(lease, authority({ renew_sequence: 1, remaining_ms: 30_000 }), 5_000);
+    expect(step.lease.expiresAtLocal).toBe(35_000);
+  });
+
+  it('signals cancellation once, when the authority first reports it', () => {
+    let lease = send(initialLease(assignment, 0), 'dispatch').lease;
+    let step = renewReplied(lease, authority({ renew_sequence: 1, dispatch_allowed: true }), 0);
+    expect(step.effect).toEqual({ kind: 'none' });
+    lease = send(step.lease, 'keep_alive').lease;
+    step = renewReplied(
+      lease,
+      authority({ renew_sequence: 2, dispatch_allowed: true, cancel_requested: true }),
+      0,
+    );
+    expect(step.effect).toEqual({ kind: 'cancel' });
+    lease = send(step.lease, 'keep_alive').lease;
+    step = renewReplied(lease, authority({ renew_sequence: 3, cancel_requested: true }), 0);
+    expect(step.effect).toEqual({ kind: 'none' });
+  });
+
+  it('loses the lease on ownership_lost and sends nothing more, settlement included', () => {
+    const lease = send(initialLease(assignment, 0), 'dispatch').lease;
+    const step = renewFailed(lease, problem('ownership_lost'));
+    expect(step.effect).toEqual({ kind: 'lost', why: 'ownership_lost' });
+    expect(nextRenew(step.lease, 'keep_alive')).toBeNull();
+    expect(maySettle(step.lease)).toBe(false);
+  });
+
+  it('stops renewing after a sequence conflict, but may still settle', () => {
+    const lease = send(initialLease(assignment, 0), 'dispatch').lease;
+    for (const code of ['sequence_conflict', 'conflict'] as const) {
+      const step = renewFailed(lease, problem(code));
+      expect(step.effect).toEqual({ kind: 'lost', why: 'renew_conflict' });
+      expect(maySettle(step.lease)).toBe(true);
+    }
+  });
+
+  it('retries on unavailable', () => {
+    const lease = send(initialLease(assignment, 0), 'dispatch').lease;
+    expect(renewFailed(lease, problem('unavailable')).effect).toEqual({ kind: 'retry' });
+  });
+
+  it('is lost locally once the estimated expiry passes without a renewal', () => {
+    const lease = initialLease(assignment, 0);
+    expect(clockTick(lease, 29_999).effect).toEqual({ kind: 'none' });
+    const step = clockTick(lease, 30_000);
+    expect(step.effect).toEqual({ kind: 'lost', why: 'expired' });
+    expect(maySettle(step.lease)).toBe(true);
+  });
+
+  it('refuses to run user code when dispatch is not granted', () => {
+    const base = send(initialLease(assignment, 0), 'dispatch').lease;
+    const cancelled = renewReplied(
+      base,
+      authority({ renew_sequence: 1, cancel_requested: true }),
+      0,
+    ).lease;
+    expect(dispatchDecision(cancelled)).toMatchObject({
+      kind: 'refuse',
+      failure: 'cancelled',
+      retryable: false,
+    });
+    const tooLate = renewReplied(
+      base,
+      authority({ renew_sequence: 1, execution_remaining_ms: 10 }),
+      0,
+    ).lease;
+    expect(dispatchDecision(tooLate)).toMatchObject({
+      kind: 'refuse',
+      failure: 'timed_out',
+      retryable: true,
+    });
+    // A replayed grant with a cancel requested since: still not run.
+    const both = renewReplied(
+      base,
+      authority({ renew_sequence: 1, dispatch_allowed: true, cancel_requested: true }),
+      0,
+    ).lease;
+    expect(dispatchDecision(both)).toMatchObject({ kind: 'refuse', failure: 'cancelled' });
+  });
+});
+
+/** The server side of one attempt's renew sequence (DESIGN §4.1 Renew). */
+class RenewModel {
+  sequence = 0;
+  last: string | null = null;
+  conflicts = 0;
+  extensions = 0;
+
+  renew(command: { sequence: number; intent: string }): Authority {
+    const bytes = JSON.stringify(command);
+    if (command.sequence === this.sequence && this.last !== null) {
+      if (bytes !== this.last) this.conflicts += 1;
+    } else if (command.sequence !== this.sequence + 1) {
+      this.conflicts += 1;
+    } else {
+      this.sequence = command.sequence;
+      this.last = bytes;
+      this.extensions += 1;
+    }
+    return authority({ renew_sequence: this.sequence, dispatch_allowed: this.sequence >= 1 });
+  }
+}
+
+describe('lease protocol (property)', () => {
+  it('never conflicts and extends once per acknowledged renew, whatever is lost', () => {
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom(0, 1, 2), { maxLength: 100 }), (fates) => {
+        const server = new RenewModel();
+        let lease = initialLease(assignment, 0);
+        let acknowledged = 0;
+        for (const fate of [...fates, 2]) {
+          const next = nextRenew(lease, lease.dispatchAnswered ? 'keep_alive' : 'dispatch');
+          if (next === null) throw new Error('lease lost');
+          lease = next.lease;
+          if (fate === 0) {
+            lease = renewFailed(lease, new TransportError('lost', { reason: 'network' })).lease;
+            continue;
+          }
+          const reply = server.renew(next.command);
+          if (fate === 1) {
+            lease = renewFailed(lease, new TransportError('lost', { reason: 'network' })).lease;
+            continue;
+          }
+          lease = renewReplied(lease, reply, 0).lease;
+          acknowledged += 1;
+        }
+        expect(server.conflicts).toBe(0);
+        expect(lease.acknowledged).toBe(server.sequence);
+        expect(lease.pending).toBeNull();
+        // Replays never extended twice: one extension per distinct sequence.
+        expect(server.extensions).toBe(server.sequence);
+        expect(acknowledged).toBeGreaterThanOrEqual(1);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

@@ -1,0 +1,192 @@
+/**
+ * One held lease, as a pure state machine: the renew sequence, the local
+ * estimate of when the lease ends, and the authority last seen (cancel
+ * requested, dispatch granted). The runtime sends the commands it yields and
+ * feeds back replies, failures and the clock.
+ *
+ * Rules (DESIGN §4.1, §5 Renew):
+ * - An assignment starts at renew sequence 0. The first renew is sequence 1
+ *   with intent `dispatch`; user code runs only if it is granted.
+ * - Each acknowledged renew advances the sequence by one. A renew whose reply
+ *   was lost stays pending and is re-sent *verbatim* (same sequence, same
+ *   intent: the server answers the same sequence with another intent with
+ *   409 `conflict`), so it is replayed, never applied twice.
+ * - The local expiry is `send time + remaining_ms` of the last reply: the
+ *   server sampled its clock after the request left, so the real expiry is
+ *   never earlier than this estimate (no clock sync needed).
+ * - `ownership_lost` / `not_found`: the lease is gone; nothing more is sent
+ *   for it, settlement included (the server would refuse it).
+ * - `sequence_conflict` / `conflict` on a renew cannot happen when only this
+ *   machine renews; if it does, the lease can no longer be extended: the
+ *   handler is aborted, but its settlement is still attempted while the
+ *   lease may be live.
+ * - The lease is lost locally when its estimated expiry passes without a
+ *   successful renewal.
+ */
+import type {
+  Assignment,
+  Authority,
+  LeaseOwner,
+  RenewCommand,
+  RenewIntent,
+} from '@ledgence/contracts';
+import { ProblemError, TransportError } from './errors.js';
+
+/** Why a lease stopped being held. */
+export type LeaseLoss = 'ownership_lost' | 'expired' | 'renew_conflict';
+
+/** The renew state of one held lease. */
+export interface LeaseState {
+  readonly owner: LeaseOwner;
+  /** The last renew sequence the server acknowledged. */
+  readonly acknowledged: number;
+  /** A renew sent without an answer, to be re-sent verbatim. */
+  readonly pending: { readonly sequence: number; readonly intent: RenewIntent } | null;
+  /** Local clock (ms) by which the lease has surely not expired on the server. */
+  readonly expiresAtLocal: number;
+  /** Local clock (ms) when the execution budget ends; known after a renew reply. */
+  readonly executionEndsAtLocal: number;
+  readonly cancelRequested: boolean;
+  readonly dispatchAllowed: boolean;
+  /** Whether a reply to the dispatch renew has arrived. */
+  readonly dispatchAnswered: boolean;
+  /** Why the lease is no longer held; `null` while held. */
+  readonly lost: LeaseLoss | null;
+}
+
+/** What the runtime must do after an event. */
+export type LeaseEffect =
+  | { kind: 'none' }
+  | { kind: 'cancel' }
+  | { kind: 'lost'; why: LeaseLoss }
+  | { kind: 'retry' };
+
+/** A transition's result. */
+export interface LeaseStep {
+  readonly lease: LeaseState;
+  readonly effect: LeaseEffect;
+}
+
+/**
+ * The lease of a fresh assignment.
+ *
+ * @param sentAt - local time the acquire request was sent.
+ */
+export function initialLease(assignment: Assignment, sentAt: number): LeaseState {
+  const authority = assignment.authority;
+  return {
+    owner: authority.owner,
+    acknowledged: authority.renew_sequence,
+    pending: null,
+    expiresAtLocal: sentAt + authority.remaining_ms,
+    executionEndsAtLocal: sentAt + authority.execution_remaining_ms,
+    cancelRequested: authority.cancel_requested,
+    dispatchAllowed: authority.dispatch_allowed,
+    dispatchAnswered: authority.dispatch_allowed,
+    lost: null,
+  };
+}
+
+/**
+ * The next renew to send: the pending one verbatim, else `acknowledged + 1`
+ * with `intent`. `null` once the lease is lost.
+ */
+export function nextRenew(
+  lease: LeaseState,
+  intent: RenewIntent,
+): { lease: LeaseState; command: RenewCommand } | null {
+  if (lease.lost !== null) return null;
+  const pending = lease.pending ?? { sequence: lease.acknowledged + 1, intent };
+  return {
+    lease: { ...lease, pending },
+    command: { owner: lease.owner, sequence: pending.sequence, intent: pending.intent },
+  };
+}
+
+/**
+ * A renew was answered with the current authority.
+ *
+ * @param sentAt - local time the renew request was sent.
+ */
+export function renewReplied(lease: LeaseState, authority: Authority, sentAt: number): LeaseStep {
+  if (lease.lost === 'ownership_lost') return { lease, effect: { kind: 'none' } };
+  const answered = lease.pending;
+  const wasDispatch = answered?.intent === 'dispatch';
+  const next: LeaseState = {
+    ...lease,
+    acknowledged: Math.max(lease.acknowledged, authority.renew_sequence),
+    pending: answered !== null && authority.renew_sequence >= answered.sequence ? null : answered,
+    expiresAtLocal: Math.max(lease.expiresAtLocal, sentAt + authority.remaining_ms),
+    executionEndsAtLocal: sentAt + authority.execution_remaining_ms,
+    cancelRequested: lease.cancelRequested || authority.cancel_requested,
+    dispatchAllowed: authority.dispatch_allowed,
+    dispatchAnswered: lease.dispatchAnswered || wasDispatch || authority.dispatch_allowed,
+  };
+  const effect: LeaseEffect =
+    authority.cancel_requested && !lease.cancelRequested ? { kind: 'cancel' } : { kind: 'none' };
+  return { lease: next, effect };
+}
+
+/** A renew failed; see the module rules. */
+export function renewFailed(lease: LeaseState, error: unknown): LeaseStep {
+  if (lease.lost !== null) return { lease, effect: { kind: 'none' } };
+  if (error instanceof TransportError) return { lease, effect: { kind: 'retry' } };
+  if (error instanceof ProblemError) {
+    switch (error.code) {
+      case 'unavailable':
+        return { lease, effect: { kind: 'retry' } };
+      case 'ownership_lost':
+      case 'not_found':
+        return lost(lease, 'ownership_lost');
+      default:
+        return lost(lease, 'renew_conflict');
+    }
+  }
+  return lost(lease, 'renew_conflict');
+}
+
+/** The clock moved: past the local expiry without a renewal, the lease is lost. */
+export function clockTick(lease: LeaseState, now: number): LeaseStep {
+  if (lease.lost === null && now >= lease.expiresAtLocal) return lost(lease, 'expired');
+  return { lease, effect: { kind: 'none' } };
+}
+
+function lost(lease: LeaseState, why: LeaseLoss): LeaseStep {
+  return { lease: { ...lease, lost: why, pending: null }, effect: { kind: 'lost', why } };
+}
+
+/** Whether a settlement is still worth sending: not when the server said the lease is gone. */
+export function maySettle(lease: LeaseState): boolean {
+  return lease.lost !== 'ownership_lost';
+}
+
+/** The outcome of the dispatch request. */
+export type DispatchDecision =
+  | { kind: 'run' }
+  | { kind: 'refuse'; failure: 'cancelled' | 'timed_out'; retryable: boolean; message: string };
+
+/**
+ * Whether user code may start, from the authority answering the dispatch
+ * renew. Not granted because cancel was requested → report `cancelled` (the
+ * server cancels the task whatever the report). Not granted otherwise → the
+ * execution budget was within the server's safety margin: report `timed_out`,
+ * retryable; an attempt refused dispatch does not count against
+ * `max_attempts`.
+ */
+export function dispatchDecision(lease: LeaseState): DispatchDecision {
+  if (lease.dispatchAllowed && !lease.cancelRequested) return { kind: 'run' };
+  if (lease.cancelRequested) {
+    return {
+      kind: 'refuse',
+      failure: 'cancelled',
+      retryable: false,
+      message: 'cancellation was requested before the handler started',
+    };
+  }
+  return {
+    kind: 'refuse',
+    failure: 'timed_out',
+    retryable: true,
+    message: 'dispatch was refused: too little execution budget remained to start the handler',
+  };
+}

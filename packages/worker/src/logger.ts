@@ -1,0 +1,67 @@
+/**
+ * A pluggable structured logger. Every SDK log line is a fixed message plus
+ * a flat object of fields (task id, attempt id, sequence, error…), so it maps
+ * onto pino, winston or console alike.
+ */
+
+/** Structured fields attached to a log line. */
+export type LogFields = Record<string, unknown>;
+
+/** The logger the SDK writes to; pino's and console's methods both fit. */
+export interface Logger {
+  debug(message: string, fields?: LogFields): void;
+  info(message: string, fields?: LogFields): void;
+  warn(message: string, fields?: LogFields): void;
+  error(message: string, fields?: LogFields): void;
+}
+
+const noop = (): void => {};
+
+/** A logger that drops everything. */
+export const silentLogger: Logger = Object.freeze({
+  debug: noop,
+  info: noop,
+  warn: noop,
+  error: noop,
+});
+
+/**
+ * The default logger: warnings and errors to the console, the rest dropped,
+ * so a misbehaving server or handler is visible without configuration.
+ */
+export const consoleLogger: Logger = Object.freeze({
+  debug: noop,
+  info: noop,
+  warn: (message: string, fields?: LogFields) =>
+    console.warn(`[ledgence] ${message}`, fields ?? {}),
+  error: (message: string, fields?: LogFields) =>
+    console.error(`[ledgence] ${message}`, fields ?? {}),
+});
+
+/** The fields describing an error in a log line, without throwing on odd values. */
+export function errorFields(error: unknown): LogFields {
+  if (error instanceof Error) {
+    const fields: LogFields = { error: error.message, error_name: error.name };
+    const code = (error as { code?: unknown }).code;
+    if (typeof code === 'string') fields.error_code = code;
+    return fields;
+  }
+  return { error: String(error) };
+}
+
+/**
+ * Calls a user logger without letting it break the SDK: a throwing logger
+ * must not turn into a lost settlement or an unhandled rejection.
+ */
+export function safeLogger(logger: Logger): Logger {
+  const wrap =
+    (level: keyof Logger) =>
+    (message: string, fields?: LogFields): void => {
+      try {
+        logger[level](message, fields);
+      } catch {
+        // Logging is best effort by design.
+      }
+    };
+  return { debug: wrap('debug'), info: wrap('info'), warn: wrap('warn'), error: wrap('error') };
+}

@@ -1,0 +1,161 @@
+import {
+  ContractError,
+  type LeaseOwner,
+  OPERATION_ID_MAX_BYTES,
+  utf8ByteLength,
+} from '@ledgence/contracts';
+import { describe, expect, it } from 'vitest';
+import { backoffDelay } from './backoff.js';
+import { ApplicationError, ProblemError, ProtocolError, TransportError } from './errors.js';
+import { classifySettleError, operationIdFor, reportFor, settleCommandFor } from './settle.js';
+
+const owner: LeaseOwner = {
+  scope: { tenant_id: 'acme', namespace: 'prod' },
+  task_id: 't1',
+  attempt_id: 'att_1',
+  lease_id: 'l1',
+  generation: 1,
+  worker_session_id: 's1',
+  consumer_id: 0,
+};
+const id = { taskId: 't1', attemptId: 'att_1' };
+const times = { startedAt: 1, finishedAt: 2 };
+
+function problem(code: ConstructorParameters<typeof ContractError>[0]): ProblemError {
+  return new ProblemError({
+    type: 'about:blank',
+    title: code,
+    status: new ContractError(code, 'x').status,
+    code,
+    detail: 'x',
+  });
+}
+
+describe('operation ids', () => {
+  it('derive from the attempt id alone, so retries reuse them', () => {
+    expect(operationIdFor('att_1')).toBe('settle:att_1');
+    expect(operationIdFor('att_1')).toBe(operationIdFor('att_1'));
+    expect(operationIdFor('att_2')).not.toBe(operationIdFor('att_1'));
+  });
+
+  it('hash attempt ids that would exceed the operation id limit', () => {
+    const long = 'é'.repeat(64);
+    const op = operationIdFor(long);
+    expect(utf8ByteLength(op)).toBeLessThanOrEqual(OPERATION_ID_MAX_BYTES);
+    expect(op).toMatch(/^settle:sha256:[0-9a-f]{64}$/);
+    expect(operationIdFor(long)).toBe(op);
+  });
+
+  it('build byte-identical commands for the same outcome', () => {
+    const report = reportFor(id, { kind: 'returned', value: { a: 1 } }, times);
+    const a = settleCommandFor(owner, report);
+    const b = settleCommandFor(owner, reportFor(id, { kind: 'returned', value: { a: 1 } }, times));
+    expect(JSON.stringify(a)).toBe(JSON.stringify(b));
+    expect(a.operation_id).toBe('settle:att_1');
+    expect(a.quiescence).toBe('confirmed');
+  });
+});
+
+describe('reports', () => {
+  it('map a return value to success (undefined as null)', () => {
+    expect(reportFor(id, { kind: 'returned', value: undefined }, times)).toEqual({
+      kind: 'completed',
+      report: {
+        context: { identity: { task_id: 't1', attempt_id: 'att_1' } },
+        outcome: { kind: 'success', output: null },
+        started_at: 1,
+        finished_at: 2,
+      },
+    });
+  });
+
+  it('map an ApplicationError to an application error', () => {
+    const error = new ApplicationError('card_declined', 'declined', {
+      retryable: false,
+      details: { last4: '4242' },
+    });
+    const report = reportFor(id, { kind: 'threw', error, aborted: null }, times);
+    expect(report).toMatchObject({
+      kind: 'completed',
+      report: {
+        outcome: {
+          kind: 'application_error',
+          error: {
+            code: 'card_declined',
+            message: 'declined',
+            retryable: false,
+            details: { last4: '4242' },
+          },
+        },
+      },
+    });
+  });
+
+  it('map other throws to crashed (retryable), or to the abort cause', () => {
+    const error = new Error('boom\nwith newline');
+    expect(reportFor(id, { kind: 'threw', error, aborted: null }, times)).toEqual({
+      kind: 'failed',
+      report: { kind: 'crashed', message: 'boom with newline', retryable: true },
+    });
+    expect(reportFor(id, { kind: 'threw', error, aborted: 'cancelled' }, times)).toMatchObject({
+      report: { kind: 'cancelled', retryable: false },
+    });
+    expect(reportFor(id, { kind: 'threw', error, aborted: 'shutdown' }, times)).toMatchObject({
+      report: { kind: 'cancelled', retryable: true },
+    });
+    expect(reportFor(id, { kind: 'threw', error, aborted: 'timeout' }, times)).toMatchObject({
+      report: { kind: 'timed_out', retryable: true },
+    });
+    expect(reportFor(id, { kind: 'threw', error: 'str', aborted: null }, times)).toMatchObject({
+      report: { kind: 'crashed', message: 'str' },
+    });
+    expect(reportFor(id, { kind: 'abandoned' }, times)).toMatchObject({
+      report: { kind: 'cancelled', retryable: true },
+    });
+  });
+
+  it('replace an output the server would refuse by a non-retryable crash', () => {
+    for (const value of [{ big: 10n }, { f: () => 1 }, { s: 'x'.repeat(1024 * 1024 + 1) }]) {
+      const command = settleCommandFor(owner, reportFor(id, { kind: 'returned', value }, times));
+      expect(command.report).toMatchObject({
+        kind: 'failed',
+        report: { kind: 'crashed', retryable: false },
+      });
+    }
+    const badCode = new ApplicationError('', 'empty code');
+    const command = settleCommandFor(
+      owner,
+      reportFor(id, { kind: 'threw', error: badCode, aborted: null }, times),
+    );
+    expect(command.report.kind).toBe('failed');
+  });
+});
+
+describe('settle retry policy', () => {
+  it('retries transport failures and unavailable; everything else is definitive', () => {
+    expect(classifySettleError(new TransportError('x', { reason: 'network' }))).toBe('retry');
+    expect(classifySettleError(new TransportError('x', { reason: 'server', status: 502 }))).toBe(
+      'retry',
+    );
+    expect(classifySettleError(problem('unavailable'))).toBe('retry');
+    for (const code of ['ownership_lost', 'conflict', 'not_found', 'invalid_input'] as const) {
+      expect(classifySettleError(problem(code))).toBe('definitive');
+    }
+    expect(classifySettleError(new ProtocolError('bad'))).toBe('definitive');
+  });
+
+  it('backs off exponentially with jitter between half the ceiling and the ceiling', () => {
+    const policy = { baseMs: 100, maxMs: 1_000 };
+    expect(backoffDelay(1, policy, () => 0)).toBe(50);
+    expect(backoffDelay(1, policy, () => 0.999999)).toBe(100);
+    expect(backoffDelay(2, policy, () => 0)).toBe(100);
+    expect(backoffDelay(3, policy, () => 1)).toBe(400);
+    expect(backoffDelay(10, policy, () => 1)).toBe(1_000);
+    expect(backoffDelay(1_000, policy, () => 0.5)).toBe(750);
+    for (let i = 0; i < 100; i++) {
+      const d = backoffDelay(4, policy);
+      expect(d).toBeGreaterThanOrEqual(400);
+      expect(d).toBeLessThanOrEqual(800);
+    }
+  });
+});

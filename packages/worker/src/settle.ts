@@ -1,0 +1,186 @@
+/**
+ * Settlement as pure functions: the stable operation id, the report a
+ * handler's outcome becomes, local validation of the command, and how a
+ * failed settle request is classified.
+ *
+ * Rules:
+ * - `operation_id` is derived from the attempt id alone, so a re-sent
+ *   settlement (after a lost reply, or from a retry loop) carries the same id
+ *   and the same bytes: the server answers `already_accepted`, never a second
+ *   settlement. The command is built once per attempt and re-sent verbatim.
+ * - Retry (jittered backoff) on transport errors, 5xx and `unavailable`.
+ * - Accepted: a `SettleReply`, `already_accepted` or not.
+ * - Definitive: `ownership_lost` (the lease ended; recovery decides),
+ *   `conflict` (another settlement of this attempt was recorded), `not_found`,
+ *   and every other 4xx: the same bytes would meet the same answer.
+ */
+import { createHash } from 'node:crypto';
+import {
+  type AttemptReport,
+  ContractError,
+  type ExecutionFailureKind,
+  type LeaseOwner,
+  OPERATION_ID_MAX_BYTES,
+  type Quiescence,
+  type SettleCommand,
+  utf8ByteLength,
+  validateSettleCommand,
+  type ApplicationError as WireApplicationError,
+} from '@ledgence/contracts';
+import { ApplicationError, ProblemError, TransportError } from './errors.js';
+
+const OPERATION_PREFIX = 'settle:';
+
+/**
+ * The settlement operation id of an attempt: `settle:<attempt_id>`, or
+ * `settle:sha256:<hex>` of the attempt id when that would exceed
+ * OPERATION_ID_MAX_BYTES. Stable across retries and process restarts.
+ */
+export function operationIdFor(attemptId: string): string {
+  const plain = `${OPERATION_PREFIX}${attemptId}`;
+  if (utf8ByteLength(plain) <= OPERATION_ID_MAX_BYTES) return plain;
+  return `${OPERATION_PREFIX}sha256:${createHash('sha256').update(attemptId, 'utf8').digest('hex')}`;
+}
+
+/** Why a running handler's signal was aborted. */
+export type AbortCause = 'cancelled' | 'lease_lost' | 'timeout' | 'shutdown';
+
+/** How a handler ended, as the runtime observed it. */
+export type HandlerOutcome =
+  | { kind: 'returned'; value: unknown }
+  | { kind: 'threw'; error: unknown; aborted: AbortCause | null }
+  /** Still running when the shutdown deadline passed. */
+  | { kind: 'abandoned' };
+
+/** The identity a report names. */
+export interface ReportIdentity {
+  taskId: string;
+  attemptId: string;
+  activationId?: string | undefined;
+}
+
+const MESSAGE_LIMIT = 1_000;
+
+/** A message safe for the wire: non-empty, bounded, no control characters. */
+export function wireMessage(text: unknown, fallback: string): string {
+  const raw = typeof text === 'string' ? text : '';
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: stripping them is the point
+  const clean = raw.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim();
+  const bounded = clean.length > MESSAGE_LIMIT ? `${clean.slice(0, MESSAGE_LIMIT)}…` : clean;
+  return bounded.length > 0 ? bounded : fallback;
+}
+
+/** An execution failure report. */
+export function failureReport(
+  kind: ExecutionFailureKind,
+  message: string,
+  retryable: boolean,
+): AttemptReport {
+  return { kind: 'failed', report: { kind, message: wireMessage(message, kind), retryable } };
+}
+
+function identityOf(identity: ReportIdentity) {
+  return identity.activationId === undefined
+    ? { task_id: identity.taskId, attempt_id: identity.attemptId }
+    : {
+        task_id: identity.taskId,
+        attempt_id: identity.attemptId,
+        activation_id: identity.activationId,
+      };
+}
+
+/**
+ * The report of a handler's outcome: a return value → `completed/success`; a
+ * thrown {@link ApplicationError} → `completed/application_error`; any other
+ * throw → `failed`, `crashed` and retryable, unless the signal had been
+ * aborted, which names why (cancel → `cancelled`, shutdown → `cancelled`
+ * retryable, timeout → `timed_out`); still running at the shutdown
+ * deadline → `cancelled`, retryable.
+ */
+export function reportFor(
+  identity: ReportIdentity,
+  outcome: HandlerOutcome,
+  times: { startedAt: number; finishedAt: number },
+): AttemptReport {
+  const context = { identity: identityOf(identity) };
+  const at = { started_at: times.startedAt, finished_at: times.finishedAt };
+  if (outcome.kind === 'returned') {
+    // `undefined` (a handler without a return value) is reported as JSON null.
+    const output = outcome.value === undefined ? null : outcome.value;
+    return { kind: 'completed', report: { context, outcome: { kind: 'success', output }, ...at } };
+  }
+  if (outcome.kind === 'abandoned') {
+    return failureReport('cancelled', 'the worker shut down while the handler was running', true);
+  }
+  const error = outcome.error;
+  if (error instanceof ApplicationError) {
+    const appError: WireApplicationError = {
+      code: error.code,
+      message: wireMessage(error.message, error.code),
+      retryable: error.retryable,
+    };
+    if (error.details !== undefined) {
+      // Checked as plain JSON by settleCommandFor before anything is sent.
+      appError.details = error.details as WireApplicationError['details'];
+    }
+    return {
+      kind: 'completed',
+      report: { context, outcome: { kind: 'application_error', error: appError }, ...at },
+    };
+  }
+  const message = wireMessage(error instanceof Error ? error.message : String(error), 'failed');
+  switch (outcome.aborted) {
+    case 'cancelled':
+      return failureReport('cancelled', `cancelled: ${message}`, false);
+    case 'shutdown':
+      return failureReport('cancelled', `the worker shut down: ${message}`, true);
+    case 'timeout':
+      return failureReport('timed_out', `the execution budget ran out: ${message}`, true);
+    default:
+      return failureReport('crashed', message, true);
+  }
+}
+
+/**
+ * The settle command of an attempt, validated locally with the same rules as
+ * the server's decoder. A report the server would refuse (an output that is
+ * not plain JSON, or too large; an error code that is not valid text) is
+ * replaced by a non-retryable `crashed` failure saying why, so a bad return
+ * value fails the task visibly instead of leaving its lease to expire.
+ */
+export function settleCommandFor(
+  owner: LeaseOwner,
+  report: AttemptReport,
+  quiescence: Quiescence = 'confirmed',
+): SettleCommand {
+  const command = {
+    owner,
+    operation_id: operationIdFor(owner.attempt_id),
+    report,
+    quiescence,
+    processing_trace: null,
+  };
+  try {
+    return validateSettleCommand(command);
+  } catch (error) {
+    if (!(error instanceof ContractError)) throw error;
+    return validateSettleCommand({
+      ...command,
+      report: failureReport(
+        'crashed',
+        `the handler's result could not be reported: ${error.message}`,
+        false,
+      ),
+    });
+  }
+}
+
+/** What to do after a settle request failed. */
+export type SettleFailure = 'retry' | 'definitive';
+
+/** Classifies a failed settle (a whole request's error, or one batch item's problem). */
+export function classifySettleError(error: unknown): SettleFailure {
+  if (error instanceof TransportError) return 'retry';
+  if (error instanceof ProblemError && error.code === 'unavailable') return 'retry';
+  return 'definitive';
+}

@@ -1,0 +1,165 @@
+import {
+  ContractError,
+  type LeaseOwner,
+  type SettleCommand,
+  type SettleReply,
+} from '@ledgence/contracts';
+import { describe, expect, it } from 'vitest';
+import { TransportError } from './errors.js';
+import { silentLogger } from './logger.js';
+import { reportFor, settleCommandFor } from './settle.js';
+import { Settler } from './settler.js';
+
+function command(attempt: string): SettleCommand {
+  const owner: LeaseOwner = {
+    scope: { tenant_id: 'acme', namespace: 'prod' },
+    task_id: `t-${attempt}`,
+    attempt_id: attempt,
+    lease_id: 'l',
+    generation: 1,
+    worker_session_id: 's',
+    consumer_id: 0,
+  };
+  return settleCommandFor(
+    owner,
+    reportFor(
+      { taskId: owner.task_id, attemptId: attempt },
+      { kind: 'returned', value: attempt },
+      { startedAt: 1, finishedAt: 2 },
+    ),
+  );
+}
+
+function reply(c: SettleCommand, already = false): SettleReply {
+  return {
+    receipt: {
+      operation_id: c.operation_id,
+      task_id: c.owner.task_id,
+      attempt_id: c.owner.attempt_id,
+      accepted_at: 5,
+    },
+    already_accepted: already,
+    task_state: 'succeeded',
+  };
+}
+
+function problem(code: ConstructorParameters<typeof ContractError>[0]) {
+  return {
+    type: 'about:blank',
+    title: code,
+    status: new ContractError(code, 'x').status,
+    code,
+    detail: 'x',
+  };
+}
+
+const fast = { baseMs: 1, maxMs: 4 };
+
+describe('Settler', () => {
+  it('batches settlements ready in the same tick into one request', async () => {
+    const sent: SettleCommand[][] = [];
+    const settler = new Settler({
+      logger: silentLogger,
+      backoff: fast,
+      send: async (commands) => {
+        sent.push(commands);
+        return commands.map((c) => reply(c));
+      },
+    });
+    const results = await Promise.all(['a', 'b', 'c'].map((a) => settler.settle(command(a))));
+    expect(sent).toHaveLength(1);
+    expect(sent[0]).toHaveLength(3);
+    expect(results.every((r) => r.kind === 'accepted')).toBe(true);
+  });
+
+  it('re-sends the same bytes after transport failures until accepted (already_accepted counts)', async () => {
+    const bodies: string[] = [];
+    let calls = 0;
+    const settler = new Settler({
+      logger: silentLogger,
+      backoff: fast,
+      send: async (commands) => {
+        bodies.push(JSON.stringify(commands));
+        calls += 1;
+        if (calls === 1) throw new TransportError('timed out', { reason: 'timeout' });
+        if (calls === 2) throw new TransportError('reply lost', { reason: 'network' });
+        if (calls === 3) return commands.map(() => problem('unavailable'));
+        return commands.map((c) => reply(c, true));
+      },
+    });
+    const result = await settler.settle(command('a'));
+    expect(result).toMatchObject({ kind: 'accepted', reply: { already_accepted: true } });
+    expect(calls).toBe(4);
+    expect(new Set(bodies).size).toBe(1);
+  });
+
+  it('treats ownership_lost and conflict as definitive, without retrying', async () => {
+    let calls = 0;
+    const settler = new Settler({
+      logger: silentLogger,
+      backoff: fast,
+      send: async (commands) => {
+        calls += 1;
+        return commands.map((c) =>
+          c.owner.attempt_id === 'lost' ? problem('ownership_lost') : problem('conflict'),
+        );
+      },
+    });
+    const [lost, conflict] = await Promise.all([
+      settler.settle(command('lost')),
+      settler.settle(command('other')),
+    ]);
+    expect(lost).toMatchObject({ kind: 'rejected', error: { code: 'ownership_lost' } });
+    expect(conflict).toMatchObject({ kind: 'rejected', error: { code: 'conflict' } });
+    expect(calls).toBe(1);
+  });
+
+  it('answers each item on its own within a batch', async () => {
+    let calls = 0;
+    const settler = new Settler({
+      logger: silentLogger,
+      backoff: fast,
+      send: async (commands) => {
+        calls += 1;
+        return commands.map((c) =>
+          c.owner.attempt_id === 'flaky' && calls === 1 ? problem('unavailable') : reply(c),
+        );
+      },
+    });
+    const results = await Promise.all([
+      settler.settle(command('ok')),
+      settler.settle(command('flaky')),
+    ]);
+    expect(results.map((r) => r.kind)).toEqual(['accepted', 'accepted']);
+    expect(calls).toBe(2);
+  });
+
+  it('splits batches by count', async () => {
+    const sizes: number[] = [];
+    const settler = new Settler({
+      logger: silentLogger,
+      maxBatch: 2,
+      send: async (commands) => {
+        sizes.push(commands.length);
+        return commands.map((c) => reply(c));
+      },
+    });
+    await Promise.all(['a', 'b', 'c', 'd', 'e'].map((a) => settler.settle(command(a))));
+    expect(sizes).toEqual([2, 2, 1]);
+  });
+
+  it('abandons what is unsent when asked, and everything after', async () => {
+    const settler = new Settler({
+      logger: silentLogger,
+      backoff: { baseMs: 10_000, maxMs: 10_000 },
+      send: async () => {
+        throw new TransportError('down', { reason: 'network' });
+      },
+    });
+    const pending = settler.settle(command('a'));
+    await new Promise((r) => setTimeout(r, 20));
+    settler.abandon();
+    expect(await pending).toEqual({ kind: 'abandoned' });
+    expect(await settler.settle(command('b'))).toEqual({ kind: 'abandoned' });
+  });
+});

@@ -1,0 +1,1063 @@
+/**
+ * The worker runtime: sessions, one long-polling acquire loop over all idle
+ * slots, dispatch-intent renewals, batched heartbeats, cancellation and lease
+ * loss through `AbortSignal`, settlement, and a draining `stop()`. The
+ * protocol decisions live in the pure machines of slot.ts, lease.ts,
+ * settle.ts and settler.ts; this file only performs their effects.
+ */
+import {
+  type Assignment,
+  type CloudEvent,
+  LedgenceError,
+  LONG_POLL_WAIT_MS,
+  MAX_SESSION_CONCURRENCY,
+  MAX_WORKER_BATCH,
+  type ProgramDescriptor,
+  type Quiescence,
+  RENEW_INTERVAL_MS,
+  type Scope,
+  SESSION_VALIDITY_MS,
+  type WorkerSession,
+} from '@ledgence/contracts';
+import { WorkerApi } from './api.js';
+import { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './backoff.js';
+import {
+  ApplicationError,
+  isRetryable,
+  ProblemError,
+  ProtocolError,
+  problemCode,
+} from './errors.js';
+import { type HttpOptions, HttpTransport, isProblem } from './http.js';
+import {
+  clockTick,
+  dispatchDecision,
+  initialLease,
+  type LeaseState,
+  type LeaseStep,
+  maySettle,
+  nextRenew,
+  renewFailed,
+  renewReplied,
+} from './lease.js';
+import { consoleLogger, errorFields, type Logger, safeLogger } from './logger.js';
+import {
+  type AbortCause,
+  failureReport,
+  type HandlerOutcome,
+  reportFor,
+  settleCommandFor,
+} from './settle.js';
+import { type SettleResult, Settler } from './settler.js';
+import {
+  beginPoll,
+  classifyPollError,
+  initialSlot,
+  type PollCommand,
+  pollFailed,
+  pollReplied,
+  released,
+  type SlotState,
+  type SlotStep,
+} from './slot.js';
+import { issuePath, type StandardSchemaV1 } from './standard-schema.js';
+
+/** Options of a {@link Worker}. */
+export interface WorkerOptions extends HttpOptions {
+  /** The tenant the worker serves. */
+  tenant: string;
+  /** The namespace the worker serves. */
+  namespace: string;
+  /** The queue it takes tasks from. */
+  queue: string;
+  /** How many tasks it runs at once (1..1000): one consumer slot each. */
+  concurrency: number;
+  /** Where the SDK logs; warnings and errors to the console by default. */
+  logger?: Logger | undefined;
+  /** Heartbeat period of held leases; RENEW_INTERVAL_MS (10 s) by default. */
+  renewIntervalMs?: number | undefined;
+  /** Long-poll wait of an acquire; LONG_POLL_WAIT_MS (20 s) by default. */
+  pollWaitMs?: number | undefined;
+  /** Default deadline of `stop()` for in-flight tasks; 30 s by default. */
+  shutdownGraceMs?: number | undefined;
+  /** After the shutdown deadline, how long aborted handlers get to return; 1 s by default. */
+  abortGraceMs?: number | undefined;
+  /** Period of session extension; a third of SESSION_VALIDITY_MS by default. */
+  sessionExtendIntervalMs?: number | undefined;
+  /** Backoff of retried polls, renewals and settlements. */
+  backoff?: BackoffPolicy | undefined;
+}
+
+/** Options of {@link Worker.stop}. */
+export interface StopOptions {
+  /** How long in-flight tasks may run before their signal is aborted; the worker's `shutdownGraceMs` by default. */
+  graceMs?: number;
+}
+
+/** What a handler learns about the attempt it runs. */
+export interface TaskContext {
+  /** The task's id. */
+  readonly taskId: string;
+  /** The run's id. */
+  readonly runId: string;
+  /** The attempt's id. */
+  readonly attemptId: string;
+  /** The attempt's 1-based ordinal. */
+  readonly attempt: number;
+  /** The program being run. */
+  readonly program: ProgramDescriptor;
+  /** The queue the task came from. */
+  readonly queue: string;
+  /** When the attempt's execution budget ends, in store-time UTC milliseconds. */
+  readonly deadline: number;
+  /**
+   * Aborts when the task is cancelled, the lease is lost (the server says so,
+   * or it expired locally before a renewal succeeded), the execution budget
+   * runs out, or the worker shuts down past its grace period. The reason is a
+   * {@link TaskAbortedError}.
+   */
+  readonly signal: AbortSignal;
+  /** The immutable invocation event (CloudEvents 1.0). */
+  readonly event: CloudEvent;
+  /** The worker's logger. */
+  readonly logger: Logger;
+  /**
+   * Renews the lease now rather than at the next heartbeat; resolves once a
+   * renewal was answered (or the lease is gone). Never rejects: watch
+   * `signal` for loss and cancellation.
+   */
+  heartbeat(): Promise<void>;
+}
+
+/**
+ * A task handler: gets the task's data and a context, returns the output
+ * (plain JSON; `undefined` is reported as `null`). Throw an
+ * {@link ApplicationError} for an application error; any other throw is an
+ * execution failure `crashed`, retried per the task's policy.
+ */
+export type TaskHandler<Data = unknown> = (data: Data, ctx: TaskContext) => unknown;
+
+/** Options of {@link Worker.register}. */
+export interface RegisterOptions<Schema extends StandardSchemaV1 = StandardSchemaV1> {
+  /**
+   * A Standard Schema (valibot, zod, arktype…) the data is validated with
+   * before the handler runs; its output is what the handler receives.
+   * Invalid data settles as application error `invalid_data`, not retryable.
+   */
+  schema?: Schema;
+}
+
+/** Why a task's signal was aborted; the `reason` of {@link TaskContext.signal}. */
+export class TaskAbortedError extends LedgenceError {
+  static override readonly brand: string = '@ledgence/worker/TaskAbortedError';
+
+  /** `cancelled`, `lease_lost`, `timeout` or `shutdown`. */
+  readonly why: AbortCause;
+
+  constructor(why: AbortCause) {
+    super(ABORT_MESSAGES[why]);
+    this.why = why;
+  }
+}
+
+const ABORT_MESSAGES: Record<AbortCause, string> = {
+  cancelled: 'the task was cancelled',
+  lease_lost: 'the lease on this attempt was lost',
+  timeout: "the attempt's execution budget ran out",
+  shutdown: 'the worker is shutting down',
+};
+
+interface Registration {
+  handler: TaskHandler<unknown>;
+  schema: StandardSchemaV1 | undefined;
+}
+
+/** The runtime of one held assignment. */
+interface Held {
+  readonly consumerId: number;
+  readonly assignment: Assignment;
+  lease: LeaseState;
+  inFlight: boolean;
+  renewFailures: number;
+  readonly abort: AbortController;
+  abortCause: AbortCause | null;
+  handlerRunning: boolean;
+  /** Set once the settlement was handed to the settler. */
+  settling: boolean;
+  /** Set when the runtime asks for dispatch; before that no renewal is sent. */
+  dispatchRequested: boolean;
+  dispatchWaiters: (() => void)[];
+  heartbeatWaiters: (() => void)[];
+  forceReport: () => void;
+  readonly forced: Promise<void>;
+  retryTimer: ReturnType<typeof setTimeout> | undefined;
+  expiryTimer: ReturnType<typeof setTimeout> | undefined;
+  budgetTimer: ReturnType<typeof setTimeout> | undefined;
+}
+
+type State = 'new' | 'running' | 'stopping' | 'stopped';
+
+/**
+ * Wakes the acquire loop when something changed (a slot freed, a poll ended,
+ * a session retired, stop). A notification with no waiter is remembered, so
+ * a change between the loop's check and its wait is never lost.
+ */
+class Notifier {
+  #waiters: (() => void)[] = [];
+  #signalled = false;
+
+  notify(): void {
+    const waiters = this.#waiters;
+    this.#waiters = [];
+    if (waiters.length === 0) this.#signalled = true;
+    for (const waiter of waiters) waiter();
+  }
+
+  wait(ms?: number): Promise<void> {
+    if (this.#signalled) {
+      this.#signalled = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const done = () => {
+        clearTimeout(timer);
+        this.#waiters = this.#waiters.filter((w) => w !== done);
+        resolve();
+      };
+      this.#waiters.push(done);
+      if (ms !== undefined) timer = setTimeout(done, Math.max(0, ms));
+    });
+  }
+}
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+/** Resolves after `promise` or `ms`, whichever is first; never rejects. */
+async function within(promise: Promise<unknown>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    promise.then(
+      () => {},
+      () => {},
+    ),
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, Math.max(0, ms));
+    }),
+  ]);
+  clearTimeout(timer);
+}
+
+function positive(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isFinite(value) || value < 0) throw new TypeError(`${name} must be a number ≥ 0`);
+  return value;
+}
+
+/**
+ * Runs registered handlers for the tasks of one queue. See the package
+ * README for the protocol it follows.
+ *
+ * @example
+ * const worker = new Worker({ url, tenant: 'acme', namespace: 'prod', queue: 'email', concurrency: 8 });
+ * worker.register('send-email', async (data, ctx) => sendEmail(data, { signal: ctx.signal }));
+ * process.once('SIGTERM', () => void worker.stop({ graceMs: 10_000 }));
+ * await worker.run();
+ */
+export class Worker {
+  readonly #scope: Scope;
+  readonly #queue: string;
+  readonly #concurrency: number;
+  readonly #logger: Logger;
+  readonly #api: WorkerApi;
+  readonly #http: HttpTransport;
+  readonly #renewIntervalMs: number;
+  readonly #pollWaitMs: number;
+  readonly #shutdownGraceMs: number;
+  readonly #abortGraceMs: number;
+  readonly #extendIntervalMs: number;
+  readonly #backoff: BackoffPolicy;
+  readonly #handlers = new Map<string, Registration>();
+  readonly #notifier = new Notifier();
+  readonly #settler: Settler;
+
+  #state: State = 'new';
+  #slots: SlotState[];
+  #session: WorkerSession | null = null;
+  #sessionOpening: Promise<WorkerSession | null> | null = null;
+  #pollNotBefore = 0;
+  #pollFailures = 0;
+  readonly #pollAborts = new Set<AbortController>();
+  readonly #polls = new Set<Promise<void>>();
+  readonly #executions = new Set<Promise<void>>();
+  readonly #held = new Map<string, Held>();
+  readonly #renewQueue = new Set<Held>();
+  #renewTimer: ReturnType<typeof setInterval> | undefined;
+  #extendTimer: ReturnType<typeof setInterval> | undefined;
+  #fatal: unknown;
+  #stopGraceMs: number | undefined;
+  readonly #stopRequested = deferred();
+  readonly #stopped = deferred();
+
+  constructor(options: WorkerOptions) {
+    for (const key of ['tenant', 'namespace', 'queue'] as const) {
+      if (typeof options[key] !== 'string' || options[key].length === 0) {
+        throw new TypeError(`${key} is required`);
+      }
+    }
+    if (
+      !Number.isInteger(options.concurrency) ||
+      options.concurrency < 1 ||
+      options.concurrency > MAX_SESSION_CONCURRENCY
+    ) {
+      throw new TypeError(`concurrency must be an integer from 1 to ${MAX_SESSION_CONCURRENCY}`);
+    }
+    this.#scope = { tenant_id: options.tenant, namespace: options.namespace };
+    this.#queue = options.queue;
+    this.#concurrency = options.concurrency;
+    this.#logger = safeLogger(options.logger ?? consoleLogger);
+    this.#http = new HttpTransport(options);
+    this.#api = new WorkerApi(this.#http);
+    this.#renewIntervalMs = positive('renewIntervalMs', options.renewIntervalMs, RENEW_INTERVAL_MS);
+    if (this.#renewIntervalMs === 0) throw new TypeError('renewIntervalMs must be positive');
+    this.#pollWaitMs = positive('pollWaitMs', options.pollWaitMs, LONG_POLL_WAIT_MS);
+    this.#shutdownGraceMs = positive('shutdownGraceMs', options.shutdownGraceMs, 30_000);
+    this.#abortGraceMs = positive('abortGraceMs', options.abortGraceMs, 1_000);
+    this.#extendIntervalMs = positive(
+      'sessionExtendIntervalMs',
+      options.sessionExtendIntervalMs,
+      Math.floor(SESSION_VALIDITY_MS / 3),
+    );
+    if (this.#extendIntervalMs === 0)
+      throw new TypeError('sessionExtendIntervalMs must be positive');
+    this.#backoff = options.backoff ?? DEFAULT_BACKOFF;
+    this.#slots = Array.from({ length: this.#concurrency }, (_, i) => initialSlot(i));
+    this.#settler = new Settler({
+      send: (commands) => this.#api.settleBatch(commands),
+      logger: this.#logger,
+      backoff: this.#backoff,
+      maxBatch: MAX_WORKER_BATCH,
+    });
+  }
+
+  /**
+   * Registers the handler of a program (by name). With a `schema`, the task's
+   * data is validated first and the handler receives the schema's output.
+   * Returns the worker, for chaining. Register before `run()`.
+   */
+  register<Schema extends StandardSchemaV1>(
+    program: string,
+    handler: TaskHandler<StandardSchemaV1.InferOutput<Schema>>,
+    options: RegisterOptions<Schema> & { schema: Schema },
+  ): this;
+  register(program: string, handler: TaskHandler<unknown>, options?: RegisterOptions): this;
+  register(program: string, handler: TaskHandler<never>, options?: RegisterOptions): this {
+    if (typeof program !== 'string' || program.length === 0) {
+      throw new TypeError('program must be a non-empty name');
+    }
+    if (typeof handler !== 'function') throw new TypeError('handler must be a function');
+    if (this.#handlers.has(program))
+      throw new TypeError(`program "${program}" is already registered`);
+    this.#handlers.set(program, {
+      handler: handler as TaskHandler<unknown>,
+      schema: options?.schema,
+    });
+    return this;
+  }
+
+  /**
+   * Opens a session and processes tasks until {@link Worker.stop} is called
+   * (or an unrecoverable error occurs: a rejected key, a server breaking the
+   * contract), then drains and resolves (or rejects with that error).
+   */
+  async run(): Promise<void> {
+    if (this.#state !== 'new') throw new TypeError('run() can be called once per Worker');
+    if (this.#handlers.size === 0)
+      throw new TypeError('register at least one handler before run()');
+    this.#state = 'running';
+    this.#logger.info('worker starting', {
+      queue: this.#queue,
+      concurrency: this.#concurrency,
+    });
+    this.#renewTimer = setInterval(
+      () => this.#renew([...this.#held.values()]),
+      this.#renewIntervalMs,
+    );
+    this.#extendTimer = setInterval(() => this.#extendSession(), this.#extendIntervalMs);
+    const loop = this.#acquireLoop().catch((error: unknown) => this.#fail(error));
+    await this.#stopRequested.promise;
+    await this.#drain(loop, this.#stopGraceMs ?? this.#shutdownGraceMs);
+    if (this.#fatal !== undefined) throw this.#fatal;
+  }
+
+  /**
+   * Stops taking tasks, lets in-flight tasks finish within `graceMs`, then
+   * aborts their signals, reports those still running as `cancelled`
+   * (retryable), and resolves once every settlement is accepted, rejected or
+   * given up. Never rejects; safe to call more than once.
+   */
+  stop(options: StopOptions = {}): Promise<void> {
+    if (this.#state === 'new') {
+      this.#state = 'stopped';
+      this.#stopped.resolve();
+      return this.#stopped.promise;
+    }
+    if (this.#state === 'running') {
+      this.#stopGraceMs = options.graceMs;
+      this.#state = 'stopping';
+      this.#logger.info('worker stopping', { in_flight: this.#held.size });
+      for (const controller of this.#pollAborts) controller.abort();
+      this.#stopRequested.resolve();
+      this.#notifier.notify();
+    }
+    return this.#stopped.promise;
+  }
+
+  /** The number of tasks this worker holds right now. */
+  get inFlight(): number {
+    return this.#held.size;
+  }
+
+  // ---- Sessions -------------------------------------------------------------
+
+  async #ensureSession(): Promise<WorkerSession | null> {
+    if (this.#session !== null) return this.#session;
+    if (this.#sessionOpening === null) {
+      this.#sessionOpening = this.#openSession().finally(() => {
+        this.#sessionOpening = null;
+      });
+    }
+    return this.#sessionOpening;
+  }
+
+  async #openSession(): Promise<WorkerSession | null> {
+    let failures = 0;
+    while (this.#state === 'running') {
+      try {
+        const session = await this.#api.openSession({
+          scope: this.#scope,
+          queue: this.#queue,
+          concurrency: this.#concurrency,
+        });
+        this.#session = session;
+        this.#logger.info('session opened', { session_id: session.id });
+        this.#notifier.notify();
+        return session;
+      } catch (error) {
+        if (!isRetryable(error)) {
+          this.#fail(error);
+          return null;
+        }
+        failures += 1;
+        const delay = backoffDelay(failures, this.#backoff);
+        this.#logger.warn('opening a session failed; retrying', {
+          delay_ms: delay,
+          ...errorFields(error),
+        });
+        // Only stop cuts the backoff short: other wake-ups must not hammer the server.
+        await within(this.#stopRequested.promise, delay);
+      }
+    }
+    return null;
+  }
+
+  #extendSession(): void {
+    const session = this.#session;
+    if (session === null || this.#state === 'stopped') return;
+    this.#api.extendSession(session.id, this.#scope).then(
+      (extended) => {
+        if (this.#session?.id === extended.id) this.#session = extended;
+      },
+      (error: unknown) => {
+        const code = problemCode(error);
+        if (code === 'session_expired' || code === 'session_not_found') {
+          this.#logger.warn('session lost; opening a new one', { session_id: session.id });
+          this.#retireSession(session.id);
+        } else {
+          this.#logger.warn('extending the session failed', {
+            session_id: session.id,
+            ...errorFields(error),
+          });
+        }
+      },
+    );
+  }
+
+  #retireSession(sessionId: string): void {
+    if (this.#session?.id === sessionId) this.#session = null;
+    this.#notifier.notify();
+  }
+
+  // ---- Acquisition ----------------------------------------------------------
+
+  async #acquireLoop(): Promise<void> {
+    while (this.#state === 'running') {
+      const session = await this.#ensureSession();
+      if (session === null || this.#state !== 'running') break;
+      const wait = this.#pollNotBefore - Date.now();
+      if (wait > 0) {
+        await this.#notifier.wait(wait);
+        continue;
+      }
+      // Let slots freed in the same tick join one request.
+      await new Promise((resolve) => setImmediate(resolve));
+      if (this.#state !== 'running') break;
+      const commands = this.#startPolls(this.#session?.id ?? null);
+      if (commands.length === 0) {
+        await this.#notifier.wait();
+        continue;
+      }
+      this.#sendPolls(commands, this.#pollWaitMs);
+    }
+  }
+
+  /** Starts a poll on every idle slot that can poll; returns their commands. */
+  #startPolls(sessionId: string | null): PollCommand[] {
+    const commands: PollCommand[] = [];
+    this.#slots = this.#slots.map((slot) => {
+      const started = beginPoll(slot, sessionId);
+      if (started === null) return slot;
+      commands.push(started.command);
+      return started.slot;
+    });
+    return commands;
+  }
+
+  /** Sends polls grouped by session (one batch per session, as the route requires). */
+  #sendPolls(commands: PollCommand[], waitMs: number): void {
+    const bySession = new Map<string, PollCommand[]>();
+    for (const command of commands) {
+      const group = bySession.get(command.sessionId) ?? [];
+      group.push(command);
+      bySession.set(command.sessionId, group);
+    }
+    for (const group of bySession.values()) {
+      const poll = this.#poll(group, waitMs).finally(() => {
+        this.#polls.delete(poll);
+        this.#notifier.notify();
+      });
+      this.#polls.add(poll);
+    }
+  }
+
+  async #poll(commands: PollCommand[], waitMs: number): Promise<void> {
+    const controller = new AbortController();
+    this.#pollAborts.add(controller);
+    const sentAt = Date.now();
+    try {
+      const replies = await this.#api.acquireBatch(
+        commands.map((command) => ({
+          scope: this.#scope,
+          queue: this.#queue,
+          worker_session_id: command.sessionId,
+          consumer_id: command.consumerId,
+          sequence: command.sequence,
+        })),
+        waitMs,
+        controller.signal,
+      );
+      let failed = false;
+      replies.forEach((item, index) => {
+        const command = commands[index] as PollCommand;
+        const slot = this.#slots[command.consumerId] as SlotState;
+        if (isProblem(item)) {
+          const error = new ProblemError(item);
+          failed = true;
+          this.#applySlot(pollFailed(slot, classifyPollError(error), item.detail), sentAt, error);
+        } else {
+          this.#applySlot(pollReplied(slot, item), sentAt);
+        }
+      });
+      if (!failed) this.#pollFailures = 0;
+    } catch (error) {
+      const aborted = controller.signal.aborted;
+      if (!aborted) {
+        this.#logger.warn('acquire failed', { slots: commands.length, ...errorFields(error) });
+      }
+      for (const command of commands) {
+        const slot = this.#slots[command.consumerId] as SlotState;
+        const message = error instanceof Error ? error.message : String(error);
+        this.#applySlot(
+          pollFailed(slot, classifyPollError(error, aborted), message),
+          sentAt,
+          error,
+        );
+      }
+    } finally {
+      this.#pollAborts.delete(controller);
+    }
+  }
+
+  #applySlot(step: SlotStep, sentAt: number, cause?: unknown): void {
+    this.#slots[step.slot.consumerId] = step.slot;
+    const effect = step.effect;
+    switch (effect.kind) {
+      case 'run': {
+        const execution = this.#execute(step.slot.consumerId, effect.assignment, sentAt).finally(
+          () => {
+            this.#executions.delete(execution);
+          },
+        );
+        this.#executions.add(execution);
+        break;
+      }
+      case 'lost':
+        this.#logger.info('a replayed poll found its attempt no longer owned', {
+          task_id: effect.attempt.task_id,
+          attempt_id: effect.attempt.attempt_id,
+        });
+        break;
+      case 'backoff': {
+        this.#pollFailures = Math.max(this.#pollFailures, effect.failures);
+        this.#pollNotBefore = Date.now() + backoffDelay(this.#pollFailures, this.#backoff);
+        break;
+      }
+      case 'new_session':
+        this.#logger.warn('slot cursor lost; moving to a new session', {
+          consumer_id: step.slot.consumerId,
+          session_id: effect.staleSessionId,
+          ...(cause === undefined ? {} : errorFields(cause)),
+        });
+        this.#retireSession(effect.staleSessionId);
+        break;
+      case 'fatal':
+        this.#fail(
+          cause instanceof Error && !(cause instanceof ProblemError && cause.retryable)
+            ? cause
+            : new ProtocolError(effect.message),
+        );
+        break;
+      default:
+        break;
+    }
+  }
+
+  // ---- Execution ------------------------------------------------------------
+
+  async #execute(consumerId: number, assignment: Assignment, sentAt: number): Promise<void> {
+    const held = this.#hold(consumerId, assignment, sentAt);
+    const owner = held.lease.owner;
+    const fields = { task_id: owner.task_id, attempt_id: owner.attempt_id };
+    try {
+      if (this.#state !== 'running') {
+        // Taken while stopping (a poll answered after stop, or a drain
+        // replay): hand it back without asking for dispatch, so the attempt
+        // does not count against the task's retries.
+        await this.#settle(
+          held,
+          failureReport('rejected', 'the worker is shutting down', true),
+          'confirmed',
+        );
+        return;
+      }
+      await this.#dispatch(held);
+      if (!maySettle(held.lease)) {
+        this.#logger.warn('lease lost before dispatch', fields);
+        return;
+      }
+      const decision = dispatchDecision(held.lease);
+      const registration = this.#handlers.get(assignment.descriptor.name);
+      if (decision.kind === 'refuse' || !held.lease.dispatchAnswered) {
+        const refusal =
+          decision.kind === 'refuse'
+            ? failureReport(decision.failure, decision.message, decision.retryable)
+            : failureReport('rejected', 'the dispatch request was not answered', true);
+        this.#logger.info('dispatch refused', { ...fields, report: refusal.report });
+        await this.#settle(held, refusal, 'confirmed');
+        return;
+      }
+      if (registration === undefined) {
+        // Dispatch was asked first so that the attempt counts: a queue fed a
+        // program no worker knows fails after max_attempts, not never.
+        this.#logger.error('no handler registered for program', {
+          ...fields,
+          program: assignment.descriptor.name,
+        });
+        await this.#settle(
+          held,
+          failureReport(
+            'rejected',
+            `no handler for program "${assignment.descriptor.name}" is registered on this worker`,
+            true,
+          ),
+          'confirmed',
+        );
+        return;
+      }
+      const { outcome, startedAt } = await this.#runHandler(held, registration);
+      const report = reportFor(
+        {
+          taskId: owner.task_id,
+          attemptId: owner.attempt_id,
+          activationId: assignment.workflow_activation_id,
+        },
+        outcome,
+        { startedAt, finishedAt: Date.now() },
+      );
+      if (!maySettle(held.lease)) {
+        this.#logger.warn('lease lost; the outcome is not reported', fields);
+        return;
+      }
+      await this.#settle(held, report, outcome.kind === 'abandoned' ? 'unconfirmed' : 'confirmed');
+    } catch (error) {
+      // Defensive: every step above handles its own errors.
+      this.#logger.error('task execution failed unexpectedly', {
+        ...fields,
+        ...errorFields(error),
+      });
+    } finally {
+      this.#drop(held);
+      const slot = this.#slots[consumerId];
+      if (slot !== undefined) this.#slots[consumerId] = released(slot);
+      this.#notifier.notify();
+    }
+  }
+
+  #hold(consumerId: number, assignment: Assignment, sentAt: number): Held {
+    const forced = deferred();
+    const held: Held = {
+      consumerId,
+      assignment,
+      lease: initialLease(assignment, sentAt),
+      inFlight: false,
+      renewFailures: 0,
+      abort: new AbortController(),
+      abortCause: null,
+      handlerRunning: false,
+      settling: false,
+      dispatchRequested: false,
+      dispatchWaiters: [],
+      heartbeatWaiters: [],
+      forceReport: forced.resolve,
+      forced: forced.promise,
+      retryTimer: undefined,
+      expiryTimer: undefined,
+      budgetTimer: undefined,
+    };
+    this.#held.set(assignment.authority.owner.attempt_id, held);
+    this.#armExpiry(held);
+    return held;
+  }
+
+  #drop(held: Held): void {
+    clearTimeout(held.retryTimer);
+    clearTimeout(held.expiryTimer);
+    clearTimeout(held.budgetTimer);
+    this.#held.delete(held.lease.owner.attempt_id);
+    this.#flushWaiters(held);
+  }
+
+  /** Asks for dispatch (renew sequence 1, intent `dispatch`) and waits for its answer or loss. */
+  async #dispatch(held: Held): Promise<void> {
+    held.dispatchRequested = true;
+    if (held.lease.dispatchAnswered) return;
+    const answered = new Promise<void>((resolve) => held.dispatchWaiters.push(resolve));
+    this.#renewSoon(held);
+    await answered;
+  }
+
+  async #runHandler(
+    held: Held,
+    registration: Registration,
+  ): Promise<{ outcome: HandlerOutcome; startedAt: number }> {
+    const assignment = held.assignment;
+    const startedAt = Date.now();
+    held.budgetTimer = setTimeout(
+      () => this.#abortHeld(held, 'timeout'),
+      Math.max(0, held.lease.executionEndsAtLocal - startedAt),
+    );
+    const ctx = this.#context(held);
+    held.handlerRunning = true;
+    const running = (async () => {
+      let data: unknown = assignment.event.data;
+      if (registration.schema !== undefined) data = await validateData(registration.schema, data);
+      return registration.handler(data, ctx);
+    })();
+    const finished: Promise<HandlerOutcome> = running.then(
+      (value): HandlerOutcome => ({ kind: 'returned', value }),
+      (error: unknown): HandlerOutcome => ({ kind: 'threw', error, aborted: held.abortCause }),
+    );
+    const outcome = await Promise.race([
+      finished,
+      held.forced.then((): HandlerOutcome => ({ kind: 'abandoned' })),
+    ]);
+    held.handlerRunning = false;
+    clearTimeout(held.budgetTimer);
+    if (outcome.kind === 'abandoned') {
+      // Reported as `unconfirmed`: the code may still run. Confirm quiescence
+      // when it ends, if this process is still alive by then.
+      void finished.then(() => this.#confirmQuiescence(held));
+    }
+    return { outcome, startedAt };
+  }
+
+  #confirmQuiescence(held: Held): void {
+    this.#api.confirmQuiescence(held.lease.owner).then(
+      () => {},
+      (error: unknown) =>
+        this.#logger.warn('confirming quiescence failed', {
+          attempt_id: held.lease.owner.attempt_id,
+          ...errorFields(error),
+        }),
+    );
+  }
+
+  #context(held: Held): TaskContext {
+    const event = held.assignment.event;
+    return Object.freeze({
+      taskId: event.ldgtaskid,
+      runId: event.ldgrunid,
+      attemptId: event.ldgattemptid,
+      attempt: event.ldgattempt,
+      program: held.assignment.descriptor,
+      queue: event.ldgqueue,
+      deadline: held.assignment.attempt_deadline,
+      signal: held.abort.signal,
+      event,
+      logger: this.#logger,
+      heartbeat: () =>
+        new Promise<void>((resolve) => {
+          if (held.lease.lost !== null || !this.#held.has(held.lease.owner.attempt_id)) {
+            resolve();
+            return;
+          }
+          held.heartbeatWaiters.push(resolve);
+          this.#renewSoon(held);
+        }),
+    });
+  }
+
+  #abortHeld(held: Held, cause: AbortCause): void {
+    if (held.abort.signal.aborted) return;
+    held.abortCause = cause;
+    this.#logger.info('aborting task', {
+      task_id: held.lease.owner.task_id,
+      attempt_id: held.lease.owner.attempt_id,
+      cause,
+    });
+    held.abort.abort(new TaskAbortedError(cause));
+  }
+
+  async #settle(
+    held: Held,
+    report: Parameters<typeof settleCommandFor>[1],
+    quiescence: Quiescence,
+  ): Promise<SettleResult> {
+    const command = settleCommandFor(held.lease.owner, report, quiescence);
+    held.settling = true;
+    const result = await this.#settler.settle(command);
+    const fields = {
+      task_id: command.owner.task_id,
+      attempt_id: command.owner.attempt_id,
+      report: command.report.kind,
+    };
+    if (result.kind === 'accepted') {
+      this.#logger.debug('settled', {
+        ...fields,
+        task_state: result.reply.task_state,
+        already_accepted: result.reply.already_accepted,
+      });
+    } else if (result.kind === 'abandoned') {
+      this.#logger.warn('settlement abandoned at shutdown; lease expiry will recover it', fields);
+    }
+    return result;
+  }
+
+  // ---- Renewal --------------------------------------------------------------
+
+  /**
+   * Renews a lease at the end of this turn of the event loop, together with
+   * every other lease asking in the same turn (assignments from one poll ask
+   * for dispatch together: one request, not one each).
+   */
+  #renewSoon(held: Held): void {
+    this.#renewQueue.add(held);
+    if (this.#renewQueue.size > 1) return;
+    setImmediate(() => {
+      const helds = [...this.#renewQueue];
+      this.#renewQueue.clear();
+      this.#renew(helds);
+    });
+  }
+
+  /** Renews the given leases in one batch (skipping those with a renewal in flight). */
+  #renew(helds: Held[]): void {
+    const sending: Held[] = [];
+    const commands = [];
+    for (const held of helds) {
+      // A held assignment renews only once it asked for dispatch: one taken
+      // while stopping is handed back without a dispatch renew ever being
+      // sent, so it does not count against the task's retries.
+      if (!held.dispatchRequested || held.inFlight) continue;
+      if (!this.#held.has(held.lease.owner.attempt_id)) continue;
+      const next = nextRenew(held.lease, held.lease.dispatchAnswered ? 'keep_alive' : 'dispatch');
+      if (next === null) continue;
+      held.lease = next.lease;
+      held.inFlight = true;
+      clearTimeout(held.retryTimer);
+      sending.push(held);
+      commands.push(next.command);
+    }
+    for (let start = 0; start < commands.length; start += MAX_WORKER_BATCH) {
+      const group = sending.slice(start, start + MAX_WORKER_BATCH);
+      this.#sendRenewals(group, commands.slice(start, start + MAX_WORKER_BATCH)).catch(
+        (error: unknown) => this.#logger.error('renewal bookkeeping failed', errorFields(error)),
+      );
+    }
+  }
+
+  async #sendRenewals(
+    helds: Held[],
+    commands: Parameters<WorkerApi['renewBatch']>[0],
+  ): Promise<void> {
+    const sentAt = Date.now();
+    let results: unknown[] | undefined;
+    let failure: unknown;
+    try {
+      results = await this.#api.renewBatch(commands);
+    } catch (error) {
+      failure = error;
+      this.#logger.warn('renewal failed', { leases: helds.length, ...errorFields(error) });
+    }
+    helds.forEach((held, index) => {
+      held.inFlight = false;
+      if (!this.#held.has(held.lease.owner.attempt_id)) return;
+      let step: LeaseStep;
+      if (results === undefined) {
+        // A whole-request failure leaves every renewal pending: it is re-sent
+        // verbatim, and the local expiry decides if the lease is lost.
+        step = { lease: held.lease, effect: { kind: 'retry' } };
+      } else {
+        const item = results[index];
+        if (isProblem(item)) {
+          const error = new ProblemError(item);
+          this.#applyLease(held, renewFailed(held.lease, error), error);
+          return;
+        }
+        step = renewReplied(held.lease, item as Parameters<typeof renewReplied>[1], sentAt);
+      }
+      this.#applyLease(held, step, failure);
+    });
+  }
+
+  #applyLease(held: Held, step: LeaseStep, cause?: unknown): void {
+    held.lease = step.lease;
+    const effect = step.effect;
+    if (effect.kind === 'retry') {
+      held.renewFailures += 1;
+      const delay = Math.min(
+        backoffDelay(held.renewFailures, this.#backoff),
+        this.#renewIntervalMs,
+      );
+      clearTimeout(held.retryTimer);
+      held.retryTimer = setTimeout(() => this.#renew([held]), delay);
+      if (held.lease.dispatchAnswered) this.#flushHeartbeats(held);
+      return;
+    }
+    if (effect.kind === 'lost') {
+      // Once the settlement is sent, a lost lease is expected: an accepted
+      // settlement (whose reply may not have arrived yet) ends the lease.
+      const log = held.settling ? this.#logger.debug : this.#logger.warn;
+      log(held.settling ? 'lease ended while settling' : 'lease lost', {
+        task_id: held.lease.owner.task_id,
+        attempt_id: held.lease.owner.attempt_id,
+        why: effect.why,
+        ...(cause === undefined ? {} : errorFields(cause)),
+      });
+      this.#abortHeld(held, 'lease_lost');
+      this.#flushWaiters(held);
+      return;
+    }
+    held.renewFailures = 0;
+    if (effect.kind === 'cancel') this.#abortHeld(held, 'cancelled');
+    this.#armExpiry(held);
+    if (held.lease.dispatchAnswered) this.#flushWaiters(held);
+  }
+
+  #armExpiry(held: Held): void {
+    clearTimeout(held.expiryTimer);
+    held.expiryTimer = setTimeout(
+      () => this.#applyLease(held, clockTick(held.lease, Date.now())),
+      Math.max(0, held.lease.expiresAtLocal - Date.now()) + 1,
+    );
+  }
+
+  #flushHeartbeats(held: Held): void {
+    const waiters = held.heartbeatWaiters;
+    held.heartbeatWaiters = [];
+    for (const waiter of waiters) waiter();
+  }
+
+  #flushWaiters(held: Held): void {
+    const waiters = held.dispatchWaiters;
+    held.dispatchWaiters = [];
+    for (const waiter of waiters) waiter();
+    this.#flushHeartbeats(held);
+  }
+
+  // ---- Shutdown -------------------------------------------------------------
+
+  #fail(error: unknown): void {
+    if (this.#fatal === undefined) {
+      this.#fatal = error;
+      this.#logger.error('worker stopping after an unrecoverable error', errorFields(error));
+    }
+    void this.stop();
+  }
+
+  async #drain(loop: Promise<void>, graceMs: number): Promise<void> {
+    const deadline = Date.now() + graceMs;
+    await loop;
+    await Promise.allSettled([...this.#polls]);
+    // Polls cut short may have claimed a task whose reply never came: replay
+    // each once without waiting, and hand back what it held.
+    const replays = this.#startPolls(null);
+    if (replays.length > 0) {
+      this.#sendPolls(replays, 0);
+      await within(Promise.allSettled([...this.#polls]), deadline - Date.now());
+    }
+    await within(Promise.allSettled([...this.#executions]), deadline - Date.now());
+    if (this.#executions.size > 0) {
+      for (const held of this.#held.values()) {
+        if (held.handlerRunning) this.#abortHeld(held, 'shutdown');
+      }
+      await within(Promise.allSettled([...this.#executions]), this.#abortGraceMs);
+      for (const held of this.#held.values()) held.forceReport();
+      await within(Promise.allSettled([...this.#executions]), this.#http.requestTimeoutMs);
+      this.#settler.abandon();
+      // Everything left is now settling to `abandoned` or finishing a renewal.
+      await within(Promise.allSettled([...this.#executions]), this.#http.requestTimeoutMs);
+    }
+    this.#settler.abandon();
+    clearInterval(this.#renewTimer);
+    clearInterval(this.#extendTimer);
+    for (const held of this.#held.values()) this.#drop(held);
+    this.#state = 'stopped';
+    this.#logger.info('worker stopped', {});
+    this.#stopped.resolve();
+  }
+}
+
+/** Validates task data with a Standard Schema; invalid data is an `invalid_data` application error. */
+async function validateData(schema: StandardSchemaV1, data: unknown): Promise<unknown> {
+  const result = await schema['~standard'].validate(data);
+  if (result.issues === undefined) return result.value;
+  const issues = result.issues.slice(0, 20).map((issue) => ({
+    path: issuePath(issue),
+    message: String(issue.message).slice(0, 500),
+  }));
+  const first = issues[0];
+  throw new ApplicationError(
+    'invalid_data',
+    first === undefined
+      ? 'the task data is invalid'
+      : `the task data is invalid: ${first.path} ${first.message}`,
+    { retryable: false, details: { issues } },
+  );
+}
