@@ -1,6 +1,5 @@
 import { describe, it } from 'vitest';
-import { createMemoryTaskStore } from './testing/index.js';
-import { runLifecycleModel } from './testing/lifecycle-model.js';
+import { createMemoryTaskStore, runLifecycleModel } from './testing/index.js';
 
 describe('lifecycle model (memory store)', () => {
   it('random command sequences keep DESIGN §5 invariants', async () => {

@@ -45,6 +45,7 @@ export {
   TEST_NAMESPACE,
   TEST_QUEUE,
 } from './fixtures.js';
+export { type LifecycleModelHarness, runLifecycleModel } from './lifecycle-model.js';
 export {
   createMemoryTaskStore,
   type MemoryTaskStore,
