@@ -27,4 +27,9 @@ export {
   type ServerConfig,
 } from './config.js';
 export { type Maintenance, type MaintenanceOptions, startMaintenance } from './maintenance.js';
+export {
+  createServerMetrics,
+  type ServerMetrics,
+  type ServerMetricsOptions,
+} from './metrics.js';
 export { type RunningServer, type StartServerOptions, startServer } from './server.js';

@@ -16,6 +16,7 @@ import pino, { type Logger } from 'pino';
 import postgres from 'postgres';
 import type { ServerConfig } from './config.js';
 import { startMaintenance } from './maintenance.js';
+import { createServerMetrics } from './metrics.js';
 
 /** The database the embedded server creates for Ledgence's own tables. */
 const EMBEDDED_DATABASE = 'ledgence';
@@ -88,13 +89,20 @@ export async function startServer(
     const wake = createPostgresWakeSource({ url });
     cleanups.push(() => wake.close());
     const closing = new AbortController();
-    const service = createTaskService({
-      store: withGroupCommit(store),
-      wake,
-      longPollMaxMs: config.longPollWaitMs,
-      rescanIntervalMs: config.rescanIntervalMs,
-      closing: closing.signal,
+    // A private registry per server: two servers in one process (tests) keep separate counts.
+    const metrics = createServerMetrics({
+      queueDepths: (limit) => store.queueDepths(limit),
+      logger,
     });
+    const service = metrics.instrumentService(
+      createTaskService({
+        store: withGroupCommit(store),
+        wake,
+        longPollMaxMs: config.longPollWaitMs,
+        rescanIntervalMs: config.rescanIntervalMs,
+        closing: closing.signal,
+      }),
+    );
 
     let accepting = true;
     const app = createHttpApp({
@@ -102,6 +110,8 @@ export async function startServer(
       auth: { keys: config.apiKeys },
       longPollMaxMs: config.longPollWaitMs,
       logger,
+      metrics,
+      onResponse: (info) => metrics.observeHttp(info),
       health: {
         async ready() {
           if (!accepting) return { ok: false, detail: 'shutting down' };
@@ -117,6 +127,7 @@ export async function startServer(
       recover: (limit) => service.recoverExpiredLeases(limit),
       intervalMs: config.maintenanceIntervalMs,
       logger,
+      onProgress: (progress) => metrics.recordRecovery(progress),
     });
     cleanups.push(() => maintenance.stop());
 

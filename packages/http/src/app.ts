@@ -86,6 +86,27 @@ export interface HttpAppOptions {
   metrics?: MetricsOptions;
   /** The request id header taken from requests and echoed on replies. Default `x-request-id`. */
   requestIdHeader?: string;
+  /**
+   * Called once per request, where its log line is written (e.g. to observe an HTTP duration
+   * histogram). An exception it throws is logged and otherwise ignored: observing a request
+   * must never change its reply.
+   */
+  onResponse?: (info: HttpResponseInfo) => void;
+}
+
+/** What {@link HttpAppOptions.onResponse} learns about one answered request. */
+export interface HttpResponseInfo {
+  /**
+   * The route PATTERN that answered (e.g. `/v1/tenants/:tenant_id/namespaces/:namespace/tasks`),
+   * never the raw path, so it is one of a fixed set; `null` when no route matched.
+   */
+  route: string | null;
+  /** The request method as received. */
+  method: string;
+  /** The reply's status code. */
+  status: number;
+  /** From the first middleware to the reply being ready, in milliseconds. */
+  durationMs: number;
 }
 
 /** The per-request values the app's middleware shares with the routes. */
@@ -314,17 +335,26 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     c.header(requestIdHeader, requestId);
     await next();
     c.res.headers.set(requestIdHeader, requestId);
+    const durationMs = performance.now() - started;
+    const route = routePattern(c);
     logger.info(
       {
         request_id: requestId,
         method: c.req.method,
-        route: routePattern(c),
+        route,
         status: c.res.status,
-        duration_ms: Math.round((performance.now() - started) * 1000) / 1000,
+        duration_ms: Math.round(durationMs * 1000) / 1000,
         tenant: c.get('principal')?.tenant ?? null,
       },
       'request',
     );
+    if (options.onResponse !== undefined) {
+      try {
+        options.onResponse({ route, method: c.req.method, status: c.res.status, durationMs });
+      } catch (error) {
+        logger.warn({ request_id: requestId, err: error }, 'onResponse hook failed');
+      }
+    }
   });
 
   app.onError((error, c) => {

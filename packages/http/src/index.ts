@@ -40,6 +40,7 @@ export {
   type HttpAppEnv,
   type HttpAppOptions,
   type HttpAppVariables,
+  type HttpResponseInfo,
   type MetricsOptions,
   type Readiness,
   SCOPE_PREFIX,

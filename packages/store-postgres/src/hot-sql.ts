@@ -525,6 +525,44 @@ export async function lockExpiredLeases(tx: Tx, now: number, limit: number): Pro
 }
 
 /**
+ * Non-terminal task counts per queue and state, for the `/metrics` queue depth gauge: the `limit`
+ * queues holding the most tasks (ties by name), each with its `queued` and `active` counts, and
+ * every other queue summed into rows whose `queue` is null, so a scrape returns at most
+ * 2 × (limit + 1) rows however many queues exist. Tenants and namespaces are summed over: they are
+ * not metric labels (unbounded). Lock: none — a plain snapshot read; it takes no row lock, so it
+ * never blocks a claim, renew or settle, nor waits for one (the counts are those of its snapshot,
+ * which is all a gauge sample promises). Indexes: queued tasks through the partial `tasks_acquire`
+ * (state = 'queued'; it holds the queue column, so an index-only scan once vacuum has set the
+ * visibility map), active tasks through the partial `attempts_active` joined to tasks by primary
+ * key — an active task has exactly its current attempt active (a settled attempt awaiting cleanup
+ * stays `active` too), and no index on tasks holds the active ones. Terminal rows are never read;
+ * the cost is linear in the backlog (queued plus in flight), once per scrape.
+ */
+export async function queueDepths(tx: Tx, limit: number): Promise<DbRow[]> {
+  return tx`
+    with depth as (
+      select queue, 'queued' as state, count(*) as n from tasks
+      where state = 'queued'
+      group by queue
+      union all
+      select t.queue, 'active', count(*) from attempts a
+      join tasks t on t.tenant_id = a.tenant_id and t.namespace = a.namespace
+        and t.task_id = a.task_id
+      where a.state = 'active' and t.state = 'active' and t.current_attempt_id = a.attempt_id
+      group by t.queue
+    ), ranked as (
+      select queue, row_number() over (order by sum(n) desc, queue) as rank
+      from depth
+      group by queue
+    )
+    select case when r.rank <= ${limit} then d.queue end as queue, d.state,
+      sum(d.n)::bigint as count
+    from depth d join ranked r on r.queue = d.queue
+    group by 1, 2
+    order by 1 nulls last, 2`;
+}
+
+/**
  * One NOTIFY per transaction on {@link WAKE_CHANNEL}, carrying every hint as a JSON array
  * (split only if it would exceed PostgreSQL's 8000-byte payload limit). Delivered at commit.
  */

@@ -60,6 +60,7 @@ export {
   createPostgresTaskStore,
   type PostgresTaskStore,
   type PostgresTaskStoreOptions,
+  type QueueDepth,
 } from './store.js';
 export {
   createPostgresWakeSource,

@@ -107,6 +107,7 @@ import {
   lockExpiredLeases,
   lockTasks,
   notifyWake,
+  queueDepths,
   releaseConcurrencySlots,
   renewAttempts,
   selectClaimable,
@@ -144,6 +145,22 @@ export interface PostgresTaskStore extends TaskStore {
   readonly sql: postgres.Sql;
   /** Ends the pool if the store created it; a caller-supplied client is left open. */
   close(): Promise<void>;
+  /**
+   * Non-terminal task counts by queue and state over every tenant and namespace (for metrics):
+   * the `limit` deepest queues, and the rest summed under `queue: null`. A read-only snapshot
+   * that takes no row locks and reads no terminal rows.
+   */
+  queueDepths(limit: number): Promise<QueueDepth[]>;
+}
+
+/** One row of {@link PostgresTaskStore.queueDepths}. */
+export interface QueueDepth {
+  /** The queue; `null` for the sum of the queues beyond the limit. */
+  queue: string | null;
+  /** A non-terminal task state. */
+  state: 'queued' | 'active';
+  /** Tasks of the queue (or queues) in that state. */
+  count: number;
 }
 
 /**
@@ -1108,6 +1125,21 @@ class PgTaskStore implements PostgresTaskStore {
       }
       return page;
     });
+  }
+
+  // ---- metrics ------------------------------------------------------------------------------
+
+  async queueDepths(limit: number): Promise<QueueDepth[]> {
+    if (!Number.isSafeInteger(limit) || limit < 1) {
+      throw new RangeError('queueDepths limit must be a positive integer');
+    }
+    // Through `transact` for its lost-connection handling; read only, as it writes nothing.
+    const rows = await this.transact((tx) => queueDepths(tx, limit), 'read only');
+    return rows.map((row) => ({
+      queue: row.queue === null ? null : String(row.queue),
+      state: row.state === 'active' ? 'active' : 'queued',
+      count: num(row.count),
+    }));
   }
 
   // ---- recovery -----------------------------------------------------------------------------

@@ -1,0 +1,342 @@
+/**
+ * The server's Prometheus metrics (DESIGN §11, `/metrics`): HTTP durations, acquire outcomes and
+ * long-poll waits, settle outcomes, lease expiries, queue depth (read from the store on scrape),
+ * and Node's process metrics — all in a private registry, never prom-client's global one.
+ *
+ * Every label value comes from a bounded set: route patterns (never raw paths), a fixed list of
+ * methods, status classes, acquire dispositions, the contracts' ERROR_CODES, task states, and at
+ * most `maxQueues` queue names with the rest summed under `_other`. Tenants and namespaces are
+ * never labels: their number is unbounded, and so would be the series.
+ */
+import {
+  ContractError,
+  type ErrorCode,
+  isErrorCode,
+  type RecoveryProgress,
+  TaskStateSchema,
+} from '@ledgence/contracts';
+import type { TaskService } from '@ledgence/core';
+import type { HttpResponseInfo } from '@ledgence/http';
+import type { QueueDepth } from '@ledgence/store-postgres';
+import type { Logger } from 'pino';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+
+/** The default number of queues that get their own `queue` label value. */
+export const DEFAULT_MAX_QUEUES = 50;
+
+/** The `queue` label value of the queues past the limit, summed. */
+export const OTHER_QUEUE = '_other';
+
+/** The `route` label value of a request no route matched (its path is never a label). */
+export const UNMATCHED_ROUTE = 'unmatched';
+
+/** The `code` / `task_state` label value where the label does not apply. */
+export const NONE = 'none';
+
+/** Options of {@link createServerMetrics}. */
+export interface ServerMetricsOptions {
+  /**
+   * Reads non-terminal task counts on each scrape (the store's `queueDepths`), asked for at most
+   * `limit` queues; without it no queue depth is exported.
+   */
+  queueDepths?: (limit: number) => Promise<readonly QueueDepth[]>;
+  /** Queues that get their own label value, deepest first; default {@link DEFAULT_MAX_QUEUES}. */
+  maxQueues?: number;
+  /** Node process metrics (`process_*`, `nodejs_*`); default true. */
+  defaultMetrics?: boolean;
+  /** Where a failed queue depth read is reported; default nowhere. */
+  logger?: Logger;
+}
+
+/** The server's metrics and the hooks that feed them. */
+export interface ServerMetrics {
+  /** The private registry every metric is in. */
+  readonly registry: Registry;
+  /** The `Content-Type` of {@link render}'s text (Prometheus text format 0.0.4). */
+  readonly contentType: string;
+  /** Renders every metric, reading queue depth first. */
+  render(): Promise<string>;
+  /** Observes one answered HTTP request (pass as the HTTP app's `onResponse`). */
+  observeHttp(info: HttpResponseInfo): void;
+  /** Counts one recovery pass's outcomes (pass as the maintenance loop's `onProgress`). */
+  recordRecovery(progress: RecoveryProgress): void;
+  /**
+   * The service with `acquire`/`acquireBatch` timed and counted and `settle`/`settleBatch`
+   * counted; every other method is the service's own.
+   */
+  instrumentService(service: TaskService): TaskService;
+}
+
+/** Methods of the HTTP API, and HEAD/OPTIONS; any other is labelled `other`. */
+const METHODS: ReadonlySet<string> = new Set([
+  'GET',
+  'HEAD',
+  'POST',
+  'PUT',
+  'PATCH',
+  'DELETE',
+  'OPTIONS',
+]);
+
+const TASK_STATES: ReadonlySet<string> = new Set(TaskStateSchema.options);
+
+// Seconds. Short requests resolve in milliseconds; long polls park up to the configured wait
+// (20 s by default, clamped by the server), so the top buckets reach past it.
+const HTTP_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60];
+const ACQUIRE_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30];
+
+/** A call's result: its value, or what it threw (not necessarily a ContractError). */
+type Outcome<T> = { ok: true; value: T } | { ok: false; error: unknown };
+
+/** `2xx`, `4xx`, … from a status code. */
+export function statusClass(status: number): string {
+  return Number.isInteger(status) && status >= 100 && status <= 599
+    ? `${Math.floor(status / 100)}xx`
+    : 'other';
+}
+
+/** The stable code of a rejection; anything but a ContractError reaches clients as `unavailable`. */
+function codeOf(error: unknown): ErrorCode {
+  return error instanceof ContractError && isErrorCode(error.code) ? error.code : 'unavailable';
+}
+
+/**
+ * Bounds the queue label: keeps the `maxQueues` queues with the most tasks (ties by name), each
+ * with both states (0 when absent), and sums the rest — and rows the source already folded
+ * (`queue: null`) — per state under {@link OTHER_QUEUE}, which appears only when something folds.
+ */
+export function foldQueueDepths(
+  rows: readonly QueueDepth[],
+  maxQueues: number,
+): { queue: string; state: 'queued' | 'active'; count: number }[] {
+  const byQueue = new Map<string, { queued: number; active: number }>();
+  const other = { queued: 0, active: 0 };
+  let folded = false;
+  for (const row of rows) {
+    if (row.state !== 'queued' && row.state !== 'active') continue;
+    if (row.queue === null) {
+      other[row.state] += row.count;
+      folded = true;
+      continue;
+    }
+    const entry = byQueue.get(row.queue) ?? { queued: 0, active: 0 };
+    entry[row.state] += row.count;
+    byQueue.set(row.queue, entry);
+  }
+  const ranked = [...byQueue].sort(
+    ([a, x], [b, y]) => y.queued + y.active - (x.queued + x.active) || (a < b ? -1 : a > b ? 1 : 0),
+  );
+  const out: { queue: string; state: 'queued' | 'active'; count: number }[] = [];
+  ranked.forEach(([queue, counts], index) => {
+    if (index < maxQueues) {
+      out.push({ queue, state: 'queued', count: counts.queued });
+      out.push({ queue, state: 'active', count: counts.active });
+    } else {
+      other.queued += counts.queued;
+      other.active += counts.active;
+      folded = true;
+    }
+  });
+  if (folded) {
+    out.push({ queue: OTHER_QUEUE, state: 'queued', count: other.queued });
+    out.push({ queue: OTHER_QUEUE, state: 'active', count: other.active });
+  }
+  return out;
+}
+
+/**
+ * Creates the server's metrics in a private registry.
+ *
+ * @example
+ * ```ts
+ * const metrics = createServerMetrics({ queueDepths: (limit) => store.queueDepths(limit) });
+ * const service = metrics.instrumentService(createTaskService({ store }));
+ * const app = createHttpApp({ service, auth, metrics, onResponse: metrics.observeHttp });
+ * ```
+ */
+export function createServerMetrics(options: ServerMetricsOptions = {}): ServerMetrics {
+  const maxQueues = options.maxQueues ?? DEFAULT_MAX_QUEUES;
+  if (!Number.isSafeInteger(maxQueues) || maxQueues < 1) {
+    throw new RangeError('maxQueues must be a positive integer');
+  }
+  const registry = new Registry();
+  const registers = [registry];
+  if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: registry });
+
+  const httpDuration = new Histogram({
+    name: 'ledgence_http_request_duration_seconds',
+    help: 'HTTP request duration by route pattern, method and status class (long polls included).',
+    labelNames: ['route', 'method', 'status_class'] as const,
+    buckets: HTTP_BUCKETS,
+    registers,
+  });
+  const acquireOutcomes = new Counter({
+    name: 'ledgence_acquire_outcomes_total',
+    help: 'Polls answered, per slot: disposition (assigned, empty, ownership_lost, rejected) and error code.',
+    labelNames: ['disposition', 'code'] as const,
+    registers,
+  });
+  const acquireWait = new Histogram({
+    name: 'ledgence_acquire_wait_seconds',
+    help: 'Time an acquire or acquire batch took, parked long-poll wait included, by its best outcome.',
+    labelNames: ['outcome', 'long_poll'] as const,
+    buckets: ACQUIRE_BUCKETS,
+    registers,
+  });
+  const settleOutcomes = new Counter({
+    name: 'ledgence_settle_outcomes_total',
+    help: 'Settlements: accepted, replayed (already accepted) or rejected (by code), with the resulting task state.',
+    labelNames: ['outcome', 'code', 'task_state'] as const,
+    registers,
+  });
+  const leaseExpiries = new Counter({
+    name: 'ledgence_lease_expiries_total',
+    help: 'Attempts whose lease expired (recovered as lost), by what became of their task.',
+    labelNames: ['outcome'] as const,
+    registers,
+  });
+  const leaseFinalized = new Counter({
+    name: 'ledgence_lease_cleanup_finalized_total',
+    help: 'Settled attempts whose cleanup was never confirmed, given their recorded outcome at authority end.',
+    registers,
+  });
+  // Present from the first scrape, so rates start at zero rather than at the first event.
+  for (const outcome of ['requeued', 'failed', 'cancelled']) leaseExpiries.inc({ outcome }, 0);
+  const depthErrors = new Counter({
+    name: 'ledgence_queue_depth_errors_total',
+    help: 'Scrapes whose queue depth read failed (the gauge is then empty for that scrape).',
+    registers,
+  });
+
+  const readDepths = options.queueDepths;
+  if (readDepths !== undefined) {
+    new Gauge({
+      name: 'ledgence_queue_depth',
+      help: `Non-terminal tasks by queue and state (the ${maxQueues} deepest queues; the rest summed as ${OTHER_QUEUE}).`,
+      labelNames: ['queue', 'state'] as const,
+      registers,
+      // Read on scrape: a count kept in memory would drift from the database across replicas.
+      async collect() {
+        this.reset();
+        let rows: readonly QueueDepth[];
+        try {
+          rows = await readDepths(maxQueues);
+        } catch (error) {
+          // The other metrics still render; a stale depth would mislead, so none is shown.
+          depthErrors.inc();
+          options.logger?.warn({ err: error }, 'queue depth read failed');
+          return;
+        }
+        for (const { queue, state, count } of foldQueueDepths(rows, maxQueues)) {
+          this.set({ queue, state }, count);
+        }
+      },
+    });
+  }
+
+  function countAcquire(result: Outcome<{ disposition: string }>): string {
+    const disposition = result.ok ? result.value.disposition : 'rejected';
+    acquireOutcomes.inc({ disposition, code: result.ok ? NONE : codeOf(result.error) });
+    return disposition;
+  }
+
+  /** The most telling outcome of a batch, for its wait: work beats loss beats empty. */
+  function bestOutcome(dispositions: readonly string[]): string {
+    for (const candidate of ['assigned', 'ownership_lost', 'empty']) {
+      if (dispositions.includes(candidate)) return candidate;
+    }
+    return 'rejected';
+  }
+
+  function countSettle(result: Outcome<{ already_accepted: boolean; task_state: string }>) {
+    if (!result.ok) {
+      settleOutcomes.inc({ outcome: 'rejected', code: codeOf(result.error), task_state: NONE });
+      return;
+    }
+    const { already_accepted, task_state } = result.value;
+    settleOutcomes.inc({
+      outcome: already_accepted ? 'replayed' : 'accepted',
+      code: NONE,
+      task_state: TASK_STATES.has(task_state) ? task_state : NONE,
+    });
+  }
+
+  return {
+    registry,
+    contentType: registry.contentType,
+    render: () => registry.metrics(),
+
+    observeHttp(info) {
+      httpDuration.observe(
+        {
+          route: info.route ?? UNMATCHED_ROUTE,
+          method: METHODS.has(info.method) ? info.method : 'other',
+          status_class: statusClass(info.status),
+        },
+        Math.max(0, info.durationMs) / 1000,
+      );
+    },
+
+    recordRecovery(progress) {
+      if (progress.requeued > 0) leaseExpiries.inc({ outcome: 'requeued' }, progress.requeued);
+      if (progress.failed > 0) leaseExpiries.inc({ outcome: 'failed' }, progress.failed);
+      if (progress.cancelled > 0) leaseExpiries.inc({ outcome: 'cancelled' }, progress.cancelled);
+      if (progress.finalized > 0) leaseFinalized.inc(progress.finalized);
+    },
+
+    instrumentService(service) {
+      // createTaskService returns a plain object: its methods are own properties and close
+      // over their state (no `this`), so spreading keeps every method the service has.
+      return {
+        ...service,
+        async acquire(command, wait) {
+          const longPoll = String((wait?.waitMs ?? 0) > 0);
+          const stop = acquireWait.startTimer({ long_poll: longPoll });
+          try {
+            const reply = await service.acquire(command, wait);
+            stop({ outcome: countAcquire({ ok: true, value: reply }) });
+            return reply;
+          } catch (error) {
+            stop({ outcome: countAcquire({ ok: false, error }) });
+            throw error;
+          }
+        },
+        async acquireBatch(commands, wait) {
+          const longPoll = String((wait?.waitMs ?? 0) > 0);
+          const stop = acquireWait.startTimer({ long_poll: longPoll });
+          try {
+            const results = await service.acquireBatch(commands, wait);
+            stop({ outcome: bestOutcome(results.map(countAcquire)) });
+            return results;
+          } catch (error) {
+            // The whole batch was refused: each poll in it was answered with the error.
+            acquireOutcomes.inc({ disposition: 'rejected', code: codeOf(error) }, commands.length);
+            stop({ outcome: 'rejected' });
+            throw error;
+          }
+        },
+        async settle(command) {
+          try {
+            const reply = await service.settle(command);
+            countSettle({ ok: true, value: reply });
+            return reply;
+          } catch (error) {
+            countSettle({ ok: false, error });
+            throw error;
+          }
+        },
+        async settleBatch(commands) {
+          try {
+            const results = await service.settleBatch(commands);
+            for (const result of results) countSettle(result);
+            return results;
+          } catch (error) {
+            const labels = { outcome: 'rejected', code: codeOf(error), task_state: NONE };
+            settleOutcomes.inc(labels, commands.length);
+            throw error;
+          }
+        },
+      };
+    },
+  };
+}
