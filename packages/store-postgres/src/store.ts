@@ -132,6 +132,18 @@ export interface PostgresTaskStoreOptions {
   /** Pool size when the store makes its own pool (default 10). */
   max?: number;
   /**
+   * PostgreSQL `lock_timeout` of the store's own pool (default 5 000): an operation waiting
+   * longer for a row lock fails as `unavailable` (retryable) instead of hanging its caller.
+   */
+  lockTimeoutMs?: number;
+  /**
+   * PostgreSQL `idle_in_transaction_session_timeout` of the store's own pool (default 30 000):
+   * a transaction whose process froze (SIGSTOP, a stalled event loop) is ended by the server,
+   * so its row locks cannot stall the other replicas. The store never waits on anything but
+   * the database inside a transaction, so a healthy process never comes near it.
+   */
+  idleInTransactionTimeoutMs?: number;
+  /**
    * TEST ONLY: milliseconds added to store time, read at every operation, so tests can move
    * time forward (lease expiry, retry delays) without sleeping. Never set it in production:
    * store time must be the database clock (DESIGN §1.2).
@@ -310,7 +322,11 @@ class PgTaskStore implements PostgresTaskStore {
           max: options.max ?? 10,
           onnotice: () => {},
           connect_timeout: 10,
-          connection: { application_name: 'ledgence-store' },
+          connection: {
+            application_name: 'ledgence-store',
+            lock_timeout: options.lockTimeoutMs ?? 5_000,
+            idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs ?? 30_000,
+          },
         });
       this.sql = this.makePool();
       this.owned = true;
