@@ -1,0 +1,327 @@
+/**
+ * One delivery try of a completion event to one destination (DESIGN §8):
+ * a POST of the exact event bytes with Standard Webhooks headers, bounded by
+ * a connect timeout and a total deadline, reading at most
+ * COMPLETION_RESPONSE_MAX_BYTES of the response and following no redirect.
+ * The result is a {@link DeliveryOutcome} value; network conditions never
+ * throw, so the leasing loop records every try the same way.
+ *
+ * `node:http` rather than `fetch`/undici: undici's body timeout measures
+ * only the idle gap between chunks, so a receiver trickling a byte a second
+ * would hold a delivery forever. Here one timer bounds the whole exchange and
+ * destroys the socket when it fires.
+ */
+import { type ClientRequest, request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type { Socket } from 'node:net';
+import {
+  COMPLETION_EVENT_MAX_BYTES,
+  COMPLETION_MAX_RETRY_DELAY_MS,
+  COMPLETION_RESPONSE_MAX_BYTES,
+  type CompletionEvent,
+  ContractError,
+  canonicalJson,
+  validateCompletionEvent,
+} from '@ledgence/contracts';
+import type { Destination } from './destinations.js';
+import { webhookHeaders } from './signature.js';
+
+/** The content type of a structured-mode CloudEvent (CloudEvents JSON format §4). */
+export const CLOUDEVENTS_CONTENT_TYPE = 'application/cloudevents+json';
+
+/**
+ * Default time to establish the connection (DNS, TCP and, for https, TLS),
+ * always capped by the destination's total timeout. Short, so a black-holed
+ * address fails fast instead of consuming the whole deadline.
+ */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 3_000;
+
+/** Sent as `user-agent`, so receivers and their proxies can tell what calls them. */
+const USER_AGENT = 'ledgence-callbacks';
+
+/** The event as it travels: its id (the webhook id) and its exact body bytes. */
+export interface EncodedEvent {
+  /** The CloudEvent `id`, sent as `webhook-id`. */
+  readonly id: string;
+  /** The compact canonical JSON of the event, identical on every try. */
+  readonly body: Buffer;
+}
+
+/**
+ * The completion event as it travels: RFC 8785 canonical compact JSON, so
+ * the same event gives the same bytes on every try and every redelivery,
+ * whichever replica sends it. Validates the event and throws a
+ * `ContractError` if it breaks the schema or encodes to more than
+ * COMPLETION_EVENT_MAX_BYTES.
+ *
+ * @example
+ * const encoded = encodeCompletionEvent(buildCompletionEvent({ ...task, event_id }));
+ */
+export function encodeCompletionEvent(event: CompletionEvent): EncodedEvent {
+  const checked = validateCompletionEvent(event);
+  const body = Buffer.from(canonicalJson(checked), 'utf8');
+  if (body.byteLength > COMPLETION_EVENT_MAX_BYTES) {
+    throw new ContractError(
+      'payload_too_large',
+      `the completion event encodes to more than ${COMPLETION_EVENT_MAX_BYTES} bytes`,
+      { reason: 'too_large', path: '$' },
+    );
+  }
+  return Object.freeze({ id: checked.id, body });
+}
+
+/** The receiver accepted the event (a 2xx whose response ended within the limits). */
+export interface DeliveredOutcome {
+  /** The discriminant. */
+  readonly kind: 'delivered';
+  /** The 2xx status. */
+  readonly status: number;
+}
+
+/** The receiver answered 410 Gone: the subscription stops retrying. */
+export interface GoneOutcome {
+  /** The discriminant. */
+  readonly kind: 'gone';
+  /** Always 410. */
+  readonly status: 410;
+}
+
+/**
+ * Why a try failed, a small fixed set fit for a metrics label: a non-2xx
+ * `status`, a `redirect` (3xx, never followed), the total `timeout`, the
+ * `connect_timeout`, a `network` error, a `response_too_large`, or `aborted`
+ * by the caller's signal.
+ */
+export type RetryReason =
+  | 'status'
+  | 'redirect'
+  | 'timeout'
+  | 'connect_timeout'
+  | 'network'
+  | 'response_too_large'
+  | 'aborted';
+
+/** The try failed; the event is due again after a backoff (see `nextDeliveryDelayMs`). */
+export interface RetryOutcome {
+  /** The discriminant. */
+  readonly kind: 'retry';
+  /** The failure class, for metrics. */
+  readonly reason: RetryReason;
+  /** A short description for `last_error`; never holds a secret or response content. */
+  readonly error: string;
+  /** The response status, when one arrived. */
+  readonly status?: number;
+  /** A valid `Retry-After`, in ms from now, capped at COMPLETION_MAX_RETRY_DELAY_MS. */
+  readonly retryAfterMs?: number;
+}
+
+/** The result of one delivery try, a plain data value. */
+export type DeliveryOutcome = DeliveredOutcome | GoneOutcome | RetryOutcome;
+
+/** Options of {@link deliverEvent}. */
+export interface DeliverEventOptions {
+  /** Where to send: URL, signing key and total timeout. */
+  destination: Destination;
+  /** The encoded event ({@link encodeCompletionEvent}); its bytes are sent as they are. */
+  event: EncodedEvent;
+  /** Connection establishment limit; DEFAULT_CONNECT_TIMEOUT_MS, never above the total timeout. */
+  connectTimeoutMs?: number;
+  /** Aborts the try (e.g. at shutdown): the outcome is a retry with reason `aborted`. */
+  signal?: AbortSignal;
+  /** The clock for `webhook-timestamp` and HTTP-date `Retry-After`, in ms; `Date.now` by default. */
+  now?: () => number;
+}
+
+/**
+ * Delivers one event to one destination: POSTs the exact `event.body` as
+ * `application/cloudevents+json` with the Standard Webhooks headers (signed
+ * at this try's time), and resolves with the outcome:
+ *
+ * - `delivered` for a 2xx whose body ends within COMPLETION_RESPONSE_MAX_BYTES;
+ * - `gone` for 410, so the caller stops retrying;
+ * - `retry` for everything else — other statuses (with `Retry-After` parsed),
+ *   redirects (never followed), a connect timeout, the total deadline (the
+ *   destination's `timeoutMs`, measured from the call, not from the last
+ *   byte), a larger response (the socket is destroyed after the limit, nothing
+ *   is buffered), connection errors and an abort.
+ *
+ * Never rejects for network conditions; rejects with a `TypeError` only for
+ * caller bugs (a destination without its key, a non-http(s) URL, a bad id).
+ *
+ * @example
+ * const outcome = await deliverEvent({ destination, event: encodeCompletionEvent(event) });
+ * if (outcome.kind === 'retry') console.log(outcome.reason, outcome.error, outcome.retryAfterMs);
+ */
+export async function deliverEvent(options: DeliverEventOptions): Promise<DeliveryOutcome> {
+  const { destination, event, signal } = options;
+  const now = options.now ?? Date.now;
+  const url = new URL(destination.url);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    throw new TypeError('a destination URL must use http or https');
+  }
+  if (!Buffer.isBuffer(destination.secret) || destination.secret.byteLength === 0) {
+    // Object spread drops the non-enumerable key; say so rather than send unsigned.
+    throw new TypeError(`destination ${JSON.stringify(destination.alias)} has no signing key`);
+  }
+  const totalMs = destination.timeoutMs;
+  const connectMs = Math.min(options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS, totalMs);
+  const headers = {
+    ...webhookHeaders({
+      id: event.id,
+      timestampSeconds: Math.floor(now() / 1000),
+      body: event.body,
+      secret: destination.secret,
+    }),
+    'content-type': CLOUDEVENTS_CONTENT_TYPE,
+    'content-length': String(event.body.byteLength),
+    'user-agent': USER_AGENT,
+  };
+  if (signal?.aborted) return retry('aborted', 'aborted before sending');
+
+  return new Promise<DeliveryOutcome>((resolve) => {
+    let settled = false;
+    let connectTimer: NodeJS.Timeout | undefined;
+    const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    const req: ClientRequest = send(url, { method: 'POST', headers });
+
+    const finish = (outcome: DeliveryOutcome, destroy: boolean): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(deadline);
+      clearTimeout(connectTimer);
+      signal?.removeEventListener('abort', onAbort);
+      // Destroying the socket is how an unwanted or endless response stops being read.
+      if (destroy) req.destroy();
+      resolve(outcome);
+    };
+    const fail = (reason: RetryReason, error: string, status?: number, after?: number) =>
+      finish(retry(reason, error, status, after), true);
+
+    // One timer for the whole exchange: a trickling body cannot push it back.
+    const deadline = setTimeout(
+      () => fail('timeout', `no complete response within ${totalMs} ms`),
+      totalMs,
+    );
+    const onAbort = () => fail('aborted', 'aborted');
+    signal?.addEventListener('abort', onAbort, { once: true });
+
+    req.once('socket', (socket: Socket) => {
+      // A kept-alive socket is connected already; a new one has until connectMs.
+      if (!socket.connecting) return;
+      connectTimer = setTimeout(
+        () => fail('connect_timeout', `no connection within ${connectMs} ms`),
+        connectMs,
+      );
+      socket.once(url.protocol === 'https:' ? 'secureConnect' : 'connect', () =>
+        clearTimeout(connectTimer),
+      );
+    });
+    // Also the route of every error after `finish` destroyed the request: ignored then.
+    req.on('error', (error: NodeJS.ErrnoException) =>
+      fail('network', `connection failed: ${error.code ?? error.message}`),
+    );
+    req.on('response', (res: IncomingMessage) =>
+      onResponse(res, now(), {
+        finish,
+        fail,
+      }),
+    );
+    req.end(event.body);
+  });
+}
+
+interface ResponseHandlers {
+  finish: (outcome: DeliveryOutcome, destroy: boolean) => void;
+  fail: (reason: RetryReason, error: string, status?: number, after?: number) => void;
+}
+
+/** Decides on a non-2xx status at once; reads a 2xx body to its end within the byte limit. */
+function onResponse(res: IncomingMessage, nowMs: number, handlers: ResponseHandlers): void {
+  const { finish, fail } = handlers;
+  const status = res.statusCode ?? 0;
+  // Listen before deciding: destroying the socket makes the response emit errors.
+  res.on('error', () => fail('network', 'the response ended early', status));
+  if (status === 410) {
+    finish({ kind: 'gone', status: 410 }, true);
+    return;
+  }
+  if (status < 200 || status > 299) {
+    const after = parseRetryAfterMs(res.headers['retry-after'], nowMs);
+    if (status >= 300 && status <= 399) {
+      fail('redirect', `redirect ${status} not followed`, status, after);
+    } else {
+      fail('status', `status ${status}`, status, after);
+    }
+    return;
+  }
+  if (Number(res.headers['content-length']) > COMPLETION_RESPONSE_MAX_BYTES) {
+    fail('response_too_large', tooLarge(), status);
+    return;
+  }
+  let received = 0;
+  let ended = false;
+  res.on('data', (chunk: Buffer) => {
+    // Counted, never kept: the body's content does not matter, only that it ends in bounds.
+    received += chunk.byteLength;
+    if (received > COMPLETION_RESPONSE_MAX_BYTES) fail('response_too_large', tooLarge(), status);
+  });
+  res.on('end', () => {
+    ended = true;
+    finish({ kind: 'delivered', status }, false);
+  });
+  res.on('close', () => {
+    if (!ended) fail('network', 'the response ended early', status);
+  });
+}
+
+function tooLarge(): string {
+  return `response body exceeds ${COMPLETION_RESPONSE_MAX_BYTES} bytes`;
+}
+
+function retry(
+  reason: RetryReason,
+  error: string,
+  status?: number,
+  retryAfterMs?: number,
+): RetryOutcome {
+  const outcome: { -readonly [K in keyof RetryOutcome]: RetryOutcome[K] } = {
+    kind: 'retry',
+    reason,
+    error,
+  };
+  if (status !== undefined) outcome.status = status;
+  if (retryAfterMs !== undefined) outcome.retryAfterMs = retryAfterMs;
+  return outcome;
+}
+
+// RFC 9110 §10.2.3: delay-seconds is 1*DIGIT; an HTTP-date starts with a day name.
+const DELAY_SECONDS = /^\d+$/;
+const HTTP_DATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? /;
+
+/**
+ * The delay a `Retry-After` value asks for, in ms from `nowMs`: delay-seconds
+ * or an HTTP-date (RFC 9110 §10.2.3), capped at COMPLETION_MAX_RETRY_DELAY_MS;
+ * a date in the past gives 0. `undefined` when absent or malformed, so a
+ * broken header falls back to the normal backoff.
+ *
+ * @example
+ * parseRetryAfterMs('7', Date.now()); // → 7000
+ * parseRetryAfterMs('Wed, 21 Oct 2015 07:28:00 GMT', Date.UTC(2015, 9, 21, 7, 27, 0)); // → 60000
+ */
+export function parseRetryAfterMs(value: string | undefined, nowMs: number): number | undefined {
+  if (value === undefined) return undefined;
+  const text = value.trim();
+  let delay: number;
+  if (DELAY_SECONDS.test(text)) {
+    delay = Number(text) * 1000;
+  } else if (HTTP_DATE.test(text)) {
+    // HTTP-dates are GMT; asctime() form says so nowhere, and Date.parse would read it as local.
+    const at = Date.parse(/ GMT$/.test(text) ? text : `${text} GMT`);
+    if (Number.isNaN(at)) return undefined;
+    delay = Math.max(0, at - nowMs);
+  } else {
+    return undefined;
+  }
+  // Number() of a long digit run is finite or Infinity; min() caps both.
+  return Math.min(delay, COMPLETION_MAX_RETRY_DELAY_MS);
+}

@@ -1,0 +1,26 @@
+import { expect, it } from 'vitest';
+import * as callbacks from './index.js';
+
+it('exports exactly the public surface', () => {
+  expect(Object.keys(callbacks).sort()).toEqual([
+    'CLOUDEVENTS_CONTENT_TYPE',
+    'DEFAULT_CONNECT_TIMEOUT_MS',
+    'DESTINATION_DEFAULT_TIMEOUT_MS',
+    'DESTINATION_MAX_TIMEOUT_MS',
+    'DESTINATION_MIN_TIMEOUT_MS',
+    'DESTINATION_URL_MAX_BYTES',
+    'DestinationsError',
+    'WEBHOOK_SECRET_MIN_BYTES',
+    'WEBHOOK_SECRET_PREFIX',
+    'createDestination',
+    'deliverEvent',
+    'encodeCompletionEvent',
+    'isExhausted',
+    'nextDeliveryDelayMs',
+    'nextDeliveryState',
+    'parseDestinations',
+    'parseRetryAfterMs',
+    'signWebhook',
+    'webhookHeaders',
+  ]);
+});
