@@ -10,5 +10,6 @@ describe('lifecycle model (memory store)', () => {
       { store, advance: async (ms) => store.advance(ms), leaseDurationMs: 1_000 },
       { runs: 150, maxSteps: 60 },
     );
-  });
+    // 150 sequences of up to 60 steps: seconds of work, longer on a busy CI machine.
+  }, 60_000);
 });

@@ -31,5 +31,6 @@ describe('lifecycle model (PostgreSQL store)', () => {
       },
       { runs: 12, maxSteps: 40 },
     );
-  });
+    // Hundreds of transactions: seconds alone, longer on a busy CI machine.
+  }, 180_000);
 });
