@@ -4,11 +4,22 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const main = join(root, 'apps', 'server', 'src', 'main.ts');
-const tsx = join(root, 'node_modules', '.bin', 'tsx');
+
+/**
+ * Node arguments that run a TypeScript entry point from sources. tsx's loader
+ * is imported into the one Node process rather than run through the `tsx`
+ * CLI: the CLI is a parent process that relays SIGTERM but cannot relay
+ * SIGKILL, so killing it would orphan the real process (still listening,
+ * still holding leases) instead of crashing it.
+ */
+export function sourceArgs(entry: string): string[] {
+  const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+  return ['--import', loader, '--conditions=@ledgence/source', entry];
+}
 
 /** A server child process. */
 export interface ServerProcess {
@@ -27,7 +38,7 @@ export interface ServerProcess {
  * (`PORT=0` unless given) and resolves once it prints its URL.
  */
 export function startServerProcess(env: Record<string, string>): Promise<ServerProcess> {
-  const child = spawn(tsx, ['--conditions=@ledgence/source', main], {
+  const child = spawn(process.execPath, sourceArgs(main), {
     env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

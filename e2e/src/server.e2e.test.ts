@@ -19,7 +19,7 @@ async function call<T>(url: string, path: string, body?: unknown, signal?: Abort
     body: body === undefined ? undefined : JSON.stringify(body),
     signal,
   });
-  return { status: response.status, body: (await response.json()) as T };
+  return { status: response.status, headers: response.headers, body: (await response.json()) as T };
 }
 
 function submitBody(key: string, queue: string) {
@@ -123,6 +123,8 @@ describe('the server over real sockets', () => {
     for (const reply of replies) {
       expect(reply.status).toBe(200);
       expect(reply.body).toEqual({ disposition: 'empty', sequence: 1 });
+      // Keep-alive connections are told to close, so they drain instead of lingering.
+      expect(reply.headers.get('connection')).toBe('close');
     }
     expect(await exit).toBe(0);
   });

@@ -133,7 +133,20 @@ export async function startServer(
 
     // Without TLS or HTTP/2 options, @hono/node-server serves over node:http.
     const http = await new Promise<Server>((listening, failed) => {
-      const server = serve({ fetch: app.fetch, hostname: config.host, port: config.port }, () =>
+      // While stopping, every reply asks the client to close its connection, so keep-alive
+      // connections drain with their last request instead of lingering until the timeout.
+      const fetch = async (request: Request, env: unknown): Promise<Response> => {
+        const response = await app.fetch(request, env);
+        if (!accepting) {
+          try {
+            response.headers.set('connection', 'close');
+          } catch {
+            // A response with immutable headers is sent as is; the timeout still bounds it.
+          }
+        }
+        return response;
+      };
+      const server = serve({ fetch, hostname: config.host, port: config.port }, () =>
         listening(server as Server),
       );
       server.once('error', failed);

@@ -9,6 +9,7 @@ import {
   freshScope,
   type MemoryTaskStore,
   openSessionCommand,
+  settleSuccess,
   submitCommand,
   TEST_QUEUE,
 } from './testing/index.js';
@@ -191,6 +192,32 @@ describe('createTaskService long polls', () => {
     await store.submit(submitCommand(scope));
     expect((await store.acquire(poll(0, 1), { recordEmpty: true })).reply.disposition).toBe(
       'empty',
+    );
+  });
+
+  it('refuses new polls once closing, consuming nothing, but still serves settlements', async () => {
+    const store = createMemoryTaskStore();
+    const closing = new AbortController();
+    const service = createTaskService({ store, rescanIntervalMs, closing: closing.signal });
+    const scope = freshScope();
+    await store.submit(submitCommand(scope));
+    const { poll } = await sessionWithSlots(store, scope, 2);
+    const claimed = await service.acquire(poll(0, 1));
+    if (claimed.disposition !== 'assigned') throw new Error('expected an assignment');
+    await store.submit(submitCommand(scope));
+    closing.abort();
+    await expect(service.acquire(poll(1, 1))).rejects.toMatchObject({
+      code: 'unavailable',
+      reason: 'shutting_down',
+    });
+    await expect(service.acquireBatch([poll(1, 1)])).rejects.toMatchObject({ code: 'unavailable' });
+    const owner = claimed.assignment.lease.owner;
+    await service.renew({ owner, sequence: 1, intent: 'dispatch' });
+    const settled = await service.settle(settleSuccess(claimed.assignment, 'done'));
+    expect(settled.task_state).toBe('succeeded');
+    // The refused poll consumed nothing: on a live store the same sequence is a new poll.
+    expect((await store.acquire(poll(1, 1), { recordEmpty: true })).reply.disposition).toBe(
+      'assigned',
     );
   });
 

@@ -3,6 +3,7 @@ import {
   type AcquireReply,
   type AttemptSnapshot,
   type Authority,
+  ContractError,
   type LeaseOwner,
   LONG_POLL_WAIT_MS,
   MAX_RECOVERY_BATCH,
@@ -154,7 +155,21 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     return !signal?.aborted && !closing?.aborted && deadline - Date.now() > 0;
   }
 
+  /**
+   * A closing server takes no new work: a poll that arrives after shutdown began is refused as
+   * `unavailable`, so the worker re-sends the same sequence to another replica (or this one
+   * restarted) and nothing is consumed. Renewals and settlements are still served.
+   */
+  function refuseWhileClosing(): void {
+    if (closing?.aborted) {
+      throw new ContractError('unavailable', 'the server is shutting down; retry the same poll', {
+        reason: 'shutting_down',
+      });
+    }
+  }
+
   async function acquire(command: AcquireCommand, wait?: WaitOptions): Promise<AcquireReply> {
+    refuseWhileClosing();
     const { deadline, parks } = budget(wait);
     if (!parks) return (await store.acquire(command, { recordEmpty: true })).reply;
     const topic: WakeTopic = { kind: 'queue', scope: command.scope, queue: command.queue };
@@ -173,6 +188,7 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     commands: readonly AcquireCommand[],
     wait?: WaitOptions,
   ): Promise<ItemResult<AcquireReply>[]> {
+    refuseWhileClosing();
     const { deadline, parks } = budget(wait);
     const first = commands[0];
     let outcomes = await store.acquireBatch(commands, { recordEmpty: !parks });

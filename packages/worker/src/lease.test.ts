@@ -14,6 +14,7 @@ import {
   type LeaseState,
   maySettle,
   nextRenew,
+  renewDueIn,
   renewFailed,
   renewReplied,
 } from './lease.js';
@@ -147,6 +148,21 @@ describe('lease protocol', () => {
     const step = clockTick(lease, 30_000);
     expect(step.effect).toEqual({ kind: 'lost', why: 'expired' });
     expect(maySettle(step.lease)).toBe(true);
+  });
+
+  it('is due for renewal halfway through the time the lease has left', () => {
+    // A 1 s lease granted at local time 0: due at 500 ms, whatever the heartbeat period.
+    const lease = initialLease({ authority: authority({ remaining_ms: 1_000 }) } as Assignment, 0);
+    expect(renewDueIn(lease, 0)).toBe(500);
+    expect(renewDueIn(lease, 600)).toBe(200);
+    expect(renewDueIn(lease, 1_200)).toBe(0);
+    // A renewal answered at 400 ms with 1 s left moves the due time with the expiry.
+    const renewed = renewReplied(
+      send(lease, 'dispatch').lease,
+      authority({ renew_sequence: 1, remaining_ms: 1_000 }),
+      400,
+    ).lease;
+    expect(renewDueIn(renewed, 400)).toBe(500);
   });
 
   it('refuses to run user code when dispatch is not granted', () => {

@@ -22,6 +22,10 @@
  *   lease may be live.
  * - The lease is lost locally when its estimated expiry passes without a
  *   successful renewal.
+ * - The heartbeat period is the worker's setting, the lease duration the
+ *   server's: a lease is renewed at the latest halfway through the time it
+ *   has left, even when that comes before the next periodic heartbeat (a
+ *   worker left at the default 10 s period keeps a server's 1 s leases).
  */
 import type {
   Assignment,
@@ -153,6 +157,15 @@ export function clockTick(lease: LeaseState, now: number): LeaseStep {
 
 function lost(lease: LeaseState, why: LeaseLoss): LeaseStep {
   return { lease: { ...lease, lost: why, pending: null }, effect: { kind: 'lost', why } };
+}
+
+/**
+ * How long from `now` until this lease must be renewed whatever the heartbeat
+ * period: half the time left before its local expiry, so a renewal whose
+ * first send is lost still has time to be re-sent.
+ */
+export function renewDueIn(lease: LeaseState, now: number): number {
+  return Math.max(0, Math.floor((lease.expiresAtLocal - now) / 2));
 }
 
 /** Whether a settlement is still worth sending: not when the server said the lease is gone. */

@@ -37,6 +37,7 @@ import {
   type LeaseStep,
   maySettle,
   nextRenew,
+  renewDueIn,
   renewFailed,
   renewReplied,
 } from './lease.js';
@@ -192,6 +193,8 @@ interface Held {
   readonly forced: Promise<void>;
   retryTimer: ReturnType<typeof setTimeout> | undefined;
   expiryTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Renews this lease early when it would expire before the next periodic heartbeat. */
+  dueTimer: ReturnType<typeof setTimeout> | undefined;
   budgetTimer: ReturnType<typeof setTimeout> | undefined;
 }
 
@@ -738,6 +741,7 @@ export class Worker {
       forced: forced.promise,
       retryTimer: undefined,
       expiryTimer: undefined,
+      dueTimer: undefined,
       budgetTimer: undefined,
     };
     this.#held.set(assignment.authority.owner.attempt_id, held);
@@ -748,6 +752,7 @@ export class Worker {
   #drop(held: Held): void {
     clearTimeout(held.retryTimer);
     clearTimeout(held.expiryTimer);
+    clearTimeout(held.dueTimer);
     clearTimeout(held.budgetTimer);
     this.#held.delete(held.lease.owner.attempt_id);
     this.#flushWaiters(held);
@@ -981,11 +986,18 @@ export class Worker {
   }
 
   #armExpiry(held: Held): void {
+    const now = Date.now();
     clearTimeout(held.expiryTimer);
     held.expiryTimer = setTimeout(
       () => this.#applyLease(held, clockTick(held.lease, Date.now())),
-      Math.max(0, held.lease.expiresAtLocal - Date.now()) + 1,
+      Math.max(0, held.lease.expiresAtLocal - now) + 1,
     );
+    // The periodic heartbeat renews first whenever its period is shorter than
+    // half the lease (the usual case, and this timer is then re-armed before it
+    // fires); a server granting shorter leases than the period still gets
+    // every lease renewed in time.
+    clearTimeout(held.dueTimer);
+    held.dueTimer = setTimeout(() => this.#renewSoon(held), renewDueIn(held.lease, now));
   }
 
   #flushHeartbeats(held: Held): void {

@@ -1,0 +1,264 @@
+/**
+ * Shared pieces of the SDK's end-to-end tests: a real server process with
+ * short lease timings on a per-file test database, waiting helpers that read
+ * the server's record through the public API, and a TCP proxy that can drop
+ * or black-hole connections between a worker and the server.
+ */
+
+import type { AddressInfo } from 'node:net';
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import type {
+  RecordedHistoryEvent,
+  TaskResult,
+  TaskSnapshot,
+  TransitionReason,
+} from '@ledgence/contracts';
+import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
+import { Client, type Logger, silentLogger } from '@ledgence/worker';
+import { type ServerProcess, startServerProcess } from '../server-process.js';
+
+export const TENANT = 'acme';
+export const NAMESPACE = 'e2e';
+
+/**
+ * Short timings, so expiry and recovery happen within a second: a 1 s lease
+ * renewed every 250 ms, recovery every 100 ms, and long polls of at most 1 s
+ * so a worker's parked poll never holds a test's shutdown for long.
+ */
+export const SHORT_TIMINGS: Readonly<Record<string, string>> = Object.freeze({
+  LEDGENCE_LEASE_DURATION_MS: '1000',
+  LEDGENCE_RENEW_INTERVAL_MS: '250',
+  LEDGENCE_MAINTENANCE_INTERVAL_MS: '100',
+  LEDGENCE_RESCAN_INTERVAL_MS: '100',
+  LEDGENCE_LONG_POLL_WAIT_MS: '1000',
+});
+/** The worker side of {@link SHORT_TIMINGS}. */
+export const RENEW_MS = 250;
+
+/**
+ * One test database and the server processes a test file starts on it; every
+ * process is killed and the database dropped by `close()`.
+ */
+export class Stack {
+  readonly servers: ServerProcess[] = [];
+  #database: TestDatabase | undefined;
+
+  constructor(readonly prefix: string) {}
+
+  get databaseUrl(): string {
+    if (this.#database === undefined) throw new Error('Stack.open() was not awaited');
+    return this.#database.url;
+  }
+
+  async open(): Promise<this> {
+    this.#database = await createTestDatabase({ prefix: this.prefix });
+    return this;
+  }
+
+  /** Starts a server on the stack's database with short timings plus `env`. */
+  async start(env: Record<string, string> = {}): Promise<ServerProcess> {
+    const server = await startServerProcess({
+      DATABASE_URL: this.databaseUrl,
+      ...SHORT_TIMINGS,
+      ...env,
+    });
+    this.servers.push(server);
+    return server;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.servers.map((s) => s.stop('SIGKILL')));
+    await this.#database?.drop();
+  }
+}
+
+/** The port of a server URL, to start a replacement on the same one. */
+export function portOf(url: string): string {
+  return new URL(url).port;
+}
+
+export function client(url: string, logger: Logger = silentLogger): Client {
+  return new Client({
+    url,
+    tenant: TENANT,
+    namespace: NAMESPACE,
+    logger,
+    // Generous: clients in these tests also ride out server restarts.
+    retries: 20,
+    backoff: { baseMs: 50, maxMs: 500 },
+  });
+}
+
+/** Polls `check` until it holds; fails the test after `ms` (a termination bound, not a timing claim). */
+export async function until(
+  check: () => boolean | Promise<boolean>,
+  ms = 30_000,
+  what = 'condition',
+): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`${what} not reached within ${ms} ms`);
+    await sleep(20);
+  }
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Waits for each task to become terminal (result long polls, repeated). */
+export async function settled(c: Client, taskIds: string[], ms = 60_000): Promise<TaskResult[]> {
+  const end = Date.now() + ms;
+  const results: TaskResult[] = [];
+  for (const id of taskIds) {
+    let result = await c.result(id, { waitMs: 1_000 });
+    while (result.outcome.state === 'pending') {
+      if (Date.now() > end) throw new Error(`task ${id} is not terminal within ${ms} ms`);
+      result = await c.result(id, { waitMs: 1_000 });
+    }
+    results.push(result);
+  }
+  return results;
+}
+
+/** The task's whole history, through the client's page iterator. */
+export async function historyOf(c: Client, taskId: string): Promise<RecordedHistoryEvent[]> {
+  const events: RecordedHistoryEvent[] = [];
+  for await (const page of c.history(taskId)) events.push(...page);
+  return events;
+}
+
+export function reasons(events: RecordedHistoryEvent[]): TransitionReason[] {
+  return events.map((e) => e.event.reason);
+}
+
+/** How many records of `reason` each attempt of the task has, by attempt id. */
+export function perAttempt(
+  events: RecordedHistoryEvent[],
+  reason: TransitionReason,
+): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const { event } of events) {
+    if (event.reason === reason && event.attempt_id !== null) {
+      counts.set(event.attempt_id, (counts.get(event.attempt_id) ?? 0) + 1);
+    }
+  }
+  return counts;
+}
+
+/** The attempt ids of a task's history, in claim order. */
+export function attemptIds(events: RecordedHistoryEvent[]): string[] {
+  return [...perAttempt(events, 'claimed').keys()];
+}
+
+export function idsOf(results: (TaskSnapshot | Error)[]): string[] {
+  return results.map((r) => {
+    if (r instanceof Error) throw r;
+    return r.task_id;
+  });
+}
+
+/** A deterministic PRNG (mulberry32), so fault patterns repeat run to run. */
+export function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A TCP proxy in front of a server. */
+export interface TcpProxy {
+  readonly url: string;
+  /** Connections destroyed by the drop rate. */
+  drops(): number;
+  /**
+   * While down, every open connection is destroyed and new ones are closed at
+   * once: the worker sees the network fail, the server sees nothing.
+   */
+  setDown(down: boolean): void;
+  /** Destroys the connection of each of the next `n` replies as it starts to arrive. */
+  dropReplies(n: number): void;
+  close(): Promise<void>;
+}
+
+/**
+ * A TCP proxy to `target`. Per chunk, with probability `rate`, it destroys
+ * the connection: half the time before a request reaches the server (the
+ * request is lost), half the time as the reply starts to come back (the
+ * server committed, the reply is lost).
+ */
+export async function startProxy(target: string, rate = 0, seed = 1): Promise<TcpProxy> {
+  const targetPort = Number(new URL(target).port);
+  const random = prng(seed);
+  let drops = 0;
+  let down = false;
+  let replyDrops = 0;
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((downstream) => {
+    downstream.on('error', () => {});
+    if (down) {
+      downstream.destroy();
+      return;
+    }
+    const upstream = createConnection({ host: '127.0.0.1', port: targetPort });
+    upstream.on('error', () => {});
+    sockets.add(downstream);
+    sockets.add(upstream);
+    const kill = () => {
+      drops += 1;
+      downstream.destroy();
+      upstream.destroy();
+    };
+    downstream.on('data', (chunk) => {
+      if (rate > 0 && random() < rate / 2) kill();
+      else upstream.write(chunk);
+    });
+    upstream.on('data', (chunk) => {
+      if (replyDrops > 0) {
+        replyDrops -= 1;
+        kill();
+      } else if (rate > 0 && random() < rate / 2) kill();
+      else downstream.write(chunk);
+    });
+    for (const socket of [downstream, upstream]) {
+      socket.on('close', () => {
+        sockets.delete(socket);
+        downstream.destroy();
+        upstream.destroy();
+      });
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    drops: () => drops,
+    setDown(value) {
+      down = value;
+      if (value) for (const socket of sockets) socket.destroy();
+    },
+    dropReplies(n) {
+      replyDrops = n;
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/**
+ * Collects unhandled rejections of this process while installed: the SDK
+ * promises to leave none, whatever the network does.
+ */
+export function watchUnhandledRejections(): { readonly seen: unknown[]; dispose(): void } {
+  const seen: unknown[] = [];
+  const listener = (reason: unknown) => seen.push(reason);
+  process.on('unhandledRejection', listener);
+  return { seen, dispose: () => process.off('unhandledRejection', listener) };
+}

@@ -1,0 +1,732 @@
+/**
+ * The worker SDK's runtime against the real server: a server process on a
+ * real PostgreSQL with short lease timings, driven by real `Worker`s and a
+ * `Client` over real sockets. Every assertion reads the server's record
+ * (results, statuses, attempts, history) through the public API.
+ */
+import {
+  ApplicationError,
+  Client,
+  ProblemError,
+  type StandardSchemaV1,
+  TaskAbortedError,
+  Worker,
+  type WorkerOptions,
+} from '@ledgence/worker';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { ServerProcess } from './server-process.js';
+import {
+  attemptIds,
+  client,
+  historyOf,
+  idsOf,
+  NAMESPACE,
+  perAttempt,
+  RENEW_MS,
+  reasons,
+  Stack,
+  settled,
+  sleep,
+  startProxy,
+  type TcpProxy,
+  TENANT,
+  until,
+  watchUnhandledRejections,
+} from './test/harness.js';
+
+// WORKER_DEBUG=1 prints the workers' log lines of a failing test.
+const debugLog: string[] = [];
+const line =
+  (level: string) =>
+  (message: string, fields?: object): void => {
+    debugLog.push(`${Date.now() % 100_000} ${level} ${message} ${JSON.stringify(fields ?? {})}`);
+  };
+const logger = {
+  debug: line('debug'),
+  info: line('info'),
+  warn: line('warn'),
+  error: line('error'),
+};
+
+const stack = new Stack('worker_e2e');
+let server: ServerProcess;
+const unhandled = watchUnhandledRejections();
+const workers: Worker[] = [];
+
+beforeAll(async () => {
+  await stack.open();
+  server = await stack.start();
+});
+afterEach(async (ctx) => {
+  // A test that failed midway must not leave a worker polling the next test's queues.
+  await Promise.all(workers.splice(0).map((w) => w.stop({ graceMs: 0 })));
+  if (process.env.WORKER_DEBUG && ctx.task.result?.state === 'fail') {
+    console.log(debugLog.join('\n'));
+  }
+  debugLog.length = 0;
+  expect(unhandled.seen).toEqual([]);
+});
+afterAll(async () => {
+  unhandled.dispose();
+  await stack.close();
+});
+
+function worker(queue: string, options: Partial<WorkerOptions> = {}): Worker {
+  const w = new Worker({
+    url: server.url,
+    tenant: TENANT,
+    namespace: NAMESPACE,
+    queue,
+    concurrency: 4,
+    logger,
+    renewIntervalMs: RENEW_MS,
+    pollWaitMs: 500,
+    requestTimeoutMs: 2_000,
+    shutdownGraceMs: 5_000,
+    backoff: { baseMs: 10, maxMs: 200 },
+    ...options,
+  });
+  workers.push(w);
+  return w;
+}
+
+/** A hand-written Standard Schema (the interface valibot, zod and arktype implement). */
+const numberBox: StandardSchemaV1<unknown, { n: number }> = {
+  '~standard': {
+    version: 1,
+    vendor: 'ledgence-e2e',
+    validate(value) {
+      const n = (value as { n?: unknown } | null)?.n;
+      if (typeof n === 'number') return { value: { n } };
+      return { issues: [{ message: 'expected a number', path: ['n'] }] };
+    },
+  },
+};
+
+describe('Worker against the real server', () => {
+  it('runs handlers by program name and settles outputs, application errors and crashes', async () => {
+    const c = client(server.url);
+    const queue = 'outcomes';
+    const once = { max_attempts: 1, delay_ms: 0 };
+    const ok = await c.submit({ queue, program: 'echo', data: { n: 1 } });
+    const app = await c.submit({ queue, program: 'app', data: null, retry: once });
+    const crash = await c.submit({ queue, program: 'crash', data: null, retry: once });
+    const w = worker(queue);
+    w.register('echo', (data, ctx) => ({ data, attempt: ctx.attempt, task: ctx.taskId }));
+    w.register('app', () => {
+      throw new ApplicationError('bad', 'bad thing', { retryable: false, details: { x: 1 } });
+    });
+    w.register('crash', () => {
+      throw new Error('boom');
+    });
+    const running = w.run();
+    const results = await settled(c, [ok.task_id, app.task_id, crash.task_id]);
+    await w.stop();
+    await running;
+    expect(results[0]?.outcome).toEqual({
+      state: 'succeeded',
+      output: { data: { n: 1 }, attempt: 1, task: ok.task_id },
+    });
+    expect(results[1]?.outcome).toEqual({
+      state: 'failed',
+      failure: {
+        kind: 'application',
+        error: { code: 'bad', message: 'bad thing', retryable: false, details: { x: 1 } },
+      },
+    });
+    expect(results[2]?.outcome).toEqual({
+      state: 'failed',
+      failure: { kind: 'execution', error: { kind: 'crashed', message: 'boom', retryable: true } },
+    });
+    expect(reasons(await historyOf(c, ok.task_id))).toEqual([
+      'submitted',
+      'claimed',
+      'dispatch_authorized',
+      'report_accepted',
+      'succeeded',
+    ]);
+  });
+
+  it('validates data with a Standard Schema: invalid data fails as invalid_data, not retried', async () => {
+    const c = client(server.url);
+    const queue = 'typed';
+    const bad = await c.submit({ queue, program: 'typed', data: { n: 'x' } });
+    const good = await c.submit({ queue, program: 'typed', data: { n: 41 } });
+    let got: number | undefined;
+    const w = worker(queue);
+    w.register(
+      'typed',
+      (data) => {
+        got = data.n;
+        return data.n + 1;
+      },
+      { schema: numberBox },
+    );
+    const running = w.run();
+    const [badResult, goodResult] = await settled(c, [bad.task_id, good.task_id]);
+    await w.stop();
+    await running;
+    expect(badResult?.outcome).toMatchObject({
+      state: 'failed',
+      failure: { kind: 'application', error: { code: 'invalid_data', retryable: false } },
+    });
+    expect(badResult?.status.attempt_count).toBe(1);
+    expect(goodResult?.outcome).toEqual({ state: 'succeeded', output: 42 });
+    expect(got).toBe(41);
+  });
+
+  it('counts an unknown program against the retry budget', async () => {
+    const c = client(server.url);
+    const queue = 'unknown';
+    const task = await c.submit({
+      queue,
+      program: 'nobody-knows',
+      data: null,
+      retry: { max_attempts: 2, delay_ms: 0 },
+    });
+    const w = worker(queue);
+    w.register('known', () => null);
+    const running = w.run();
+    const [result] = await settled(c, [task.task_id]);
+    await w.stop();
+    await running;
+    expect(result?.outcome).toMatchObject({
+      state: 'failed',
+      failure: { kind: 'execution', error: { kind: 'rejected', retryable: true } },
+    });
+    expect(result?.status.attempt_count).toBe(2);
+  });
+
+  it('aborts ctx.signal on cancellation at the next renewal and settles the task cancelled', async () => {
+    const c = client(server.url);
+    const queue = 'cancel';
+    const task = await c.submit({ queue, program: 'wait', data: null });
+    let started = false;
+    let abortedAt = 0;
+    let reason: unknown;
+    const w = worker(queue);
+    w.register('wait', async (_data, ctx) => {
+      started = true;
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+      abortedAt = Date.now();
+      reason = ctx.signal.reason;
+      throw ctx.signal.reason;
+    });
+    const running = w.run();
+    await until(() => started);
+    const cancelledAt = Date.now();
+    expect(await c.cancel(task.task_id)).toBe('active');
+    const [result] = await settled(c, [task.task_id]);
+    await w.stop();
+    await running;
+    expect(result?.outcome).toEqual({ state: 'cancelled' });
+    expect(reason).toBeInstanceOf(TaskAbortedError);
+    expect((reason as TaskAbortedError).why).toBe('cancelled');
+    // The worker learnt of the cancel from a renewal and settled while it held
+    // the lease (1 s): the attempt was reported, not recovered by expiry.
+    const events = await historyOf(c, task.task_id);
+    expect(reasons(events)).toContain('report_accepted');
+    expect(reasons(events)).not.toContain('lease_expired');
+    const [attemptId] = attemptIds(events);
+    const attempt = await c.attempt(task.task_id, attemptId as string);
+    expect(attempt.state).toBe('cancelled');
+    console.log(
+      `cancellation seen by the handler ${abortedAt - cancelledAt} ms after the cancel (renew interval ${RENEW_MS} ms)`,
+    );
+  });
+
+  it('ctx.heartbeat() renews the lease at once', async () => {
+    const c = client(server.url);
+    const queue = 'heartbeat';
+    const task = await c.submit({ queue, program: 'beat', data: null });
+    const sequences: (number | undefined)[] = [];
+    // No periodic heartbeat within the handler's run: only ctx.heartbeat() renews.
+    const w = worker(queue, { renewIntervalMs: 60_000 });
+    w.register('beat', async (_data, ctx) => {
+      const renewed = async () =>
+        (await c.attempt(ctx.taskId, ctx.attemptId)).last_renewal?.sequence;
+      sequences.push(await renewed());
+      await ctx.heartbeat();
+      sequences.push(await renewed());
+      await ctx.heartbeat();
+      sequences.push(await renewed());
+      return null;
+    });
+    const running = w.run();
+    const [result] = await settled(c, [task.task_id]);
+    await w.stop();
+    await running;
+    expect(result?.outcome.state).toBe('succeeded');
+    // Sequence 1 is the dispatch renewal; each heartbeat resolves only once a
+    // later renewal was answered (a lease-driven early renewal may also fall
+    // in between on a slow machine, so the claim is "advanced", not "+1").
+    expect(sequences[0]).toBe(1);
+    expect(sequences[1]).toBeGreaterThan(sequences[0] as number);
+    expect(sequences[2]).toBeGreaterThan(sequences[1] as number);
+  });
+
+  it('keeps a lease shorter than its heartbeat period alive', async () => {
+    const c = client(server.url);
+    const queue = 'short-lease';
+    const task = await c.submit({ queue, program: 'long', data: null });
+    // The default heartbeat period (10 s) is far longer than this server's
+    // 1 s lease: the SDK must renew by the lease the server grants.
+    const w = worker(queue, { renewIntervalMs: undefined });
+    let aborted = false;
+    w.register('long', async (_data, ctx) => {
+      await sleep(2_500);
+      aborted = ctx.signal.aborted;
+      return 'held';
+    });
+    const running = w.run();
+    const [result] = await settled(c, [task.task_id]);
+    await w.stop();
+    await running;
+    expect(aborted).toBe(false);
+    expect(result?.outcome).toEqual({ state: 'succeeded', output: 'held' });
+    expect(result?.status.attempt_count).toBe(1);
+    expect(reasons(await historyOf(c, task.task_id))).not.toContain('lease_expired');
+  });
+
+  it('settles without running user code when the server refuses dispatch', async () => {
+    const c = client(server.url);
+    const queue = 'refused';
+    // A 1 s budget is within the server's 5 s safety margin: dispatch is refused.
+    const task = await c.submit({ queue, program: 'never', data: null, timeout_ms: 1_000 });
+    let ran = false;
+    const w = worker(queue);
+    w.register('never', () => {
+      ran = true;
+    });
+    const running = w.run();
+    await until(async () => reasons(await historyOf(c, task.task_id)).includes('report_accepted'));
+    await w.stop();
+    await running;
+    expect(ran).toBe(false);
+    const events = await historyOf(c, task.task_id);
+    expect(reasons(events)).not.toContain('dispatch_authorized');
+    // A refused attempt does not count: the task is queued again, not failed.
+    expect(await c.cancel(task.task_id)).toBe('cancelled');
+  });
+
+  it('aborts the handler on lease loss, and its late settlement is refused', async () => {
+    const c = client(server.url);
+    const queue = 'lease-loss';
+    const task = await c.submit({ queue, program: 'slow', data: null });
+    const proxy: TcpProxy = await startProxy(server.url);
+    try {
+      let reason: unknown;
+      let runs = 0;
+      const w = worker(queue, { url: proxy.url, concurrency: 1 });
+      w.register('slow', async (_data, ctx) => {
+        runs += 1;
+        if (runs > 1) return 'second attempt';
+        // The network to the server fails from now on: no renewal gets through.
+        proxy.setDown(true);
+        await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+        reason = ctx.signal.reason;
+        // Returns after the server expired the lease (recovery every 100 ms).
+        await until(async () => reasons(await historyOf(c, ctx.taskId)).includes('lease_expired'));
+        proxy.setDown(false);
+        return 'late';
+      });
+      const running = w.run();
+      const [result] = await settled(c, [task.task_id]);
+      await w.stop();
+      await running;
+      expect((reason as TaskAbortedError).why).toBe('lease_lost');
+      expect(result?.outcome).toEqual({ state: 'succeeded', output: 'second attempt' });
+      const events = await historyOf(c, task.task_id);
+      const [first, second] = attemptIds(events);
+      expect((await c.attempt(task.task_id, first as string)).state).toBe('lost');
+      expect((await c.attempt(task.task_id, first as string)).settlement).toBeNull();
+      const accepted = perAttempt(events, 'report_accepted');
+      expect(accepted.get(first as string)).toBeUndefined();
+      expect(accepted.get(second as string)).toBe(1);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('resyncs on a new session after a sequence conflict', async () => {
+    const c = client(server.url);
+    const queue = 'resync';
+    const w = worker(queue, { concurrency: 1, pollWaitMs: 300 });
+    let runs = 0;
+    w.register('job', () => {
+      runs += 1;
+      return null;
+    });
+    const running = w.run();
+    const first = await c.submit({ queue, program: 'job', data: null });
+    await settled(c, [first.task_id]);
+    const sessionOf = async (taskId: string) => {
+      const [attemptId] = attemptIds(await historyOf(c, taskId));
+      return (await c.attempt(taskId, attemptId as string)).lease.owner.worker_session_id;
+    };
+    const session = await sessionOf(first.task_id);
+    // Another client polls the worker's own slot (same session, consumer 0) and
+    // moves its cursor far ahead: the worker's next poll is a sequence gap.
+    let advanced = 0;
+    for (let sequence = 1; sequence <= 60; sequence++) {
+      const response = await fetch(`${server.url}/v1/worker/acquire?wait_ms=0`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          scope: { tenant_id: TENANT, namespace: NAMESPACE },
+          queue,
+          worker_session_id: session,
+          consumer_id: 0,
+          sequence,
+        }),
+      });
+      if (response.status === 200) advanced += 1;
+      await response.body?.cancel();
+    }
+    expect(advanced).toBeGreaterThan(10);
+    const second = await c.submit({ queue, program: 'job', data: null });
+    const [result] = await settled(c, [second.task_id]);
+    await w.stop();
+    await running;
+    expect(result?.outcome.state).toBe('succeeded');
+    expect(runs).toBe(2);
+    expect(await sessionOf(second.task_id)).not.toBe(session);
+    expect(debugLog.some((l) => l.includes('slot cursor lost; moving to a new session'))).toBe(
+      true,
+    );
+  });
+
+  it('stop() drains in-flight tasks and takes no new ones', async () => {
+    const c = client(server.url);
+    const queue = 'drain';
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      ids.push((await c.submit({ queue, program: 'slow', data: i })).task_id);
+    }
+    let started = 0;
+    const w = worker(queue, { concurrency: 2 });
+    w.register('slow', async () => {
+      started += 1;
+      await sleep(300);
+      return 'ok';
+    });
+    const running = w.run();
+    await until(() => started === 2);
+    await w.stop({ graceMs: 5_000 });
+    await running;
+    const states = (await Promise.all(ids.map((id) => c.status(id)))).map((s) => s.state).sort();
+    expect(states).toEqual(['queued', 'queued', 'succeeded', 'succeeded']);
+    expect(started).toBe(2);
+    expect(w.inFlight).toBe(0);
+  });
+
+  it('stop() aborts handlers past the grace period and reports them retryable', async () => {
+    const c = client(server.url);
+    const queue = 'grace';
+    const task = await c.submit({ queue, program: 'stuck', data: null });
+    let started = false;
+    let reason: unknown;
+    const w = worker(queue, { abortGraceMs: 1_000 });
+    w.register('stuck', async (_data, ctx) => {
+      started = true;
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+      reason = ctx.signal.reason;
+      throw new Error('interrupted');
+    });
+    const running = w.run();
+    await until(() => started);
+    await w.stop({ graceMs: 50 });
+    await running;
+    expect((reason as TaskAbortedError).why).toBe('shutdown');
+    const events = await historyOf(c, task.task_id);
+    expect(reasons(events)).toContain('retry_scheduled');
+    expect((await c.status(task.task_id)).state).toBe('queued');
+    const [attemptId] = attemptIds(events);
+    const attempt = await c.attempt(task.task_id, attemptId as string);
+    expect(attempt.settlement?.command.report).toMatchObject({
+      kind: 'failed',
+      report: { kind: 'cancelled', retryable: true },
+    });
+  });
+
+  it('stop() resolves while the server is unreachable, leaving the task to lease expiry', async () => {
+    const c = client(server.url);
+    const queue = 'unreachable';
+    const task = await c.submit({ queue, program: 'cut', data: null });
+    const proxy = await startProxy(server.url);
+    try {
+      let finished = false;
+      const w = worker(queue, { url: proxy.url, abortGraceMs: 100 });
+      w.register('cut', async () => {
+        // The network fails while the handler runs: its settlement cannot be sent.
+        proxy.setDown(true);
+        await sleep(100);
+        finished = true;
+        return 'unsent';
+      });
+      const running = w.run();
+      await until(() => finished);
+      await w.stop({ graceMs: 300 });
+      await running;
+      expect(w.inFlight).toBe(0);
+      // The server never heard of the outcome: recovery re-queues the attempt.
+      await until(async () => reasons(await historyOf(c, task.task_id)).includes('lease_expired'));
+      const events = await historyOf(c, task.task_id);
+      expect(reasons(events)).not.toContain('report_accepted');
+      expect((await c.status(task.task_id)).state).toBe('queued');
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('reports a handler still running after the abort grace as unconfirmed, then confirms quiescence', async () => {
+    const c = client(server.url);
+    const queue = 'deaf';
+    const task = await c.submit({ queue, program: 'deaf', data: null });
+    let started = false;
+    let finished = false;
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const w = worker(queue, { abortGraceMs: 50 });
+    // Ignores its signal and runs until the test releases it.
+    w.register('deaf', async () => {
+      started = true;
+      await released;
+      finished = true;
+    });
+    const running = w.run();
+    await until(() => started);
+    await w.stop({ graceMs: 20 });
+    await running;
+    // Reported, but the task stays active while the code may still run.
+    expect(finished).toBe(false);
+    const events = await historyOf(c, task.task_id);
+    expect(reasons(events)).toContain('report_accepted');
+    expect((await c.status(task.task_id)).state).toBe('active');
+    const [attemptId] = attemptIds(events);
+    expect((await c.attempt(task.task_id, attemptId as string)).quiescence).toBe('unconfirmed');
+    // Once the handler ends, the (stopped) worker still confirms quiescence.
+    release();
+    await until(async () =>
+      reasons(await historyOf(c, task.task_id)).includes('cleanup_confirmed'),
+    );
+    expect(finished).toBe(true);
+    expect((await c.status(task.task_id)).state).toBe('queued');
+  });
+
+  it.each([7, 11, 23, 42])(
+    'loses no task and settles none twice when 30 percent of exchanges drop (seed %i)',
+    async (seed) => {
+      const c = client(server.url);
+      const queue = `faults-${seed}`;
+      const proxy = await startProxy(server.url, 0.3, seed);
+      try {
+        const ids = idsOf(
+          await c.submitBatch(
+            Array.from({ length: 60 }, (_, i) => ({ queue, program: 'inc', data: { i } })),
+          ),
+        );
+        const runs = new Map<string, number>();
+        const w = worker(queue, { url: proxy.url, concurrency: 6 });
+        w.register('inc', (data: unknown, ctx) => {
+          runs.set(ctx.attemptId, (runs.get(ctx.attemptId) ?? 0) + 1);
+          return data;
+        });
+        const running = w.run();
+        const results = await settled(c, ids, 120_000);
+        await w.stop();
+        await running;
+        expect(proxy.drops()).toBeGreaterThan(10);
+        results.forEach((result, i) => {
+          expect(result.outcome).toEqual({ state: 'succeeded', output: { i } });
+        });
+        // A lost reply replays the same assignment, so a handler runs once per
+        // attempt; an attempt is only repeated when its lease expired.
+        expect([...runs.values()].every((n) => n === 1)).toBe(true);
+        const claimed = new Set<string>();
+        for (const id of ids) {
+          const events = await historyOf(c, id);
+          for (const count of perAttempt(events, 'report_accepted').values()) {
+            expect(count).toBe(1);
+          }
+          for (const attempt of attemptIds(events)) claimed.add(attempt);
+        }
+        // User code ran only for attempts the server recorded as claimed.
+        expect([...runs.keys()].every((attempt) => claimed.has(attempt))).toBe(true);
+        expect(debugLog.filter((l) => l.includes('slot cursor lost'))).toEqual([]);
+      } finally {
+        await proxy.close();
+      }
+    },
+  );
+
+  it('loses no settlement and duplicates none through a proxy that drops connections', async () => {
+    const c = client(server.url);
+    const queue = 'flaky';
+    const proxy = await startProxy(server.url, 0.15, 1234);
+    try {
+      const ids = idsOf(
+        await c.submitBatch(
+          Array.from({ length: 200 }, (_, i) => ({ queue, program: 'work', data: { i } })),
+        ),
+      );
+      const runs = new Map<string, number>();
+      const pair = [1, 2].map(() => worker(queue, { url: proxy.url, concurrency: 6 }));
+      for (const w of pair) {
+        w.register('work', async (data: unknown, ctx) => {
+          runs.set(ctx.attemptId, (runs.get(ctx.attemptId) ?? 0) + 1);
+          await sleep(5);
+          return data;
+        });
+      }
+      const running = pair.map((w) => w.run());
+      const results = await settled(c, ids, 120_000);
+      await Promise.all(pair.map((w) => w.stop()));
+      await Promise.all(running);
+      expect(proxy.drops()).toBeGreaterThan(5);
+      // Every task succeeded with its own output; user code ran at most once
+      // per attempt; every attempt has at most one accepted settlement.
+      results.forEach((result, i) => {
+        expect(result.outcome).toEqual({ state: 'succeeded', output: { i } });
+      });
+      expect([...runs.values()].every((n) => n === 1)).toBe(true);
+      for (const id of ids) {
+        const events = await historyOf(c, id);
+        for (const count of perAttempt(events, 'report_accepted').values()) {
+          expect(count).toBe(1);
+        }
+        expect(reasons(events).filter((r) => r === 'succeeded')).toHaveLength(1);
+      }
+      // A lost reply is replayed (same sequence, same bytes), never guessed
+      // past: the server never answered a sequence conflict.
+      expect(debugLog.filter((l) => l.includes('slot cursor lost'))).toEqual([]);
+      expect(debugLog.filter((l) => l.includes('"why":"renew_conflict"'))).toEqual([]);
+      console.log(`flaky proxy: ${proxy.drops()} connections dropped over 200 tasks`);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('Worker sessions and keys', () => {
+  const key = 'e2e-worker-key-0123456789';
+  let keyed: ServerProcess;
+
+  beforeAll(async () => {
+    // Sessions valid 1 s: a worker that does not extend its session loses it.
+    keyed = await stack.start({
+      LEDGENCE_SESSION_VALIDITY_MS: '1000',
+      LEDGENCE_API_KEYS: JSON.stringify([
+        { key, tenant: TENANT, namespaces: ['*'], roles: ['client', 'worker'] },
+      ]),
+    });
+  });
+
+  it('moves to a new session when its session expires', async () => {
+    const c = new Client({
+      url: keyed.url,
+      apiKey: key,
+      tenant: TENANT,
+      namespace: NAMESPACE,
+    });
+    const queue = 'session';
+    const w = new Worker({
+      url: keyed.url,
+      apiKey: key,
+      tenant: TENANT,
+      namespace: NAMESPACE,
+      queue,
+      concurrency: 2,
+      logger,
+      renewIntervalMs: RENEW_MS,
+      pollWaitMs: 300,
+      // Far beyond the session's validity: it expires between the two tasks.
+      sessionExtendIntervalMs: 600_000,
+    });
+    workers.push(w);
+    w.register('job', () => null);
+    const running = w.run();
+    const first = await c.submit({ queue, program: 'job', data: null });
+    await settled(c, [first.task_id]);
+    await sleep(1_500);
+    const second = await c.submit({ queue, program: 'job', data: null });
+    const results = await settled(c, [second.task_id]);
+    await w.stop();
+    await running;
+    expect(results[0]?.outcome.state).toBe('succeeded');
+    const sessionOf = async (taskId: string) => {
+      const [attemptId] = attemptIds(await historyOf(c, taskId));
+      return (await c.attempt(taskId, attemptId as string)).lease.owner.worker_session_id;
+    };
+    expect(await sessionOf(second.task_id)).not.toBe(await sessionOf(first.task_id));
+  });
+
+  it('keeps renewing and settles a task held across its session expiring', async () => {
+    const c = new Client({ url: keyed.url, apiKey: key, tenant: TENANT, namespace: NAMESPACE });
+    const queue = 'session-held';
+    const task = await c.submit({ queue, program: 'long', data: null });
+    const w = new Worker({
+      url: keyed.url,
+      apiKey: key,
+      tenant: TENANT,
+      namespace: NAMESPACE,
+      queue,
+      concurrency: 1,
+      logger,
+      renewIntervalMs: RENEW_MS,
+      pollWaitMs: 300,
+      sessionExtendIntervalMs: 600_000,
+    });
+    workers.push(w);
+    let aborted = false;
+    w.register('long', async (_data, ctx) => {
+      // Twice the session's validity: the lease outlives the session it was taken on.
+      await sleep(2_000);
+      aborted = ctx.signal.aborted;
+      return 'done';
+    });
+    const running = w.run();
+    const [result] = await settled(c, [task.task_id]);
+    await w.stop();
+    await running;
+    expect(aborted).toBe(false);
+    expect(result?.outcome).toEqual({ state: 'succeeded', output: 'done' });
+    expect(result?.status.attempt_count).toBe(1);
+  });
+
+  it('a client with an unknown key gets unauthorized, without retrying', async () => {
+    const requests: string[] = [];
+    const c = new Client({
+      url: keyed.url,
+      apiKey: 'not-a-key-the-server-knows',
+      tenant: TENANT,
+      namespace: NAMESPACE,
+      logger,
+      fetch: (input, init) => {
+        requests.push(input);
+        return fetch(input, init);
+      },
+    });
+    const error = await c.submit({ queue: 'q', program: 'p' }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ProblemError);
+    expect(error).toMatchObject({ code: 'unauthorized', status: 401 });
+    expect(requests).toHaveLength(1);
+  });
+
+  it('run() rejects when the server refuses the key, and stop() still resolves', async () => {
+    const w = new Worker({
+      url: keyed.url,
+      apiKey: 'not-a-key-the-server-knows',
+      tenant: TENANT,
+      namespace: NAMESPACE,
+      queue: 'refused-key',
+      concurrency: 1,
+      logger,
+    });
+    w.register('x', () => null);
+    await expect(w.run()).rejects.toMatchObject({ code: 'unauthorized' });
+    await w.stop();
+  });
+});
