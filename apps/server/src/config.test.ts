@@ -44,6 +44,7 @@ describe('loadConfig', () => {
         PORT: '9000',
         LEDGENCE_API_KEYS: KEYS,
         LEDGENCE_LOG_LEVEL: 'debug',
+        LEDGENCE_TERMINAL_RETENTION_MS: '7200000',
         LEDGENCE_LEASE_DURATION_MS: '1000',
         LEDGENCE_RENEW_INTERVAL_MS: '300',
         LEDGENCE_CLEANUP_GRACE_MS: '500',
@@ -56,7 +57,10 @@ describe('loadConfig', () => {
       },
       noFiles,
     );
-    expect(config).toEqual({
+    expect(config.callbackDestinations.size).toBe(0);
+    expect({ ...config, callbackDestinations: undefined }).toEqual({
+      callbackDestinations: undefined,
+      terminalRetentionMs: 7_200_000,
       databaseUrl: 'postgres://u@db:5432/ledgence',
       dataDir: '/var/lib/ledgence',
       host: '0.0.0.0',
@@ -73,6 +77,36 @@ describe('loadConfig', () => {
       maintenanceIntervalMs: 200,
       shutdownTimeoutMs: 3000,
     });
+  });
+
+  it('reads callback destinations, inline or from a file, without keeping the secret in sight', () => {
+    const secret = `whsec_${Buffer.alloc(32, 7).toString('base64')}`;
+    const document = JSON.stringify({
+      billing: { url: 'https://billing.internal/hooks', secret, timeout_ms: 2000 },
+    });
+    const inline = loadConfig({ LEDGENCE_CALLBACK_DESTINATIONS: document }, noFiles);
+    expect(inline.callbackDestinations.get('billing')?.url).toBe('https://billing.internal/hooks');
+    expect(JSON.stringify([...inline.callbackDestinations.values()])).not.toContain(secret);
+    const fromFile = loadConfig(
+      { LEDGENCE_CALLBACK_DESTINATIONS_FILE: '/etc/d.json' },
+      () => document,
+    );
+    expect(fromFile.callbackDestinations.get('billing')?.timeoutMs).toBe(2000);
+    expect(loadConfig({}, noFiles).terminalRetentionMs).toBe(7 * 24 * 3_600_000);
+  });
+
+  it('reports bad callback destinations and retention with the other problems, never the secret', () => {
+    const secret = 'whsec_c2hvcnQ=';
+    const problems = problemsOf({
+      LEDGENCE_CALLBACK_DESTINATIONS: JSON.stringify({ billing: { url: 'ftp://x', secret } }),
+      LEDGENCE_TERMINAL_RETENTION_MS: '1000',
+      PORT: 'x',
+    });
+    expect(problems.some((p) => p.includes('LEDGENCE_TERMINAL_RETENTION_MS'))).toBe(true);
+    expect(problems.some((p) => p.includes('PORT'))).toBe(true);
+    expect(problems.some((p) => p.includes('billing') && p.includes('url'))).toBe(true);
+    expect(problems.some((p) => p.includes('billing') && p.includes('secret'))).toBe(true);
+    expect(problems.join('\n')).not.toContain(secret);
   });
 
   it('reads keys from a file', () => {

@@ -3,13 +3,16 @@
  * start. Every problem names the variable, says what is wrong and what would
  * be right; all problems are reported at once, so one restart fixes them all.
  */
+import { type Destinations, DestinationsError, parseDestinations } from '@ledgence/callbacks';
 import {
   CLEANUP_GRACE_MS,
   LEASE_DURATION_MS,
   LEASE_SAFETY_MARGIN_MS,
   LONG_POLL_WAIT_MS,
+  MIN_RETENTION_MS,
   RENEW_INTERVAL_MS,
   SESSION_VALIDITY_MS,
+  TERMINAL_RETENTION_MS,
 } from '@ledgence/contracts';
 
 /** One API key as the operator configures it (DESIGN §6). */
@@ -37,6 +40,13 @@ export interface ServerConfig {
   apiKeys: ApiKeySetting[];
   /** `LEDGENCE_LOG_LEVEL` (default info). */
   logLevel: LogLevel;
+  /**
+   * `LEDGENCE_CALLBACK_DESTINATIONS` or the file named by `LEDGENCE_CALLBACK_DESTINATIONS_FILE`:
+   * operator-configured completion-callback destinations by alias (DESIGN §8); none by default.
+   */
+  callbackDestinations: Destinations;
+  /** `LEDGENCE_TERMINAL_RETENTION_MS`: default retention of terminal tasks (≥ MIN_RETENTION_MS). */
+  terminalRetentionMs: number;
   /** `LEDGENCE_LEASE_DURATION_MS`. */
   leaseDurationMs: number;
   /** `LEDGENCE_RENEW_INTERVAL_MS`: advertised to workers; must leave room for a missed renewal. */
@@ -92,6 +102,9 @@ export const CONFIG_VARIABLES = [
   'LEDGENCE_API_KEYS',
   'LEDGENCE_API_KEYS_FILE',
   'LEDGENCE_LOG_LEVEL',
+  'LEDGENCE_CALLBACK_DESTINATIONS',
+  'LEDGENCE_CALLBACK_DESTINATIONS_FILE',
+  'LEDGENCE_TERMINAL_RETENTION_MS',
   'LEDGENCE_LEASE_DURATION_MS',
   'LEDGENCE_RENEW_INTERVAL_MS',
   'LEDGENCE_CLEANUP_GRACE_MS',
@@ -160,6 +173,13 @@ export function loadConfig(
     );
   }
 
+  const callbackDestinations = readDestinations(
+    text('LEDGENCE_CALLBACK_DESTINATIONS'),
+    text('LEDGENCE_CALLBACK_DESTINATIONS_FILE'),
+    readFile,
+    problems,
+  );
+
   const second = 1_000;
   const hour = 3_600_000;
   const config: ServerConfig = {
@@ -169,6 +189,13 @@ export function loadConfig(
     port,
     apiKeys,
     logLevel,
+    callbackDestinations,
+    terminalRetentionMs: integer(
+      'LEDGENCE_TERMINAL_RETENTION_MS',
+      TERMINAL_RETENTION_MS,
+      MIN_RETENTION_MS,
+      Number.MAX_SAFE_INTEGER,
+    ),
     leaseDurationMs: integer('LEDGENCE_LEASE_DURATION_MS', LEASE_DURATION_MS, 100, hour),
     renewIntervalMs: integer('LEDGENCE_RENEW_INTERVAL_MS', RENEW_INTERVAL_MS, 10, hour),
     cleanupGraceMs: integer('LEDGENCE_CLEANUP_GRACE_MS', CLEANUP_GRACE_MS, 0, hour),
@@ -278,6 +305,43 @@ function readApiKeys(
     seen.add(key);
   }
   return keys;
+}
+
+function readDestinations(
+  inline: string | undefined,
+  file: string | undefined,
+  readFile: ReadConfigFile,
+  problems: string[],
+): Destinations {
+  const none: Destinations = new Map();
+  if (inline !== undefined && file !== undefined) {
+    problems.push(
+      'set LEDGENCE_CALLBACK_DESTINATIONS or LEDGENCE_CALLBACK_DESTINATIONS_FILE, not both',
+    );
+    return none;
+  }
+  let text = inline;
+  const source =
+    file !== undefined ? 'LEDGENCE_CALLBACK_DESTINATIONS_FILE' : 'LEDGENCE_CALLBACK_DESTINATIONS';
+  if (file !== undefined) {
+    try {
+      text = readFile(file);
+    } catch (error) {
+      problems.push(`${source} names a file that cannot be read (${(error as Error).message})`);
+      return none;
+    }
+  }
+  if (text === undefined) return none;
+  try {
+    return parseDestinations(text, { source });
+  } catch (error) {
+    // The parser names alias and field and never the secret; its problems join ours.
+    if (error instanceof DestinationsError) {
+      problems.push(...error.problems.map((p) => p.message));
+      return none;
+    }
+    throw error;
+  }
 }
 
 function truncate(value: string): string {
