@@ -28,7 +28,7 @@ export default defineConfig({
         ...shared,
         test: {
           name: 'unit',
-          include: ['{packages,apps,scripts}/**/*.test.{ts,mjs}'],
+          include: ['{packages,apps,scripts,bench}/**/*.test.{ts,mjs}'],
           exclude: ['**/node_modules/**', '**/dist/**', '**/*.int.test.ts', '**/*.e2e.test.ts'],
         },
       },

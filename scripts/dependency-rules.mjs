@@ -24,6 +24,9 @@ export const ALLOWED_WORKSPACE_IMPORTS = {
   // Private end-to-end tests: they spawn the server as a process (never import it)
   // and drive it with the SDK, on test databases from the store's testing helpers.
   '@ledgence/e2e': ['@ledgence/worker', '@ledgence/store-postgres', '@ledgence/contracts'],
+  // Private benchmarks: like e2e, they spawn the server as a process (never import it),
+  // drive it with the SDK, and start one embedded PostgreSQL through the store.
+  '@ledgence/bench': ['@ledgence/worker', '@ledgence/store-postgres', '@ledgence/contracts'],
 };
 
 /**

@@ -1,0 +1,636 @@
+/**
+ * `pnpm bench`: Ledgence (the real server process, driven over HTTP by `@ledgence/worker`)
+ * against pg-boss and graphile-worker, on identical workloads, on one PostgreSQL with one
+ * database per system. Prints one table and writes `bench/results/latest.json`.
+ *
+ *   pnpm bench              full sizes, 3 repetitions
+ *   pnpm bench -- --quick   every count ÷ 10, 1 repetition (a smoke run)
+ *   pnpm bench -- --reps 2  another number of repetitions
+ *
+ * `DATABASE_URL` (optional) names a PostgreSQL to use instead of the embedded one; the
+ * benchmark drops and creates its own databases there.
+ */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { cpus, freemem, loadavg, totalmem } from 'node:os';
+import { dirname, join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { CountingClient, type Postgres, startPostgres } from './db.js';
+import { type ServerProcess, serverEntry, startServer } from './server.js';
+import {
+  type Better,
+  formatNumber,
+  formatSummary,
+  percentile,
+  ratioToBest,
+  type Summary,
+  summarize,
+} from './stats.js';
+import { graphileSystem } from './systems/graphile.js';
+import { ledgenceSystem } from './systems/ledgence.js';
+import { pgBossSystem } from './systems/pgboss.js';
+import {
+  type BenchData,
+  type BenchSystem,
+  SYSTEM_NAMES,
+  type SystemName,
+  sleep,
+  type WorkerMode,
+} from './systems/system.js';
+
+const benchDir = join(dirname(fileURLToPath(import.meta.url)), '..');
+const root = join(benchDir, '..');
+
+// ---------------------------------------------------------------------------------------------
+// Options and sizes
+
+const SHAPES = ['single1', 'single8', 'bulk', 'strict', 'batched', 'pickup'] as const;
+type ShapeName = (typeof SHAPES)[number];
+
+interface Options {
+  quick: boolean;
+  reps: number;
+  shapes: ShapeName[];
+  systems: SystemName[];
+}
+
+function listArg<T extends string>(
+  value: string | undefined,
+  allowed: readonly T[],
+  flag: string,
+): T[] {
+  const items = (value ?? '').split(',').filter((item) => item.length > 0);
+  for (const item of items) {
+    if (!allowed.includes(item as T)) {
+      throw new Error(`${flag} takes a comma-separated list of ${allowed.join(', ')}; got ${item}`);
+    }
+  }
+  if (items.length === 0) throw new Error(`${flag} needs a value`);
+  return items as T[];
+}
+
+function parseArgs(argv: readonly string[]): Options {
+  let quick = false;
+  let reps: number | undefined;
+  let shapes: ShapeName[] = [...SHAPES];
+  let systems: SystemName[] = [...SYSTEM_NAMES];
+  for (let i = 0; i < argv.length; i += 1) {
+    const arg = argv[i];
+    if (arg === '--') continue;
+    if (arg === '--quick') quick = true;
+    else if (arg === '--reps') {
+      reps = Number(argv[i + 1]);
+      i += 1;
+      if (!Number.isInteger(reps) || reps < 1) throw new Error('--reps needs a positive integer');
+    } else if (arg === '--only') {
+      shapes = listArg(argv[i + 1], SHAPES, '--only');
+      i += 1;
+    } else if (arg === '--systems') {
+      systems = listArg(argv[i + 1], SYSTEM_NAMES, '--systems');
+      i += 1;
+    } else {
+      throw new Error(
+        `unknown argument ${arg} (expected --quick, --reps N, --only SHAPES, --systems NAMES)`,
+      );
+    }
+  }
+  return { quick, reps: reps ?? (quick ? 1 : 3), shapes, systems };
+}
+
+interface Sizes {
+  single: number;
+  bulk: number;
+  bulkPerRequest: number;
+  drain: number;
+  /** A drain that has not finished by then is stopped; its rate counts what completed. */
+  drainCapMs: number;
+  pickup: number;
+  pickupMaxGapMs: number;
+}
+
+function sizesFor(quick: boolean): Sizes {
+  const scale = quick ? 10 : 1;
+  return {
+    single: 2_000 / scale,
+    bulk: 20_000 / scale,
+    bulkPerRequest: 1_000,
+    drain: 20_000 / scale,
+    drainCapMs: quick ? 15_000 : 60_000,
+    pickup: 300 / scale,
+    pickupMaxGapMs: 500,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Results
+
+interface MetricSpec {
+  shape: string;
+  metric: string;
+  unit: string;
+  better: Better;
+}
+
+const METRICS: MetricSpec[] = [
+  { shape: 'single submit, 1 in flight', metric: 'rate', unit: 'tasks/s', better: 'higher' },
+  { shape: 'single submit, 1 in flight', metric: 'p50', unit: 'ms', better: 'lower' },
+  { shape: 'single submit, 1 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
+  { shape: 'single submit, 1 in flight', metric: 'write xacts', unit: 'per task', better: 'lower' },
+  { shape: 'single submit, 8 in flight', metric: 'rate', unit: 'tasks/s', better: 'higher' },
+  { shape: 'single submit, 8 in flight', metric: 'p50', unit: 'ms', better: 'lower' },
+  { shape: 'single submit, 8 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
+  { shape: 'bulk submit, 1 000 per request', metric: 'rate', unit: 'tasks/s', better: 'higher' },
+  { shape: 'bulk submit, 1 000 per request', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
+  { shape: 'drain strict (≤ 32 held)', metric: 'rate', unit: 'tasks/s', better: 'higher' },
+  { shape: 'drain strict (≤ 32 held)', metric: 'commits', unit: 'per task', better: 'lower' },
+  { shape: 'drain strict (≤ 32 held)', metric: 'write xacts', unit: 'per task', better: 'lower' },
+  { shape: 'drain strict (≤ 32 held)', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
+  { shape: 'drain strict (≤ 32 held)', metric: 'CPU server', unit: 'ms/task', better: 'lower' },
+  { shape: 'drain strict (≤ 32 held)', metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
+  { shape: 'drain batched', metric: 'rate', unit: 'tasks/s', better: 'higher' },
+  { shape: 'drain batched', metric: 'commits', unit: 'per task', better: 'lower' },
+  { shape: 'drain batched', metric: 'write xacts', unit: 'per task', better: 'lower' },
+  { shape: 'drain batched', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
+  { shape: 'drain batched', metric: 'CPU server', unit: 'ms/task', better: 'lower' },
+  { shape: 'drain batched', metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
+  { shape: 'pickup latency (idle)', metric: 'p50', unit: 'ms', better: 'lower' },
+  { shape: 'pickup latency (idle)', metric: 'p99', unit: 'ms', better: 'lower' },
+  { shape: 'pickup latency (idle)', metric: 'max', unit: 'ms', better: 'lower' },
+];
+
+const keyOf = (shape: string, metric: string): string => `${shape} / ${metric}`;
+
+/** Every repetition's value per metric and system. */
+class Recorder {
+  readonly values = new Map<string, Map<SystemName, number[]>>();
+  readonly notes: string[] = [];
+
+  record(shape: string, metric: string, system: SystemName, value: number): void {
+    const key = keyOf(shape, metric);
+    let bySystem = this.values.get(key);
+    if (bySystem === undefined) {
+      bySystem = new Map();
+      this.values.set(key, bySystem);
+    }
+    const list = bySystem.get(system) ?? [];
+    list.push(value);
+    bySystem.set(system, list);
+  }
+
+  summary(shape: string, metric: string, system: SystemName): Summary {
+    return summarize(this.values.get(keyOf(shape, metric))?.get(system) ?? []);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shapes
+
+const log = (message: string): void => {
+  const time = new Date().toISOString().slice(11, 19);
+  console.log(`[${time}] ${message}`);
+};
+
+/** Runs `count` calls of `fn`, at most `inFlight` at once. */
+async function pool(
+  count: number,
+  inFlight: number,
+  fn: (i: number) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  const lane = async (): Promise<void> => {
+    while (next < count) {
+      const i = next;
+      next += 1;
+      await fn(i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(inFlight, count) }, lane));
+}
+
+/** The same few submits for every system before a timed submit shape: connections and plans warm. */
+async function warmUp(system: BenchSystem, queue: string): Promise<void> {
+  const warm = `${queue}_warm`;
+  await system.prepareQueue(warm);
+  for (let i = 0; i < 20; i += 1) await system.submitOne(warm, { i });
+  await system.submitMany(
+    warm,
+    Array.from({ length: 100 }, (_, i) => ({ i })),
+  );
+}
+
+async function singleSubmit(
+  system: BenchSystem,
+  postgres: Postgres,
+  queue: string,
+  count: number,
+  inFlight: number,
+  rec: Recorder,
+): Promise<void> {
+  const shape = `single submit, ${inFlight} in flight`;
+  await system.prepareQueue(queue);
+  await warmUp(system, queue);
+  const latencies: number[] = [];
+  const before = await postgres.counters(system.database);
+  const t0 = performance.now();
+  await pool(count, inFlight, async (i) => {
+    const start = performance.now();
+    await system.submitOne(queue, { i });
+    latencies.push(performance.now() - start);
+  });
+  const seconds = (performance.now() - t0) / 1000;
+  const after = await postgres.counters(system.database);
+  if (inFlight === 1) {
+    rec.record(shape, 'write xacts', system.name, (after.nextXid - before.nextXid) / count);
+  }
+  await system.discard(queue);
+  await system.discard(`${queue}_warm`);
+  rec.record(shape, 'rate', system.name, count / seconds);
+  rec.record(shape, 'p50', system.name, percentile(latencies, 50));
+  rec.record(shape, 'p99', system.name, percentile(latencies, 99));
+  log(
+    `  ${system.name}: ${formatNumber(count / seconds)} tasks/s, p50 ${formatNumber(percentile(latencies, 50))} ms, p99 ${formatNumber(percentile(latencies, 99))} ms`,
+  );
+}
+
+async function seed(system: BenchSystem, queue: string, count: number, per: number) {
+  for (let from = 0; from < count; from += per) {
+    const items = Array.from({ length: Math.min(per, count - from) }, (_, k) => ({ i: from + k }));
+    await system.submitMany(queue, items);
+  }
+}
+
+async function bulkSubmit(
+  system: BenchSystem,
+  postgres: Postgres,
+  queue: string,
+  sizes: Sizes,
+  rec: Recorder,
+): Promise<void> {
+  await system.prepareQueue(queue);
+  await warmUp(system, queue);
+  const before = await postgres.counters(system.database);
+  const t0 = performance.now();
+  await seed(system, queue, sizes.bulk, sizes.bulkPerRequest);
+  const rate = sizes.bulk / ((performance.now() - t0) / 1000);
+  const after = await postgres.counters(system.database);
+  const wal = (await postgres.walBytes(before, after)) / sizes.bulk;
+  await system.discard(queue);
+  await system.discard(`${queue}_warm`);
+  rec.record('bulk submit, 1 000 per request', 'rate', system.name, rate);
+  rec.record('bulk submit, 1 000 per request', 'WAL', system.name, wal);
+  log(`  ${system.name}: ${formatNumber(rate)} tasks/s, ${formatNumber(wal)} WAL bytes/task`);
+}
+
+async function drain(
+  system: BenchSystem,
+  postgres: Postgres,
+  queue: string,
+  mode: WorkerMode,
+  sizes: Sizes,
+  rec: Recorder,
+): Promise<void> {
+  const shape = mode === 'strict' ? 'drain strict (≤ 32 held)' : 'drain batched';
+  const count = sizes.drain;
+  await system.prepareQueue(queue);
+  await seed(system, queue, count, sizes.bulkPerRequest);
+  await system.flushStats();
+  const probe = new CountingClient(postgres.urlFor(system.database));
+  await probe.connect();
+  const before = await postgres.counters(system.database);
+  const cpuBefore = {
+    server: await system.serverCpuMs(),
+    postgres: await postgres.cpuMs(),
+    bench: process.cpuUsage(),
+  };
+
+  let started = 0;
+  let firstStart: number | undefined;
+  const workers = await system.startWorkers(queue, mode, () => {
+    started += 1;
+    firstStart ??= performance.now();
+  });
+  const deadline = performance.now() + sizes.drainCapMs;
+  let lastProgress = performance.now();
+  let end: number | undefined;
+  let capped = false;
+  let completedAtEnd = count;
+  for (;;) {
+    const now = performance.now();
+    if (now >= deadline) {
+      capped = true;
+      end = now;
+      completedAtEnd = count - (await probe.scalar(system.unfinishedSql, [queue]));
+      break;
+    }
+    if (started >= count) {
+      // Every handler ran; the drain ends when the database shows every task finished.
+      if ((await probe.scalar(system.unfinishedSql, [queue])) === 0) {
+        end = performance.now();
+        break;
+      }
+      await sleep(5);
+    } else {
+      await sleep(20);
+    }
+    if (now - lastProgress >= 5_000) {
+      lastProgress = now;
+      log(`    ${system.name}: ${started}/${count} started`);
+    }
+  }
+  await workers.stop();
+  const cpuAfter = {
+    server: await system.serverCpuMs(),
+    postgres: await postgres.cpuMs(),
+    bench: process.cpuUsage(cpuBefore.bench),
+  };
+  const completedAfterStop = count - (await probe.scalar(system.unfinishedSql, [queue]));
+  await probe.end();
+  if (capped) await system.discard(queue);
+  await system.flushStats();
+  const after = await postgres.counters(system.database);
+  const commits = after.xactCommit - before.xactCommit - probe.statements;
+  const wal = await postgres.walBytes(before, after);
+  const seconds = ((end ?? performance.now()) - (firstStart ?? end ?? 0)) / 1000;
+  const rate = completedAtEnd / seconds;
+  const perTask = Math.max(1, completedAfterStop);
+  rec.record(shape, 'rate', system.name, rate);
+  rec.record(shape, 'commits', system.name, commits / perTask);
+  rec.record(shape, 'write xacts', system.name, (after.nextXid - before.nextXid) / perTask);
+  rec.record(shape, 'WAL', system.name, wal / perTask);
+  const serverCpu = (cpuAfter.server - cpuBefore.server) / perTask;
+  const postgresCpu = (cpuAfter.postgres - cpuBefore.postgres) / perTask;
+  const workersCpu = (cpuAfter.bench.user + cpuAfter.bench.system) / 1000 / perTask;
+  rec.record(shape, 'CPU server', system.name, serverCpu);
+  // PostgreSQL's CPU is printed but not tabled: summed from /proc over the postmaster and its
+  // children it gave implausible values (graphile-worker's strict drain, 2 commits per task,
+  // at 0.003–0.3 ms/task) and is not yet understood.
+  rec.record(shape, 'CPU workers', system.name, workersCpu);
+  if (capped) {
+    rec.notes.push(
+      `${shape}, ${system.name}, queue ${queue}: stopped at the ${sizes.drainCapMs / 1000} s cap with ${completedAtEnd}/${count} done; rate = done / elapsed`,
+    );
+  }
+  log(
+    `  ${system.name}: ${formatNumber(rate)} tasks/s${capped ? ` (capped: ${completedAtEnd}/${count})` : ''}, ${formatNumber(commits / perTask)} commits/task, ${formatNumber((after.nextXid - before.nextXid) / perTask)} write xacts/task, ${formatNumber(wal / perTask)} WAL bytes/task; CPU ms/task: server ${formatNumber(serverCpu)}, PostgreSQL (unverified) ${formatNumber(postgresCpu)}, workers ${formatNumber(workersCpu)}`,
+  );
+}
+
+/** A small deterministic generator, so every system sees the same gaps. */
+function random(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+async function pickup(
+  system: BenchSystem,
+  queue: string,
+  sizes: Sizes,
+  seedValue: number,
+  rec: Recorder,
+): Promise<void> {
+  const shape = 'pickup latency (idle)';
+  const count = sizes.pickup;
+  await system.prepareQueue(queue);
+  const acknowledged = new Map<number, number>();
+  const started = new Map<number, number>();
+  const workers = await system.startWorkers(queue, 'pickup', (data: BenchData) => {
+    if (!started.has(data.i)) started.set(data.i, performance.now());
+  });
+  // Let the worker settle into its idle state (parked poll, LISTEN, or polling loop).
+  await sleep(1_000);
+  const gap = random(seedValue);
+  for (let i = 0; i < count; i += 1) {
+    await sleep(gap() * sizes.pickupMaxGapMs);
+    await system.submitOne(queue, { i });
+    acknowledged.set(i, performance.now());
+    if ((i + 1) % 100 === 0) log(`    ${system.name}: ${i + 1}/${count} submitted`);
+  }
+  const deadline = performance.now() + 30_000;
+  while (started.size < count && performance.now() < deadline) await sleep(10);
+  await workers.stop();
+  const latencies: number[] = [];
+  for (const [i, ack] of acknowledged) {
+    const start = started.get(i);
+    // A handler may start before the submit's reply arrives: that counts as 0, not negative.
+    if (start !== undefined) latencies.push(Math.max(0, start - ack));
+  }
+  if (latencies.length < count) {
+    rec.notes.push(`${shape}, ${system.name}: only ${latencies.length}/${count} picked up in time`);
+  }
+  rec.record(shape, 'p50', system.name, percentile(latencies, 50));
+  rec.record(shape, 'p99', system.name, percentile(latencies, 99));
+  rec.record(shape, 'max', system.name, percentile(latencies, 100));
+  log(
+    `  ${system.name}: p50 ${formatNumber(percentile(latencies, 50))} ms, p99 ${formatNumber(percentile(latencies, 99))} ms, max ${formatNumber(percentile(latencies, 100))} ms`,
+  );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+function table(rec: Recorder): string {
+  const header = ['shape', 'metric', ...SYSTEM_NAMES, 'Ledgence / best peer'];
+  const measured = METRICS.filter((spec) =>
+    SYSTEM_NAMES.some((name) => !Number.isNaN(rec.summary(spec.shape, spec.metric, name).median)),
+  );
+  const rows = measured.map((spec) => {
+    const cells = SYSTEM_NAMES.map((name) =>
+      formatSummary(rec.summary(spec.shape, spec.metric, name)),
+    );
+    const ledgence = rec.summary(spec.shape, spec.metric, 'ledgence').median;
+    const peers = Object.fromEntries(
+      SYSTEM_NAMES.filter((name) => name !== 'ledgence').map((name) => [
+        name,
+        rec.summary(spec.shape, spec.metric, name).median,
+      ]),
+    );
+    const { best, ratio } = ratioToBest(ledgence, peers, spec.better);
+    const ratioCell = best === undefined ? '–' : `${formatNumber(ratio)} (${best})`;
+    const arrow = spec.better === 'higher' ? '↑' : '↓';
+    return [spec.shape, `${spec.metric} ${spec.unit} ${arrow}`, ...cells, ratioCell];
+  });
+  const lines = [header, header.map(() => '---'), ...rows].map(
+    (cells) => `| ${cells.join(' | ')} |`,
+  );
+  return lines.join('\n');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main
+
+async function main(): Promise<void> {
+  const options = parseArgs(process.argv.slice(2));
+  const sizes = sizesFor(options.quick);
+  const main = serverEntry(root);
+  const startedAt = new Date();
+  const loadAverageAtStart = loadavg().map((l) => Number(l.toFixed(2)));
+  log(
+    `Ledgence benchmark: ${options.quick ? 'quick (counts ÷ 10)' : 'full'}, ${options.reps} repetition(s)`,
+  );
+
+  const postgres = await startPostgres(benchDir, process.env.DATABASE_URL);
+  const pgVersion = await postgres.version();
+  log(`PostgreSQL ${pgVersion} ready`);
+  const databases: Record<SystemName, string> = {
+    ledgence: 'bench_ledgence',
+    'pg-boss': 'bench_pgboss',
+    'graphile-worker': 'bench_graphile',
+  };
+  for (const database of Object.values(databases)) await postgres.recreate(database);
+
+  let server: ServerProcess | undefined;
+  const systems: BenchSystem[] = [];
+  const rec = new Recorder();
+  const rss: { rep: number; bytes: number }[] = [];
+  try {
+    server = await startServer(main, { DATABASE_URL: postgres.urlFor(databases.ledgence) });
+    log(`Ledgence server pid ${server.pid} at ${server.url}`);
+    if (options.systems.includes('ledgence')) {
+      systems.push(ledgenceSystem(server, databases.ledgence));
+    }
+    if (options.systems.includes('pg-boss')) {
+      systems.push(await pgBossSystem(postgres.urlFor(databases['pg-boss']), databases['pg-boss']));
+    }
+    if (options.systems.includes('graphile-worker')) {
+      systems.push(
+        await graphileSystem(
+          postgres.urlFor(databases['graphile-worker']),
+          databases['graphile-worker'],
+        ),
+      );
+    }
+
+    for (let rep = 1; rep <= options.reps; rep += 1) {
+      // Each repetition starts with another system, so no system always goes first.
+      const order = systems.map((_, k) => systems[(k + rep - 1) % systems.length] as BenchSystem);
+      const each = async (
+        name: ShapeName,
+        title: string,
+        fn: (system: BenchSystem) => Promise<void>,
+      ) => {
+        if (!options.shapes.includes(name)) return;
+        log(`rep ${rep}/${options.reps} · ${title}`);
+        for (const system of order) await fn(system);
+      };
+      await each('single1', `single submit, ${sizes.single} tasks, 1 in flight`, (s) =>
+        singleSubmit(s, postgres, `single1_r${rep}`, sizes.single, 1, rec),
+      );
+      await each('single8', `single submit, ${sizes.single} tasks, 8 in flight`, (s) =>
+        singleSubmit(s, postgres, `single8_r${rep}`, sizes.single, 8, rec),
+      );
+      await each(
+        'bulk',
+        `bulk submit, ${sizes.bulk} tasks, ${sizes.bulkPerRequest} per request`,
+        (s) => bulkSubmit(s, postgres, `bulk_r${rep}`, sizes, rec),
+      );
+      await each('strict', `drain strict, ${sizes.drain} no-op tasks, ≤ 32 held`, (s) =>
+        drain(s, postgres, `strict_r${rep}`, 'strict', sizes, rec),
+      );
+      await each('batched', `drain batched, ${sizes.drain} no-op tasks`, (s) =>
+        drain(s, postgres, `batched_r${rep}`, 'batched', sizes, rec),
+      );
+      await each(
+        'pickup',
+        `pickup latency, ${sizes.pickup} tasks, 0–${sizes.pickupMaxGapMs} ms gaps`,
+        (s) => pickup(s, `pickup_r${rep}`, sizes, 7_000 + rep, rec),
+      );
+      const bytes = await server.rss();
+      rss.push({ rep, bytes });
+      log(`rep ${rep} done; Ledgence server RSS ${formatNumber(bytes / 2 ** 20)} MiB`);
+    }
+  } finally {
+    for (const system of systems) await system.close().catch(() => {});
+    await server?.stop();
+    await postgres.stop();
+  }
+
+  const printed = table(rec);
+  console.log(`\n${printed}\n`);
+  console.log(
+    '↑ higher is better, ↓ lower is better; cells are median [min–max] of the repetitions.',
+  );
+  // Memory flatness compares the last two repetitions (the 2nd and 3rd of a full run): the
+  // first one includes warm-up (JIT, pools, caches).
+  const last = rss.at(-1);
+  const previous = rss.at(-2);
+  const rssLine =
+    last !== undefined && previous !== undefined
+      ? `Ledgence server RSS after repetition ${previous.rep}: ${formatNumber(previous.bytes / 2 ** 20)} MiB, after ${last.rep}: ${formatNumber(last.bytes / 2 ** 20)} MiB (${formatNumber(((last.bytes - previous.bytes) / previous.bytes) * 100)} %)`
+      : `Ledgence server RSS: ${rss.map((r) => `after repetition ${r.rep} ${formatNumber(r.bytes / 2 ** 20)} MiB`).join(', ')}`;
+  console.log(rssLine);
+  for (const note of rec.notes) console.log(`note: ${note}`);
+
+  const machine = {
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? 'unknown',
+    memoryGiB: Math.round(totalmem() / 2 ** 30),
+    freeMemoryGiBAtEnd: Math.round(freemem() / 2 ** 30),
+    loadAverageAtStart,
+    loadAverageAtEnd: loadavg().map((l) => Number(l.toFixed(2))),
+    node: process.version,
+    postgres: pgVersion,
+    platform: `${process.platform}-${process.arch}`,
+  };
+  const results = {
+    startedAt: startedAt.toISOString(),
+    finishedAt: new Date().toISOString(),
+    mode: options.quick ? 'quick' : 'full',
+    repetitions: options.reps,
+    shapes: options.shapes,
+    systems: options.systems,
+    sizes,
+    machine,
+    postgresSource: process.env.DATABASE_URL === undefined ? 'embedded (fsync on)' : 'DATABASE_URL',
+    configuration: Object.fromEntries(
+      systems.map((s) => [
+        s.name,
+        {
+          strict: s.describe('strict'),
+          batched: s.describe('batched'),
+          pickup: s.describe('pickup'),
+        },
+      ]),
+    ),
+    metrics: METRICS.map((spec) => {
+      const bySystem = Object.fromEntries(
+        SYSTEM_NAMES.map((name) => [name, rec.summary(spec.shape, spec.metric, name)]),
+      );
+      const peers = Object.fromEntries(
+        SYSTEM_NAMES.filter((n) => n !== 'ledgence').map((n) => [
+          n,
+          bySystem[n]?.median ?? Number.NaN,
+        ]),
+      );
+      const { best, ratio } = ratioToBest(
+        bySystem.ledgence?.median ?? Number.NaN,
+        peers,
+        spec.better,
+      );
+      return { ...spec, systems: bySystem, bestPeer: best ?? null, ratioToBestPeer: ratio };
+    }),
+    serverRssBytes: rss,
+    notes: rec.notes,
+    table: printed,
+  };
+  await mkdir(join(benchDir, 'results'), { recursive: true });
+  const file = join(benchDir, 'results', 'latest.json');
+  await writeFile(
+    file,
+    `${JSON.stringify(results, (_, value) => (typeof value === 'number' && !Number.isFinite(value) ? null : typeof value === 'number' ? Number(value.toPrecision(6)) : value), 2)}\n`,
+  );
+  log(`wrote ${file}`);
+}
+
+main().then(
+  () => process.exit(0),
+  (error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,88 @@
+/**
+ * Runs the built Ledgence server (`apps/server/dist/main.js`) as its own process, the way an
+ * operator runs it, and reads its resident memory.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+/** A running server process. */
+export interface ServerProcess {
+  readonly url: string;
+  readonly pid: number;
+  /** Resident set size in bytes (from /proc; NaN where there is none). */
+  rss(): Promise<number>;
+  /** Everything it wrote to stderr. */
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
+/** The server's entry point, or an error that says to build it. */
+export function serverEntry(root: string): string {
+  const main = join(root, 'apps', 'server', 'dist', 'main.js');
+  if (!existsSync(main)) {
+    throw new Error(`${main} is missing: run \`pnpm build\` first`);
+  }
+  return main;
+}
+
+/** Starts the server on a free port with `env` added; resolves once it is listening. */
+export function startServer(main: string, env: Record<string, string>): Promise<ServerProcess> {
+  const child: ChildProcess = spawn(process.execPath, [main], {
+    env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  const exited = new Promise<number | string>((resolve) => {
+    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
+  });
+  return new Promise((resolve, reject) => {
+    let started = false;
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`server did not start within 60 s:\n${stderr}`));
+    }, 60_000);
+    child.stderr?.setEncoding('utf8');
+    child.stderr?.on('data', (chunk: string) => {
+      stderr += chunk;
+      if (started) {
+        // Warnings while the benchmark runs are worth seeing.
+        process.stderr.write(`[server] ${chunk}`);
+        return;
+      }
+      const match = /listening on (http:\/\/\S+)/.exec(stderr);
+      if (match?.[1] !== undefined) {
+        started = true;
+        clearTimeout(timer);
+        const pid = child.pid ?? -1;
+        resolve({
+          url: match[1],
+          pid,
+          async rss() {
+            try {
+              const status = await readFile(`/proc/${pid}/status`, 'utf8');
+              const kb = /VmRSS:\s+(\d+)\s+kB/.exec(status)?.[1];
+              return kb === undefined ? Number.NaN : Number(kb) * 1024;
+            } catch {
+              return Number.NaN;
+            }
+          },
+          stderr: () => stderr,
+          async stop() {
+            child.kill('SIGTERM');
+            const timeout = setTimeout(() => child.kill('SIGKILL'), 15_000);
+            await exited;
+            clearTimeout(timeout);
+          },
+        });
+      }
+    });
+    void exited.then((code) => {
+      if (!started) {
+        clearTimeout(timer);
+        reject(new Error(`server exited (${code}) before listening:\n${stderr}`));
+      }
+    });
+  });
+}

@@ -1,0 +1,92 @@
+import { describe, expect, it } from 'vitest';
+import { formatNumber, formatSummary, percentile, ratioToBest, summarize } from './stats.js';
+
+describe('percentile', () => {
+  it('uses the nearest rank', () => {
+    const values = [5, 1, 4, 2, 3, 10, 9, 8, 7, 6];
+    expect(percentile(values, 50)).toBe(5);
+    expect(percentile(values, 90)).toBe(9);
+    expect(percentile(values, 99)).toBe(10);
+    expect(percentile(values, 100)).toBe(10);
+    expect(percentile(values, 0)).toBe(1);
+  });
+
+  it('of 100 values, p99 is the 99th smallest', () => {
+    const values = Array.from({ length: 100 }, (_, i) => 100 - i);
+    expect(percentile(values, 99)).toBe(99);
+    expect(percentile(values, 50)).toBe(50);
+  });
+
+  it('is NaN for no values and rejects a percentile out of range', () => {
+    expect(percentile([], 50)).toBeNaN();
+    expect(() => percentile([1], 101)).toThrow(RangeError);
+    expect(() => percentile([1], Number.NaN)).toThrow(RangeError);
+  });
+
+  it('does not reorder its input', () => {
+    const values = [3, 1, 2];
+    percentile(values, 50);
+    expect(values).toEqual([3, 1, 2]);
+  });
+});
+
+describe('summarize', () => {
+  it('gives the median and range of an odd count', () => {
+    expect(summarize([30, 10, 20])).toEqual({ median: 20, min: 10, max: 30, values: [30, 10, 20] });
+  });
+
+  it('averages the middle pair of an even count', () => {
+    expect(summarize([4, 1, 3, 2]).median).toBe(2.5);
+  });
+
+  it('skips NaN repetitions and is NaN when none is left', () => {
+    expect(summarize([Number.NaN, 2, 4]).median).toBe(3);
+    expect(summarize([]).median).toBeNaN();
+    expect(summarize([Number.NaN]).min).toBeNaN();
+  });
+});
+
+describe('ratioToBest', () => {
+  it('divides by the highest peer when higher is better', () => {
+    expect(ratioToBest(1200, { a: 1000, b: 800 }, 'higher')).toEqual({
+      best: 'a',
+      bestValue: 1000,
+      ratio: 1.2,
+    });
+  });
+
+  it('divides by the lowest peer when lower is better', () => {
+    expect(ratioToBest(4, { a: 8, b: 2 }, 'lower')).toEqual({ best: 'b', bestValue: 2, ratio: 2 });
+  });
+
+  it('skips peers without a value, and is NaN without any', () => {
+    expect(ratioToBest(5, { a: Number.NaN, b: 10 }, 'higher').ratio).toBe(0.5);
+    expect(ratioToBest(5, { a: Number.NaN }, 'higher')).toEqual({
+      best: undefined,
+      bestValue: Number.NaN,
+      ratio: Number.NaN,
+    });
+    expect(ratioToBest(Number.NaN, { a: 1 }, 'higher').ratio).toBeNaN();
+  });
+
+  it('handles a best peer of zero', () => {
+    expect(ratioToBest(0, { a: 0 }, 'lower').ratio).toBe(1);
+    expect(ratioToBest(3, { a: 0 }, 'lower').ratio).toBe(Number.POSITIVE_INFINITY);
+  });
+});
+
+describe('formatting', () => {
+  it('keeps about three significant digits', () => {
+    expect(formatNumber(12345.6)).toBe('12346');
+    expect(formatNumber(12.345)).toBe('12.3');
+    expect(formatNumber(1.2345)).toBe('1.23');
+    expect(formatNumber(0.012345)).toBe('0.012');
+    expect(formatNumber(0)).toBe('0');
+    expect(formatNumber(Number.NaN)).toBe('–');
+  });
+
+  it('shows the median and range', () => {
+    expect(formatSummary(summarize([1, 2, 3]))).toBe('2.00 [1.00–3.00]');
+    expect(formatSummary(summarize([7]))).toBe('7.00');
+  });
+});

@@ -1,0 +1,98 @@
+/**
+ * Pure statistics helpers of the benchmark: percentiles, the median and range of repetitions,
+ * and the ratio of Ledgence to the best peer. No I/O.
+ */
+
+/**
+ * The `p`-th percentile (0..100) of `values` by the nearest-rank method: the smallest value
+ * with at least `p` % of the values at or below it. NaN for an empty list.
+ */
+export function percentile(values: readonly number[], p: number): number {
+  if (!(p >= 0 && p <= 100)) throw new RangeError(`percentile must be within 0..100, got ${p}`);
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((a, b) => a - b);
+  const rank = Math.max(1, Math.ceil((p / 100) * sorted.length));
+  return sorted[rank - 1] as number;
+}
+
+/** The median, minimum and maximum of a set of repetitions. */
+export interface Summary {
+  median: number;
+  min: number;
+  max: number;
+  /** Every repetition's value, in run order. */
+  values: number[];
+}
+
+/**
+ * Median (the mean of the two middle values for an even count), minimum and maximum of
+ * `values`; NaN everywhere for an empty list. NaN entries (a metric a repetition could not
+ * measure) are left out.
+ */
+export function summarize(values: readonly number[]): Summary {
+  const kept = values.filter((v) => !Number.isNaN(v));
+  if (kept.length === 0) {
+    return { median: Number.NaN, min: Number.NaN, max: Number.NaN, values: [...values] };
+  }
+  const sorted = [...kept].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  const median =
+    sorted.length % 2 === 1
+      ? (sorted[mid] as number)
+      : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+  return {
+    median,
+    min: sorted[0] as number,
+    max: sorted[sorted.length - 1] as number,
+    values: [...values],
+  };
+}
+
+/** Whether a larger value of a metric is better (throughput) or a smaller one (latency, cost). */
+export type Better = 'higher' | 'lower';
+
+/**
+ * The best peer's median and Ledgence's median divided by it. The best peer has the highest
+ * median when higher is better, the lowest otherwise; peers with no value (NaN) are skipped.
+ * The ratio is NaN when there is no peer value or Ledgence has none; Infinity when the best
+ * peer's median is 0 and Ledgence's is not.
+ */
+export function ratioToBest(
+  ledgence: number,
+  peers: Readonly<Record<string, number>>,
+  better: Better,
+): { best: string | undefined; bestValue: number; ratio: number } {
+  let best: string | undefined;
+  let bestValue = Number.NaN;
+  for (const [name, value] of Object.entries(peers)) {
+    if (Number.isNaN(value)) continue;
+    if (best === undefined || (better === 'higher' ? value > bestValue : value < bestValue)) {
+      best = name;
+      bestValue = value;
+    }
+  }
+  if (best === undefined || Number.isNaN(ledgence)) return { best, bestValue, ratio: Number.NaN };
+  if (bestValue === 0)
+    return { best, bestValue, ratio: ledgence === 0 ? 1 : Number.POSITIVE_INFINITY };
+  return { best, bestValue, ratio: ledgence / bestValue };
+}
+
+/** A number with about three significant digits, for the table. */
+export function formatNumber(value: number): string {
+  if (Number.isNaN(value)) return '–';
+  if (!Number.isFinite(value)) return value > 0 ? '∞' : '-∞';
+  const abs = Math.abs(value);
+  if (abs >= 100) return Math.round(value).toString();
+  if (abs >= 10) return value.toFixed(1);
+  if (abs >= 1) return value.toFixed(2);
+  if (abs === 0) return '0';
+  return value.toPrecision(2);
+}
+
+/** `median [min–max]`, or just the value when the range is one point. */
+export function formatSummary(summary: Summary): string {
+  const median = formatNumber(summary.median);
+  if (Number.isNaN(summary.median)) return median;
+  if (summary.min === summary.max) return median;
+  return `${median} [${formatNumber(summary.min)}–${formatNumber(summary.max)}]`;
+}

@@ -1,0 +1,111 @@
+/** graphile-worker, in this process (it is a library), on its own database. */
+import {
+  Logger,
+  makeWorkerUtils,
+  type Runner,
+  run,
+  runMigrations,
+  type WorkerUtils,
+} from 'graphile-worker';
+import type { BenchData, BenchSystem, RunningWorkers, WorkerMode } from './system.js';
+
+/**
+ * Worker pool settings per mode. `batched` turns on the local queue (jobs fetched and locked
+ * in batches) and batched completions; graphile-worker still runs at most `concurrency` jobs
+ * at once, but holds (locks) up to `localQueue.size` more.
+ */
+export const GRAPHILE_SETTINGS: Record<
+  WorkerMode,
+  { concurrency: number; localQueueSize?: number; completeJobBatchDelay?: number }
+> = {
+  strict: { concurrency: 32 },
+  batched: { concurrency: 32, localQueueSize: 250, completeJobBatchDelay: 0 },
+  pickup: { concurrency: 1 },
+};
+
+/** Errors printed, everything else dropped. */
+const logger = new Logger(() => (level, message) => {
+  if (level === 'error') console.error(`[graphile-worker] ${message}`);
+});
+
+/** graphile-worker on `url`'s database, its schema installed up front. */
+export async function graphileSystem(url: string, database: string): Promise<BenchSystem> {
+  await runMigrations({ connectionString: url, logger });
+  let producer: Promise<WorkerUtils> | undefined;
+  const getProducer = (): Promise<WorkerUtils> => {
+    producer ??= makeWorkerUtils({ connectionString: url, logger });
+    return producer;
+  };
+  const closeProducer = async (): Promise<void> => {
+    const open = producer;
+    producer = undefined;
+    if (open !== undefined) await (await open).release();
+  };
+  return {
+    name: 'graphile-worker',
+    database,
+    async prepareQueue() {},
+    async submitOne(queue, data) {
+      await (await getProducer()).addJob(queue, data);
+    },
+    async submitMany(queue, items) {
+      await (await getProducer()).addJobs(items.map((payload) => ({ identifier: queue, payload })));
+    },
+    // Jobs of every task identifier share one table: left over, they would slow down the
+    // job fetches of later shapes.
+    async discard(queue) {
+      await (await getProducer()).withPgClient((client) =>
+        client.query(
+          'DELETE FROM graphile_worker._private_jobs WHERE task_id IN (SELECT id FROM graphile_worker._private_tasks WHERE identifier = $1)',
+          [queue],
+        ),
+      );
+    },
+    async startWorkers(queue, mode, onStart): Promise<RunningWorkers> {
+      const settings = GRAPHILE_SETTINGS[mode];
+      const runner: Runner = await run({
+        connectionString: url,
+        concurrency: settings.concurrency,
+        noHandleSignals: true,
+        logger,
+        taskList: {
+          [queue]: async (payload) => {
+            onStart(payload as BenchData);
+          },
+        },
+        preset: {
+          worker: {
+            ...(settings.localQueueSize === undefined
+              ? {}
+              : { localQueue: { size: settings.localQueueSize } }),
+            ...(settings.completeJobBatchDelay === undefined
+              ? {}
+              : {
+                  completeJobBatchDelay: settings.completeJobBatchDelay,
+                  failJobBatchDelay: settings.completeJobBatchDelay,
+                }),
+          },
+        },
+      });
+      return {
+        async stop() {
+          await runner.stop();
+        },
+      };
+    },
+    // Finished jobs are deleted; the unfinished ones are those left of the task identifier.
+    unfinishedSql:
+      'SELECT count(*) FROM graphile_worker._private_jobs j JOIN graphile_worker._private_tasks t ON t.id = j.task_id WHERE t.identifier = $1',
+    flushStats: closeProducer,
+    serverCpuMs: async () => Number.NaN,
+    describe(mode) {
+      const s = GRAPHILE_SETTINGS[mode];
+      const extra =
+        s.localQueueSize === undefined
+          ? ''
+          : `, preset.worker.localQueue.size ${s.localQueueSize}, completeJobBatchDelay ${s.completeJobBatchDelay}`;
+      return `graphile-worker defaults (LISTEN/NOTIFY, pollInterval 2 s, pool max 10) with concurrency ${s.concurrency}${extra}`;
+    },
+    close: closeProducer,
+  };
+}

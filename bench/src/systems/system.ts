@@ -1,0 +1,65 @@
+/** What every benchmarked system offers the shapes: the same operations, each its own way. */
+
+/** The systems, in table order. */
+export const SYSTEM_NAMES = ['ledgence', 'pg-boss', 'graphile-worker'] as const;
+export type SystemName = (typeof SYSTEM_NAMES)[number];
+
+/** The payload of every benchmark task: its index within the run. */
+export interface BenchData {
+  i: number;
+}
+
+/**
+ * How workers are set up: `strict` holds at most 32 tasks at once in total; `batched` uses
+ * the system's batching options; `pickup` is one idle worker slot.
+ */
+export type WorkerMode = 'strict' | 'batched' | 'pickup';
+
+/** Running workers. */
+export interface RunningWorkers {
+  /** Stops them and closes their database connections. */
+  stop(): Promise<void>;
+}
+
+/** One system under test, bound to its own database. */
+export interface BenchSystem {
+  readonly name: SystemName;
+  /** Its database on the run's PostgreSQL. */
+  readonly database: string;
+  /** Makes `queue` usable (pg-boss needs queues created). */
+  prepareQueue(queue: string): Promise<void>;
+  /** Submits one task; resolves once the system acknowledged it. */
+  submitOne(queue: string, data: BenchData): Promise<void>;
+  /** Submits `items` in one request or call. */
+  submitMany(queue: string, items: BenchData[]): Promise<void>;
+  /**
+   * Removes the tasks left in `queue` (submitted by a submit shape, or left by a capped
+   * drain), where they could slow other queues down; outside any timed window.
+   */
+  discard(queue: string): Promise<void>;
+  /** Starts workers on `queue`; `onStart` runs first thing in every handler (a no-op handler). */
+  startWorkers(
+    queue: string,
+    mode: WorkerMode,
+    onStart: (data: BenchData) => void,
+  ): Promise<RunningWorkers>;
+  /** SQL (parameter $1: the queue) counting the queue's tasks not yet finished. */
+  readonly unfinishedSql: string;
+  /**
+   * Makes sure every commit so far is counted in `pg_stat_database`: PostgreSQL flushes a
+   * backend's counters at most once a second while busy and 10 s after it went idle, or when it
+   * exits. Peers close their producer connections; Ledgence's server keeps its pool, so this
+   * waits for the idle flush.
+   */
+  flushStats(): Promise<void>;
+  /** CPU ms the system's own server process has used so far; NaN for in-process libraries. */
+  serverCpuMs(): Promise<number>;
+  /** The configuration used for `mode`, for the report. */
+  describe(mode: WorkerMode): string;
+  close(): Promise<void>;
+}
+
+/** Waits `ms` milliseconds. */
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
