@@ -57,21 +57,26 @@ export const TaskStateReplySchema = v.strictObject({ task_state: TaskStateSchema
 /** The reply of cancel and of quiescence confirmation. */
 export type TaskStateReply = v.InferOutput<typeof TaskStateReplySchema>;
 
+/** A batch request body: `commands`, 1..`max` independent commands of one kind. */
+function batchRequest<const TCommand extends v.GenericSchema>(command: TCommand, max: number) {
+  return v.strictObject({ commands: v.pipe(v.array(command), itemCount(1, max)) });
+}
+
+/** A batch reply's list: one answer per command, in request order — the reply or a problem. */
+function batchAnswers<const TReply extends v.GenericSchema>(reply: TReply, max: number) {
+  return v.pipe(v.array(v.union([reply, ProblemSchema])), itemCount(1, max));
+}
+
 // ---- Submit -------------------------------------------------------------------
 
 /** `POST {scope}/tasks:batch`: 1..MAX_SUBMIT_BATCH independent submit commands. */
-export const SubmitBatchRequestSchema = v.strictObject({
-  commands: v.pipe(v.array(SubmitCommandSchema), itemCount(1, MAX_SUBMIT_BATCH)),
-});
+export const SubmitBatchRequestSchema = batchRequest(SubmitCommandSchema, MAX_SUBMIT_BATCH);
 /** `POST {scope}/tasks:batch` body. */
 export type SubmitBatchRequest = v.InferOutput<typeof SubmitBatchRequestSchema>;
 
 /** One result per submitted command, in request order: the task, or why that item failed. */
 export const SubmitBatchReplySchema = v.strictObject({
-  results: v.pipe(
-    v.array(v.union([TaskSnapshotSchema, ProblemSchema])),
-    itemCount(1, MAX_SUBMIT_BATCH),
-  ),
+  results: batchAnswers(TaskSnapshotSchema, MAX_SUBMIT_BATCH),
 });
 /** `POST {scope}/tasks:batch` reply. */
 export type SubmitBatchReply = v.InferOutput<typeof SubmitBatchReplySchema>;
@@ -79,18 +84,16 @@ export type SubmitBatchReply = v.InferOutput<typeof SubmitBatchReplySchema>;
 // ---- Acquire --------------------------------------------------------------------
 
 /** `POST /v1/worker/acquire:batch`: one acquire per slot of one session (≤ MAX_SESSION_CONCURRENCY). */
-export const AcquireBatchRequestSchema = v.strictObject({
-  commands: v.pipe(v.array(AcquireCommandSchema), itemCount(1, MAX_SESSION_CONCURRENCY)),
-});
+export const AcquireBatchRequestSchema = batchRequest(
+  AcquireCommandSchema,
+  MAX_SESSION_CONCURRENCY,
+);
 /** `POST /v1/worker/acquire:batch` body. */
 export type AcquireBatchRequest = v.InferOutput<typeof AcquireBatchRequestSchema>;
 
 /** One reply per acquire command, in request order. */
 export const AcquireBatchReplySchema = v.strictObject({
-  replies: v.pipe(
-    v.array(v.union([AcquireReplySchema, ProblemSchema])),
-    itemCount(1, MAX_SESSION_CONCURRENCY),
-  ),
+  replies: batchAnswers(AcquireReplySchema, MAX_SESSION_CONCURRENCY),
 });
 /** `POST /v1/worker/acquire:batch` reply. */
 export type AcquireBatchReply = v.InferOutput<typeof AcquireBatchReplySchema>;
@@ -98,18 +101,13 @@ export type AcquireBatchReply = v.InferOutput<typeof AcquireBatchReplySchema>;
 // ---- Renew ------------------------------------------------------------------------
 
 /** `POST /v1/worker/renew:batch`: 1..MAX_WORKER_BATCH renew commands. */
-export const RenewBatchRequestSchema = v.strictObject({
-  commands: v.pipe(v.array(RenewCommandSchema), itemCount(1, MAX_WORKER_BATCH)),
-});
+export const RenewBatchRequestSchema = batchRequest(RenewCommandSchema, MAX_WORKER_BATCH);
 /** `POST /v1/worker/renew:batch` body. */
 export type RenewBatchRequest = v.InferOutput<typeof RenewBatchRequestSchema>;
 
 /** One current authority (or problem) per renew command, in request order. */
 export const RenewBatchReplySchema = v.strictObject({
-  results: v.pipe(
-    v.array(v.union([AuthoritySchema, ProblemSchema])),
-    itemCount(1, MAX_WORKER_BATCH),
-  ),
+  results: batchAnswers(AuthoritySchema, MAX_WORKER_BATCH),
 });
 /** `POST /v1/worker/renew:batch` reply. */
 export type RenewBatchReply = v.InferOutput<typeof RenewBatchReplySchema>;
@@ -117,18 +115,13 @@ export type RenewBatchReply = v.InferOutput<typeof RenewBatchReplySchema>;
 // ---- Settle -----------------------------------------------------------------------
 
 /** `POST /v1/worker/settle:batch`: 1..MAX_WORKER_BATCH settle commands. */
-export const SettleBatchRequestSchema = v.strictObject({
-  commands: v.pipe(v.array(SettleCommandSchema), itemCount(1, MAX_WORKER_BATCH)),
-});
+export const SettleBatchRequestSchema = batchRequest(SettleCommandSchema, MAX_WORKER_BATCH);
 /** `POST /v1/worker/settle:batch` body. */
 export type SettleBatchRequest = v.InferOutput<typeof SettleBatchRequestSchema>;
 
 /** One settle reply (or problem) per settle command, in request order. */
 export const SettleBatchReplySchema = v.strictObject({
-  results: v.pipe(
-    v.array(v.union([SettleReplySchema, ProblemSchema])),
-    itemCount(1, MAX_WORKER_BATCH),
-  ),
+  results: batchAnswers(SettleReplySchema, MAX_WORKER_BATCH),
 });
 /** `POST /v1/worker/settle:batch` reply. */
 export type SettleBatchReply = v.InferOutput<typeof SettleBatchReplySchema>;

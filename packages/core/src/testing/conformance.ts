@@ -139,6 +139,12 @@ interface World {
   submitAndClaim(overrides?: Parameters<typeof submitCommand>[1]): Promise<Claimed>;
   /** Renews with intent `dispatch` and expects it granted. */
   dispatch(assignment: Assignment, sequence?: number): Promise<Authority>;
+  /**
+   * For each cap in turn: dispatches the claimed attempt, fails it (retryable), expects the task
+   * re-queued after a delay in 1..cap, and claims the retry on the slot's next sequence.
+   * Returns the last claimed assignment, ready for its own settlement.
+   */
+  failThroughRetries(claimed: Claimed, caps: readonly number[]): Promise<Assignment>;
   /** The whole history of a task, read page by page. */
   events(taskId: string): Promise<RecordedHistoryEvent[]>;
   reasons(taskId: string): Promise<TransitionReason[]>;
@@ -191,6 +197,23 @@ function worldOf(harness: ConformanceHarness): World {
       const authority = await store.renew(renewCommand(assignment, sequence, 'dispatch'));
       expect(authority.dispatch_allowed).toBe(true);
       return authority;
+    },
+    async failThroughRetries({ task, session, assignment }, caps) {
+      let current = assignment;
+      let sequence = 1;
+      for (const cap of caps) {
+        await world.dispatch(current);
+        const reply = await store.settle(settleApplicationError(current));
+        expect(reply.task_state).toBe('queued');
+        const status = await store.status(scope, task.task_id);
+        const delay = status.available_at - reply.receipt.accepted_at;
+        expect(delay).toBeGreaterThanOrEqual(1);
+        expect(delay).toBeLessThanOrEqual(cap);
+        await world.advancePast(status.available_at - 1);
+        sequence += 1;
+        current = assignmentOf(await world.poll(session, 0, sequence));
+      }
+      return current;
     },
     async events(taskId) {
       const all: RecordedHistoryEvent[] = [];
@@ -317,23 +340,10 @@ export function runTaskStoreConformance(
 
       it('applies the default retry policy: 3 attempts, exponential from 1 s', async () => {
         const w = setup();
-        const { task, session, assignment } = await w.submitAndClaim();
-        expect((await w.store.status(w.scope, task.task_id)).max_attempts).toBe(3);
-        let current = assignment;
-        let sequence = 1;
+        const claimed = await w.submitAndClaim();
+        expect((await w.store.status(w.scope, claimed.task.task_id)).max_attempts).toBe(3);
         // Exponential caps double per dispatched failure: 1 000, then 2 000 ms.
-        for (const cap of [1_000, 2_000]) {
-          await w.dispatch(current);
-          const reply = await w.store.settle(settleApplicationError(current));
-          expect(reply.task_state).toBe('queued');
-          const status = await w.store.status(w.scope, task.task_id);
-          const delay = status.available_at - reply.receipt.accepted_at;
-          expect(delay).toBeGreaterThanOrEqual(1);
-          expect(delay).toBeLessThanOrEqual(cap);
-          await w.advancePast(status.available_at - 1);
-          sequence += 1;
-          current = assignmentOf(await w.poll(session, 0, sequence));
-        }
+        const current = await w.failThroughRetries(claimed, [1_000, 2_000]);
         await w.dispatch(current);
         const last = await w.store.settle(settleApplicationError(current));
         expect(last.task_state).toBe('failed');
@@ -1189,23 +1199,10 @@ export function runTaskStoreConformance(
 
       it('exponential backoff waits 1..cap, the cap doubling up to max_delay_ms', async () => {
         const w = setup();
-        const { task, session, assignment } = await w.submitAndClaim({
+        const claimed = await w.submitAndClaim({
           retry: { max_attempts: 4, delay_ms: 1_000, backoff: 'exponential', max_delay_ms: 3_000 },
         });
-        let current = assignment;
-        let sequence = 1;
-        for (const cap of [1_000, 2_000, 3_000]) {
-          await w.dispatch(current);
-          const reply = await w.store.settle(settleApplicationError(current));
-          expect(reply.task_state).toBe('queued');
-          const status = await w.store.status(w.scope, task.task_id);
-          const delay = status.available_at - reply.receipt.accepted_at;
-          expect(delay).toBeGreaterThanOrEqual(1);
-          expect(delay).toBeLessThanOrEqual(cap);
-          await w.advancePast(status.available_at - 1);
-          sequence += 1;
-          current = assignmentOf(await w.poll(session, 0, sequence));
-        }
+        const current = await w.failThroughRetries(claimed, [1_000, 2_000, 3_000]);
         await w.dispatch(current);
         expect((await w.store.settle(settleApplicationError(current))).task_state).toBe('failed');
       });
