@@ -42,6 +42,8 @@ import {
   OpenSessionCommandSchema,
   type RenewCommand,
   RenewCommandSchema,
+  type SetRetentionPolicyCommand,
+  SetRetentionPolicyCommandSchema,
   type SettleCommand,
   SettleCommandSchema,
   type SubmitCommand,
@@ -281,6 +283,11 @@ export function decodeCompletionSubscribeCommand(bytes: JsonInput): CompletionSu
 /** `POST {scope}/completion-subscriptions/{id}/redeliver` (≤ COMPLETION_COMMAND_MAX_BYTES). */
 export function decodeCompletionRetryCommand(bytes: JsonInput): CompletionRetryCommand {
   return parseWith(CompletionRetryCommandSchema, decodeJson(bytes, COMPLETION_COMMAND_MAX_BYTES));
+}
+
+/** `PUT {scope}/retention-policy` (≤ CONTROL_REQUEST_MAX_BYTES). */
+export function decodeSetRetentionPolicyCommand(bytes: JsonInput): SetRetentionPolicyCommand {
+  return parseWith(SetRetentionPolicyCommandSchema, decodeJson(bytes, CONTROL_REQUEST_MAX_BYTES));
 }
 
 // ---- Batches --------------------------------------------------------------------

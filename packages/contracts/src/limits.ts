@@ -141,6 +141,11 @@ export const MIN_RETENTION_MS = 1 * HOUR;
 export const MAX_RECOVERY_BATCH = 100;
 /** Maximum rows removed by one retention transaction: never holds long locks. */
 export const MAX_RETENTION_BATCH = 1_000;
+/**
+ * No retention policy may be longer (ten years): a bound that keeps `terminal_at − retention`
+ * a safe integer and catches a unit slip (seconds given as milliseconds) at the API.
+ */
+export const MAX_RETENTION_MS = 3_650 * DAY;
 /** Maximum records leased or completed in one maintenance operation. */
 export const MAX_PUBLICATION_BATCH = 100;
 

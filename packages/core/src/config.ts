@@ -3,6 +3,7 @@ import {
   LEASE_DURATION_MS,
   LEASE_SAFETY_MARGIN_MS,
   SESSION_VALIDITY_MS,
+  TERMINAL_RETENTION_MS,
 } from '@ledgence/contracts';
 
 /**
@@ -19,6 +20,11 @@ export interface LifecycleConfig {
   leaseSafetyMarginMs: number;
   /** Validity of a session from its opening or last extension. */
   sessionValidityMs: number;
+  /**
+   * How long a namespace without a retention policy of its own keeps terminal
+   * tasks (`LEDGENCE_TERMINAL_RETENTION_MS`), at least MIN_RETENTION_MS.
+   */
+  terminalRetentionMs: number;
 }
 
 /** The contract defaults of every {@link LifecycleConfig} timing. */
@@ -27,6 +33,7 @@ export const DEFAULT_LIFECYCLE_CONFIG: Readonly<LifecycleConfig> = Object.freeze
   cleanupGraceMs: CLEANUP_GRACE_MS,
   leaseSafetyMarginMs: LEASE_SAFETY_MARGIN_MS,
   sessionValidityMs: SESSION_VALIDITY_MS,
+  terminalRetentionMs: TERMINAL_RETENTION_MS,
 });
 
 /** A full configuration from partial overrides. */

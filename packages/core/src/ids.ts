@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 
 /** The kinds of identifier the service issues, and their prefixes. */
-export type IdKind = 'task' | 'run' | 'attempt' | 'lease' | 'session';
+export type IdKind = 'task' | 'run' | 'attempt' | 'lease' | 'session' | 'subscription' | 'event';
 
 const PREFIX: Record<IdKind, string> = {
   task: 'tsk',
@@ -9,6 +9,8 @@ const PREFIX: Record<IdKind, string> = {
   attempt: 'att',
   lease: 'lse',
   session: 'ses',
+  subscription: 'sub',
+  event: 'evt',
 };
 
 /**

@@ -36,6 +36,27 @@ export {
   replayPoll,
 } from './acquire.js';
 export { type CancelResult, cancelTask } from './cancel.js';
+export {
+  completionSubscription,
+  DELIVERY_LEASE_EXPIRED_ERROR,
+  type DeliveryNext,
+  type DeliveryReport,
+  deliveryLeasable,
+  isTerminalState,
+  leaseDelivery,
+  markDue,
+  type RedeliverResult,
+  redeliverSubscription,
+  reportDelivery,
+  type SubscribeIds,
+  type SubscribeResult,
+  subscribeTask,
+} from './completion.js';
+export {
+  type CompletionService,
+  type CompletionServiceOptions,
+  createCompletionService,
+} from './completion-service.js';
 export { DEFAULT_LIFECYCLE_CONFIG, type LifecycleConfig, lifecycleConfig } from './config.js';
 export { commandDigest } from './digest.js';
 export { type GroupCommitOptions, withGroupCommit } from './group-commit.js';
@@ -54,8 +75,12 @@ export {
 export type {
   AcquireOutcome,
   AcquireStoreOptions,
+  CompletionLease,
+  CompletionStore,
   ItemResult,
+  RetentionStore,
   SubmitOutcome,
+  SubscribeOutcome,
   TaskStore,
   WakeSource,
   WakeTopic,
@@ -68,12 +93,21 @@ export {
   startRecoveryProgress,
 } from './recovery.js';
 export { type RenewResult, renewLease } from './renew.js';
+export {
+  retentionCandidate,
+  retentionCutoff,
+  retentionPolicyView,
+  retired,
+  subscriptionProtects,
+} from './retention.js';
 export type {
   AttemptRow,
   CursorRow,
   HistoryRow,
+  RetentionPolicyRow,
   SessionRow,
   SettlementDecision,
+  SubscriptionRow,
   TaskRow,
 } from './rows.js';
 export {

@@ -9,13 +9,20 @@ import type {
   AcquireReply,
   AttemptSnapshot,
   Authority,
+  CompletionRetryCommand,
+  CompletionSubscribeCommand,
+  CompletionSubscription,
   ContractError,
   LeaseOwner,
   OpenSessionCommand,
   RecordedHistoryEvent,
   RecoveryProgress,
   RenewCommand,
+  RetentionPolicy,
+  RetentionPreview,
+  RetentionProgress,
   Scope,
+  SetRetentionPolicyCommand,
   SettleCommand,
   SettleReply,
   SubmitCommand,
@@ -25,9 +32,11 @@ import type {
   TaskSnapshot,
   TaskState,
   TaskStatus,
+  TerminalTaskState,
   Timestamp,
   WorkerSession,
 } from '@ledgence/contracts';
+import type { DeliveryReport } from './completion.js';
 
 /** One item of a batch answer: its own reply or its own rejection, in request order. */
 export type ItemResult<T> = { ok: true; value: T } | { ok: false; error: ContractError };
@@ -114,6 +123,97 @@ export interface TaskStore {
 
   /** Recovers up to `limit` expired leases in bounded transactions and reports progress. */
   recoverExpiredLeases(limit?: number): Promise<RecoveryProgress>;
+}
+
+/** A subscribe's reply and whether it created the subscription (201) or found it by key (200). */
+export interface SubscribeOutcome {
+  created: boolean;
+  subscription: CompletionSubscription;
+}
+
+/**
+ * One leased delivery try: which event goes where, fenced by `generation` and
+ * `attempt` (the try's ordinal). `queue`, `run_id`, `state` and `terminal_at`
+ * are the terminal task's immutable facts the event is built from, so every
+ * try and every generation posts the same bytes.
+ */
+export interface CompletionLease {
+  scope: Scope;
+  subscription_id: string;
+  task_id: string;
+  destination: string;
+  event_id: string;
+  generation: number;
+  attempt: number;
+  /** When the lease ends: a report after this may find the row taken by another sender. */
+  lease_expires_at: Timestamp;
+  queue: string;
+  run_id: string;
+  state: TerminalTaskState;
+  terminal_at: Timestamp;
+}
+
+/**
+ * Completion subscriptions and their deliveries (seed: `CompletionStore`).
+ * Registration and the terminal hook share the task's row lock (a store marks
+ * waiting subscriptions due in the transaction of every terminal transition);
+ * delivery leasing locks only subscription rows and never locks tasks
+ * afterwards. Every mutation is one transaction, with store time.
+ */
+export interface CompletionStore {
+  /**
+   * Subscribes a task (404 `not_found` if it does not exist in `scope`) to a
+   * destination alias the caller has checked; idempotent by `subscription_key`.
+   */
+  subscribe(
+    scope: Scope,
+    taskId: string,
+    command: CompletionSubscribeCommand,
+  ): Promise<SubscribeOutcome>;
+  /** A task's subscriptions with their delivery state, oldest first (404 if no such task). */
+  listSubscriptions(scope: Scope, taskId: string): Promise<CompletionSubscription[]>;
+  /** Redelivery under DESIGN §8's generation rule (404 if no such subscription in `scope`). */
+  redeliver(
+    scope: Scope,
+    subscriptionId: string,
+    command: CompletionRetryCommand,
+  ): Promise<CompletionSubscription>;
+  /**
+   * Leases up to `limit` due deliveries (and deliveries whose sender's lease
+   * ran out) for `leaseMs`, oldest due first, skipping rows another sender
+   * holds (`FOR UPDATE SKIP LOCKED`). Each lease starts one try.
+   */
+  leaseDeliveries(limit: number, leaseMs: number): Promise<CompletionLease[]>;
+  /** Records one try's outcome; `false` when the report was stale and changed nothing. */
+  reportDelivery(report: DeliveryReport): Promise<boolean>;
+  /** Deliveries due now and not leased (for metrics), counted up to `limit`. */
+  dueBacklog(limit: number): Promise<number>;
+}
+
+/**
+ * Retention (seed: `RetentionStore`): per-namespace policies, a bounded
+ * preview and bounded collection transactions that never wait on a hot row.
+ */
+export interface RetentionStore {
+  /** The namespace's policy: its own, or the store's default. */
+  retentionPolicy(scope: Scope): Promise<RetentionPolicy>;
+  /** Sets the namespace's policy. */
+  setRetentionPolicy(scope: Scope, command: SetRetentionPolicyCommand): Promise<RetentionPolicy>;
+  /** Counts the age candidates of the next collection, up to `limit` (≤ MAX_RETENTION_BATCH). */
+  previewRetention(scope: Scope, limit?: number): Promise<RetentionPreview>;
+  /**
+   * Namespaces that hold terminal tasks, in (tenant, namespace) byte order,
+   * after `after` (exclusive), at most `limit`: the retention loop's walk.
+   */
+  retentionScopes(after: Scope | undefined, limit: number): Promise<Scope[]>;
+  /**
+   * One bounded transaction: removes up to `limit` (≤ MAX_RETENTION_BATCH)
+   * retired tasks of `scope` with their attempts, history, payloads and
+   * finished subscriptions, and up to `limit` worker sessions that expired
+   * before the cutoff with their consumer cursors. Rows another transaction
+   * holds are skipped, never waited for.
+   */
+  collectRetired(scope: Scope, limit?: number): Promise<RetentionProgress>;
 }
 
 /** What a waiter waits for: ready work on a queue, or a task becoming terminal. */

@@ -9,6 +9,7 @@ import type {
   AcquireCommand,
   AttemptRef,
   AttemptState,
+  CompletionState,
   ProgramDescriptor,
   Quiescence,
   RenewCommand,
@@ -134,4 +135,42 @@ export interface HistoryRow {
   attempt_id: string | null;
   at: Timestamp;
   reason: TransitionReason;
+}
+
+/**
+ * One completion subscription with its delivery state (DESIGN §8). The
+ * subscription part (`subscription_key` … `created_at`) is immutable; the
+ * delivery part describes the current generation. A store may keep the two
+ * parts in two tables (`completion_subscriptions`, `completion_deliveries`).
+ */
+export interface SubscriptionRow {
+  tenant_id: string;
+  namespace: string;
+  subscription_id: string;
+  task_id: string;
+  subscription_key: string;
+  /** The destination alias (operator configuration), never a URL. */
+  destination: string;
+  /** The webhook id and CloudEvent id, identical across every try and generation. */
+  event_id: string;
+  created_at: Timestamp;
+  state: CompletionState;
+  generation: number;
+  /** Tries started in the current generation; a lease starts one. */
+  attempts: number;
+  /** When `due`: the earliest next try; when `delivering`: when the sender's lease ends. */
+  next_attempt_at: Timestamp | null;
+  delivered_at: Timestamp | null;
+  /** When the current generation ended (delivered or exhausted): the latest callback activity. */
+  finished_at: Timestamp | null;
+  last_status_code: number | null;
+  last_error: string | null;
+}
+
+/** A namespace's own retention policy; a namespace without one uses the server default. */
+export interface RetentionPolicyRow {
+  tenant_id: string;
+  namespace: string;
+  retention_ms: number;
+  updated_at: Timestamp;
 }

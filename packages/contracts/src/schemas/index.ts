@@ -102,6 +102,20 @@ export {
   TASK_ATTEMPT_EVENT_TYPE,
 } from './execution.js';
 export type {
+  RetentionPolicy,
+  RetentionPolicySource,
+  RetentionPreview,
+  RetentionProgress,
+  SetRetentionPolicyCommand,
+} from './retention.js';
+export {
+  RetentionPolicySchema,
+  RetentionPolicySourceSchema,
+  RetentionPreviewSchema,
+  RetentionProgressSchema,
+  SetRetentionPolicyCommandSchema,
+} from './retention.js';
+export type {
   AttemptState,
   HistoryEvent,
   RecordedHistoryEvent,

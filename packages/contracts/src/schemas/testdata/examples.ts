@@ -686,6 +686,54 @@ export const EXAMPLES: readonly SchemaExample[] = [
   },
   { name: 'CompletionEventSchema', schema: s.CompletionEventSchema, example: completionEvent },
 
+  // ---- retention
+  {
+    name: 'SetRetentionPolicyCommandSchema',
+    schema: s.SetRetentionPolicyCommandSchema,
+    example: { retention_ms: 86_400_000 },
+    invalid: [{ retention_ms: 3_599_999 }, { retention_ms: 315_360_000_001 }, {}],
+  },
+  {
+    name: 'RetentionPolicySourceSchema',
+    schema: s.RetentionPolicySourceSchema,
+    example: 'namespace',
+    invalid: ['tenant'],
+  },
+  {
+    name: 'RetentionPolicySchema',
+    schema: s.RetentionPolicySchema,
+    example: { retention_ms: 86_400_000, source: 'namespace', updated_at: T0 },
+    invalid: [{ retention_ms: 60_000, source: 'namespace', updated_at: T0 }],
+  },
+  {
+    name: 'RetentionPreviewSchema',
+    schema: s.RetentionPreviewSchema,
+    example: {
+      retention_ms: 3_600_000,
+      as_of: T2,
+      cutoff: T2 - 3_600_000,
+      candidates: 2,
+      truncated: false,
+      oldest_terminal_at: T0 - 7_200_000,
+    },
+    invalid: [
+      { retention_ms: 3_600_000, as_of: T2, cutoff: T0, candidates: 1_001, truncated: true },
+    ],
+  },
+  {
+    name: 'RetentionProgressSchema',
+    schema: s.RetentionProgressSchema,
+    example: {
+      cutoff: T0,
+      tasks_removed: 2,
+      attempts_removed: 3,
+      history_removed: 9,
+      subscriptions_removed: 1,
+      sessions_removed: 0,
+      has_more: false,
+    },
+  },
+
   // ---- batch
   { name: 'ProblemSchema', schema: s.ProblemSchema, example: problem },
   {
