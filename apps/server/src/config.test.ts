@@ -1,3 +1,10 @@
+import {
+  COMPLETION_LEASE_MS,
+  COMPLETION_MAX_RETRY_DELAY_MS,
+  COMPLETION_RETRY_BASE_MS,
+  MAX_RETENTION_MS,
+  MIN_RETENTION_MS,
+} from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, isLoopbackHost, loadConfig } from './config.js';
 
@@ -45,6 +52,8 @@ describe('loadConfig', () => {
         LEDGENCE_API_KEYS: KEYS,
         LEDGENCE_LOG_LEVEL: 'debug',
         LEDGENCE_TERMINAL_RETENTION_MS: '7200000',
+        LEDGENCE_COMPLETION_RETRY_BASE_MS: '20',
+        LEDGENCE_RETENTION_INTERVAL_MS: '500',
         LEDGENCE_LEASE_DURATION_MS: '1000',
         LEDGENCE_RENEW_INTERVAL_MS: '300',
         LEDGENCE_CLEANUP_GRACE_MS: '500',
@@ -61,6 +70,9 @@ describe('loadConfig', () => {
     expect({ ...config, callbackDestinations: undefined }).toEqual({
       callbackDestinations: undefined,
       terminalRetentionMs: 7_200_000,
+      completionRetryBaseMs: 20,
+      retentionIntervalMs: 500,
+      completionLeaseMs: 30_000,
       databaseUrl: 'postgres://u@db:5432/ledgence',
       dataDir: '/var/lib/ledgence',
       host: '0.0.0.0',
@@ -93,6 +105,39 @@ describe('loadConfig', () => {
     );
     expect(fromFile.callbackDestinations.get('billing')?.timeoutMs).toBe(2000);
     expect(loadConfig({}, noFiles).terminalRetentionMs).toBe(7 * 24 * 3_600_000);
+    expect(loadConfig({}, noFiles).completionRetryBaseMs).toBe(COMPLETION_RETRY_BASE_MS);
+  });
+
+  it('reads the delivery lease, bounded', () => {
+    expect(loadConfig({}, noFiles).completionLeaseMs).toBe(COMPLETION_LEASE_MS);
+    const lease = (value: string) => ({ LEDGENCE_COMPLETION_LEASE_MS: value });
+    expect(loadConfig(lease('100'), noFiles).completionLeaseMs).toBe(100);
+    expect(problemsOf(lease('99')).join()).toContain('LEDGENCE_COMPLETION_LEASE_MS');
+  });
+
+  it('bounds the callback retry base and the retention policy at their edges', () => {
+    const base = (value: number) => ({ LEDGENCE_COMPLETION_RETRY_BASE_MS: String(value) });
+    expect(loadConfig(base(1), noFiles).completionRetryBaseMs).toBe(1);
+    expect(loadConfig(base(COMPLETION_MAX_RETRY_DELAY_MS), noFiles).completionRetryBaseMs).toBe(
+      COMPLETION_MAX_RETRY_DELAY_MS,
+    );
+    expect(problemsOf(base(0)).join()).toContain('LEDGENCE_COMPLETION_RETRY_BASE_MS');
+    expect(problemsOf(base(COMPLETION_MAX_RETRY_DELAY_MS + 1)).join()).toContain(
+      'LEDGENCE_COMPLETION_RETRY_BASE_MS',
+    );
+    const retention = (value: number) => ({ LEDGENCE_TERMINAL_RETENTION_MS: String(value) });
+    expect(loadConfig(retention(MIN_RETENTION_MS), noFiles).terminalRetentionMs).toBe(
+      MIN_RETENTION_MS,
+    );
+    expect(loadConfig(retention(MAX_RETENTION_MS), noFiles).terminalRetentionMs).toBe(
+      MAX_RETENTION_MS,
+    );
+    expect(problemsOf(retention(MIN_RETENTION_MS - 1)).join()).toContain(
+      'LEDGENCE_TERMINAL_RETENTION_MS',
+    );
+    expect(problemsOf(retention(MAX_RETENTION_MS + 1)).join()).toContain(
+      'LEDGENCE_TERMINAL_RETENTION_MS',
+    );
   });
 
   it('reports bad callback destinations and retention with the other problems, never the secret', () => {

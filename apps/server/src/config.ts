@@ -6,9 +6,13 @@
 import { type Destinations, DestinationsError, parseDestinations } from '@ledgence/callbacks';
 import {
   CLEANUP_GRACE_MS,
+  COMPLETION_LEASE_MS,
+  COMPLETION_MAX_RETRY_DELAY_MS,
+  COMPLETION_RETRY_BASE_MS,
   LEASE_DURATION_MS,
   LEASE_SAFETY_MARGIN_MS,
   LONG_POLL_WAIT_MS,
+  MAX_RETENTION_MS,
   MIN_RETENTION_MS,
   RENEW_INTERVAL_MS,
   SESSION_VALIDITY_MS,
@@ -47,6 +51,20 @@ export interface ServerConfig {
   callbackDestinations: Destinations;
   /** `LEDGENCE_TERMINAL_RETENTION_MS`: default retention of terminal tasks (≥ MIN_RETENTION_MS). */
   terminalRetentionMs: number;
+  /**
+   * `LEDGENCE_COMPLETION_RETRY_BASE_MS`: the first callback retry's backoff cap (default
+   * COMPLETION_RETRY_BASE_MS); tests shorten it to exercise the whole schedule quickly.
+   */
+  completionRetryBaseMs: number;
+  /**
+   * `LEDGENCE_COMPLETION_LEASE_MS`: how long a sender owns a leased delivery (default
+   * COMPLETION_LEASE_MS); tests shorten it to see a killed sender's delivery taken over
+   * quickly. The sender raises it to the longest destination timeout plus a report margin, so
+   * a try never outlives its lease and no replica posts an event whose try is still in flight.
+   */
+  completionLeaseMs: number;
+  /** `LEDGENCE_RETENTION_INTERVAL_MS`: how often each replica collects retired tasks (default 60 s). */
+  retentionIntervalMs: number;
   /** `LEDGENCE_LEASE_DURATION_MS`. */
   leaseDurationMs: number;
   /** `LEDGENCE_RENEW_INTERVAL_MS`: advertised to workers; must leave room for a missed renewal. */
@@ -105,6 +123,9 @@ export const CONFIG_VARIABLES = [
   'LEDGENCE_CALLBACK_DESTINATIONS',
   'LEDGENCE_CALLBACK_DESTINATIONS_FILE',
   'LEDGENCE_TERMINAL_RETENTION_MS',
+  'LEDGENCE_COMPLETION_RETRY_BASE_MS',
+  'LEDGENCE_COMPLETION_LEASE_MS',
+  'LEDGENCE_RETENTION_INTERVAL_MS',
   'LEDGENCE_LEASE_DURATION_MS',
   'LEDGENCE_RENEW_INTERVAL_MS',
   'LEDGENCE_CLEANUP_GRACE_MS',
@@ -194,8 +215,16 @@ export function loadConfig(
       'LEDGENCE_TERMINAL_RETENTION_MS',
       TERMINAL_RETENTION_MS,
       MIN_RETENTION_MS,
-      Number.MAX_SAFE_INTEGER,
+      MAX_RETENTION_MS,
     ),
+    completionRetryBaseMs: integer(
+      'LEDGENCE_COMPLETION_RETRY_BASE_MS',
+      COMPLETION_RETRY_BASE_MS,
+      1,
+      COMPLETION_MAX_RETRY_DELAY_MS,
+    ),
+    completionLeaseMs: integer('LEDGENCE_COMPLETION_LEASE_MS', COMPLETION_LEASE_MS, 100, hour),
+    retentionIntervalMs: integer('LEDGENCE_RETENTION_INTERVAL_MS', 60 * second, 10, 24 * hour),
     leaseDurationMs: integer('LEDGENCE_LEASE_DURATION_MS', LEASE_DURATION_MS, 100, hour),
     renewIntervalMs: integer('LEDGENCE_RENEW_INTERVAL_MS', RENEW_INTERVAL_MS, 10, hour),
     cleanupGraceMs: integer('LEDGENCE_CLEANUP_GRACE_MS', CLEANUP_GRACE_MS, 0, hour),

@@ -3,7 +3,8 @@
  *
  * The composition root of Ledgence: configuration from the environment,
  * embedded PostgreSQL by default, migrations, the HTTP server, the maintenance
- * loop on every replica, and graceful shutdown. Run it with `pnpm start` at the
+ * loops (lease recovery, retention) and the completion-callback sender on
+ * every replica, and graceful shutdown. Run it with `pnpm start` at the
  * repository root, or embed it:
  *
  * @example
@@ -26,9 +27,20 @@ export {
   type ReadConfigFile,
   type ServerConfig,
 } from './config.js';
-export { type Maintenance, type MaintenanceOptions, startMaintenance } from './maintenance.js';
+export {
+  collectRetention,
+  type Maintenance,
+  type PeriodicOptions,
+  type RecoveryLoopOptions,
+  type RetentionLoopOptions,
+  startPeriodic,
+  startRecoveryLoop,
+  startRetentionLoop,
+} from './maintenance.js';
 export {
   createServerMetrics,
+  type DeliveryObservation,
+  DUE_BACKLOG_CAP,
   type ServerMetrics,
   type ServerMetricsOptions,
 } from './metrics.js';

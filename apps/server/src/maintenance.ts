@@ -1,16 +1,18 @@
-import { MAX_RECOVERY_BATCH, type RecoveryProgress } from '@ledgence/contracts';
+/**
+ * The server's maintenance loops (DESIGN §11): lease recovery and retention.
+ * Every replica runs both at once; the store's `SKIP LOCKED` selection makes
+ * that safe without a leader. Each pass is one bounded transaction, so a
+ * loop never holds long locks and a stop waits at most one pass.
+ */
+import {
+  MAX_RECOVERY_BATCH,
+  MAX_RETENTION_BATCH,
+  type RecoveryProgress,
+  type RetentionProgress,
+  type Scope,
+} from '@ledgence/contracts';
+import type { RetentionStore } from '@ledgence/core';
 import type { Logger } from 'pino';
-
-/** Options of {@link startMaintenance}. */
-export interface MaintenanceOptions {
-  /** One bounded recovery pass (the service's `recoverExpiredLeases`). */
-  recover(limit: number): Promise<RecoveryProgress>;
-  /** Pause between rounds. */
-  intervalMs: number;
-  logger: Logger;
-  /** Called with each pass's progress (metrics). */
-  onProgress?: (progress: RecoveryProgress) => void;
-}
 
 /** A running maintenance loop. */
 export interface Maintenance {
@@ -18,34 +20,37 @@ export interface Maintenance {
   stop(): Promise<void>;
 }
 
+/** Options of {@link startPeriodic}. */
+export interface PeriodicOptions {
+  /** What the loop does, for its failure log line (e.g. `lease recovery`). */
+  name: string;
+  /** Pause between rounds. */
+  intervalMs: number;
+  logger: Logger;
+  /** One round; `stopping()` turns true once stop() was called, so a long round ends early. */
+  round(stopping: () => boolean): Promise<void>;
+}
+
 /**
- * Runs lease recovery on this replica every `intervalMs`: passes of at most
- * MAX_RECOVERY_BATCH in bounded transactions, repeated while a pass was full.
- * Every replica runs it at once; the store's SKIP LOCKED leasing makes that
- * safe without a leader. A failed pass is logged and retried next round.
+ * Runs `round` every `intervalMs` (measured from the end of the previous
+ * round, so rounds never overlap). A failed round is logged and the loop goes
+ * on: the next round retries whatever was left.
  */
-export function startMaintenance(options: MaintenanceOptions): Maintenance {
+export function startPeriodic(options: PeriodicOptions): Maintenance {
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> = Promise.resolve();
-
-  async function round(): Promise<void> {
-    try {
-      for (;;) {
-        const progress = await options.recover(MAX_RECOVERY_BATCH);
-        options.onProgress?.(progress);
-        if (progress.recovered > 0) options.logger.info({ progress }, 'recovered expired leases');
-        if (!progress.has_more || stopped) break;
-      }
-    } catch (error) {
-      options.logger.warn({ err: error }, 'lease recovery pass failed; retrying next round');
-    }
-  }
+  const stopping = () => stopped;
 
   function schedule(): void {
     if (stopped) return;
     timer = setTimeout(() => {
-      running = round().finally(schedule);
+      running = options
+        .round(stopping)
+        .catch((error: unknown) =>
+          options.logger.warn({ err: error }, `${options.name} failed; retrying next round`),
+        )
+        .finally(schedule);
     }, options.intervalMs);
     timer.unref();
   }
@@ -58,4 +63,99 @@ export function startMaintenance(options: MaintenanceOptions): Maintenance {
       await running;
     },
   };
+}
+
+/** Options of {@link startRecoveryLoop}. */
+export interface RecoveryLoopOptions {
+  /** One bounded recovery pass (the service's `recoverExpiredLeases`). */
+  recover(limit: number): Promise<RecoveryProgress>;
+  /** Pause between rounds (`LEDGENCE_MAINTENANCE_INTERVAL_MS`). */
+  intervalMs: number;
+  logger: Logger;
+  /** Called with each pass's progress (metrics). */
+  onProgress?: (progress: RecoveryProgress) => void;
+}
+
+/**
+ * Lease recovery: passes of at most MAX_RECOVERY_BATCH, repeated within a
+ * round while a pass was full.
+ */
+export function startRecoveryLoop(options: RecoveryLoopOptions): Maintenance {
+  return startPeriodic({
+    name: 'lease recovery',
+    intervalMs: options.intervalMs,
+    logger: options.logger,
+    async round(stopping) {
+      for (;;) {
+        const progress = await options.recover(MAX_RECOVERY_BATCH);
+        options.onProgress?.(progress);
+        if (progress.recovered > 0) options.logger.info({ progress }, 'recovered expired leases');
+        if (!progress.has_more || stopping()) break;
+      }
+    },
+  });
+}
+
+/** Namespaces read per page of the retention walk. */
+const RETENTION_SCOPES_PAGE = 100;
+
+/** Options of {@link startRetentionLoop} and {@link collectRetention}. */
+export interface RetentionLoopOptions {
+  store: Pick<RetentionStore, 'retentionScopes' | 'collectRetired'>;
+  /** Pause between rounds (`LEDGENCE_RETENTION_INTERVAL_MS`). */
+  intervalMs: number;
+  logger: Logger;
+  /** Tasks removed per transaction; MAX_RETENTION_BATCH by default. */
+  batchSize?: number;
+  /** Called with each transaction's progress (metrics). */
+  onProgress?: (scope: Scope, progress: RetentionProgress) => void;
+}
+
+/**
+ * One retention round: walks every namespace that holds terminal tasks and
+ * collects its retired records in bounded transactions, repeated while a
+ * transaction was full. Logs each namespace's totals when it removed
+ * anything. Returns the tasks removed.
+ */
+export async function collectRetention(
+  options: Omit<RetentionLoopOptions, 'intervalMs'>,
+  stopping: () => boolean = () => false,
+): Promise<number> {
+  const { store, logger } = options;
+  const batchSize = options.batchSize ?? MAX_RETENTION_BATCH;
+  let removed = 0;
+  let after: Scope | undefined;
+  for (;;) {
+    const scopes = await store.retentionScopes(after, RETENTION_SCOPES_PAGE);
+    for (const scope of scopes) {
+      const totals = { tasks: 0, sessions: 0, transactions: 0 };
+      for (;;) {
+        const progress = await store.collectRetired(scope, batchSize);
+        options.onProgress?.(scope, progress);
+        totals.tasks += progress.tasks_removed;
+        totals.sessions += progress.sessions_removed;
+        totals.transactions += 1;
+        if (!progress.has_more || stopping()) break;
+      }
+      removed += totals.tasks;
+      if (totals.tasks + totals.sessions > 0) {
+        logger.info({ ...scope, ...totals }, 'retention removed retired records');
+      }
+      if (stopping()) return removed;
+    }
+    if (scopes.length < RETENTION_SCOPES_PAGE) return removed;
+    after = scopes.at(-1);
+  }
+}
+
+/** Retention: a {@link collectRetention} round every `intervalMs`. */
+export function startRetentionLoop(options: RetentionLoopOptions): Maintenance {
+  return startPeriodic({
+    name: 'retention',
+    intervalMs: options.intervalMs,
+    logger: options.logger,
+    round: async (stopping) => {
+      await collectRetention(options, stopping);
+    },
+  });
 }

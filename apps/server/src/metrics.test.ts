@@ -1,4 +1,4 @@
-import { ContractError, type RecoveryProgress } from '@ledgence/contracts';
+import { ContractError, type RecoveryProgress, type RetentionProgress } from '@ledgence/contracts';
 import { createTaskService } from '@ledgence/core';
 import {
   acquireCommand,
@@ -13,6 +13,7 @@ import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import {
   createServerMetrics,
+  DUE_BACKLOG_CAP,
   foldQueueDepths,
   OTHER_QUEUE,
   type ServerMetrics,
@@ -266,6 +267,74 @@ describe('lease expiries', () => {
     expect(await sampleValue(metrics, name, { outcome: 'failed' })).toBe(1);
     expect(await sampleValue(metrics, name, { outcome: 'cancelled' })).toBe(1);
     expect(await sampleValue(metrics, 'ledgence_lease_cleanup_finalized_total')).toBe(2);
+  });
+});
+
+describe('completion deliveries', () => {
+  it('count tries by bounded outcome and time them', async () => {
+    const metrics = createServerMetrics({ defaultMetrics: false });
+    const name = 'ledgence_callback_deliveries_total';
+    const destination = 'billing';
+    metrics.recordDelivery({ outcome: 'delivered', destination, durationMs: 12 });
+    metrics.recordDelivery({ outcome: 'retry', destination, durationMs: 2_000 });
+    metrics.recordDelivery({ outcome: 'retry', destination, durationMs: 30 });
+    metrics.recordDelivery({ outcome: 'retry', destination: 'audit', durationMs: 1 });
+    metrics.recordDelivery({ outcome: 'https://evil.example/', destination, durationMs: 1 });
+    expect(await sampleValue(metrics, name, { destination, outcome: 'delivered' })).toBe(1);
+    expect(await sampleValue(metrics, name, { destination, outcome: 'retry' })).toBe(2);
+    expect(await sampleValue(metrics, name, { destination: 'audit', outcome: 'retry' })).toBe(1);
+    expect(await sampleValue(metrics, name, { destination, outcome: 'other' })).toBe(1);
+    expect(
+      await sampleValue(metrics, 'ledgence_callback_delivery_duration_seconds_count', {
+        outcome: 'retry',
+      }),
+    ).toBe(3);
+    expect(
+      await sampleValue(metrics, 'ledgence_callback_delivery_duration_seconds_sum', {
+        outcome: 'retry',
+      }),
+    ).toBeCloseTo(2.031);
+  });
+
+  it('reads the due backlog on scrape, capped, and survives a failed read', async () => {
+    const asked: number[] = [];
+    let fail = false;
+    const metrics = createServerMetrics({
+      defaultMetrics: false,
+      logger: pino({ level: 'silent' }),
+      dueBacklog: async (limit) => {
+        asked.push(limit);
+        if (fail) throw new Error('database down');
+        return 42;
+      },
+    });
+    expect(await sampleValue(metrics, 'ledgence_callback_due_backlog')).toBe(42);
+    expect(asked).toEqual([DUE_BACKLOG_CAP]);
+    fail = true;
+    expect(await sampleValue(metrics, 'ledgence_callback_due_backlog')).toBeNaN();
+    expect(await sampleValue(metrics, 'ledgence_callback_backlog_errors_total')).toBe(1);
+  });
+});
+
+describe('retention', () => {
+  it('counts removals by kind and transactions', async () => {
+    const metrics = createServerMetrics({ defaultMetrics: false });
+    const progress: RetentionProgress = {
+      cutoff: 1,
+      tasks_removed: 3,
+      attempts_removed: 4,
+      history_removed: 12,
+      subscriptions_removed: 1,
+      sessions_removed: 0,
+      has_more: false,
+    };
+    metrics.recordRetention(progress);
+    metrics.recordRetention({ ...progress, tasks_removed: 2, sessions_removed: 5 });
+    const name = 'ledgence_retention_removed_total';
+    expect(await sampleValue(metrics, name, { kind: 'tasks' })).toBe(5);
+    expect(await sampleValue(metrics, name, { kind: 'history' })).toBe(24);
+    expect(await sampleValue(metrics, name, { kind: 'sessions' })).toBe(5);
+    expect(await sampleValue(metrics, 'ledgence_retention_transactions_total')).toBe(2);
   });
 });
 

@@ -13,6 +13,7 @@ import {
   type ErrorCode,
   isErrorCode,
   type RecoveryProgress,
+  type RetentionProgress,
   TaskStateSchema,
 } from '@ledgence/contracts';
 import type { TaskService } from '@ledgence/core';
@@ -44,8 +45,26 @@ export interface ServerMetricsOptions {
   maxQueues?: number;
   /** Node process metrics (`process_*`, `nodejs_*`); default true. */
   defaultMetrics?: boolean;
-  /** Where a failed queue depth read is reported; default nowhere. */
+  /**
+   * Counts completion deliveries due now and not leased, up to `limit`, on each scrape (the
+   * store's `dueBacklog`); without it no backlog gauge is exported.
+   */
+  dueBacklog?: (limit: number) => Promise<number>;
+  /** Where a failed queue depth or backlog read is reported; default nowhere. */
   logger?: Logger;
+}
+
+/** One completion delivery try as the sender reports it (see {@link ServerMetrics.recordDelivery}). */
+export interface DeliveryObservation {
+  /**
+   * `delivered`, `retry`, `gone`, `exhausted`, `stale` (the lease was lost) or `unreported` (the
+   * report failed); anything else is counted as `other`.
+   */
+  outcome: string;
+  /** The destination alias: operator configuration, so a bounded label. */
+  destination: string;
+  /** From the POST's start to its outcome. */
+  durationMs: number;
 }
 
 /** The server's metrics and the hooks that feed them. */
@@ -60,6 +79,10 @@ export interface ServerMetrics {
   observeHttp(info: HttpResponseInfo): void;
   /** Counts one recovery pass's outcomes (pass as the maintenance loop's `onProgress`). */
   recordRecovery(progress: RecoveryProgress): void;
+  /** Counts and times one completion delivery try (pass from the sender's delivery hook). */
+  recordDelivery(observation: DeliveryObservation): void;
+  /** Counts one retention transaction's removals (pass as the retention loop's `onProgress`). */
+  recordRetention(progress: RetentionProgress): void;
   /**
    * The service with `acquire`/`acquireBatch` timed and counted and `settle`/`settleBatch`
    * counted; every other method is the service's own.
@@ -79,6 +102,25 @@ const METHODS: ReadonlySet<string> = new Set([
 ]);
 
 const TASK_STATES: ReadonlySet<string> = new Set(TaskStateSchema.options);
+
+/** The `outcome` label values of completion deliveries (a bounded set). */
+const DELIVERY_OUTCOMES: ReadonlySet<string> = new Set([
+  'delivered',
+  'retry',
+  'gone',
+  'exhausted',
+  'stale',
+  'unreported',
+]);
+
+/**
+ * The due backlog is counted up to this many rows per scrape: enough to tell "a few" from
+ * "a receiver outage", and a scrape never counts an unbounded table.
+ */
+export const DUE_BACKLOG_CAP = 10_000;
+
+// Seconds. A delivery is one POST bounded by its destination's total deadline (≤ 60 s).
+const DELIVERY_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
 // Seconds. Short requests resolve in milliseconds; long polls park up to the configured wait
 // (20 s by default, clamped by the server), so the top buckets reach past it.
@@ -208,6 +250,56 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
     registers,
   });
 
+  const deliveries = new Counter({
+    name: 'ledgence_callback_deliveries_total',
+    help: 'Completion delivery tries by destination alias and outcome: delivered, retry (due again), gone (410), exhausted, stale (lease lost), unreported (report failed).',
+    labelNames: ['destination', 'outcome'] as const,
+    registers,
+  });
+  const deliveryDuration = new Histogram({
+    name: 'ledgence_callback_delivery_duration_seconds',
+    help: 'Duration of one completion delivery POST, by outcome.',
+    labelNames: ['outcome'] as const,
+    buckets: DELIVERY_BUCKETS,
+    registers,
+  });
+  const retentionRemoved = new Counter({
+    name: 'ledgence_retention_removed_total',
+    help: 'Records removed by retention: tasks, attempts, history, subscriptions, sessions.',
+    labelNames: ['kind'] as const,
+    registers,
+  });
+  const retentionTransactions = new Counter({
+    name: 'ledgence_retention_transactions_total',
+    help: 'Bounded retention transactions committed.',
+    registers,
+  });
+  const backlogErrors = new Counter({
+    name: 'ledgence_callback_backlog_errors_total',
+    help: 'Scrapes whose due-backlog read failed (the gauge is then empty for that scrape).',
+    registers,
+  });
+
+  const readBacklog = options.dueBacklog;
+  if (readBacklog !== undefined) {
+    new Gauge({
+      name: 'ledgence_callback_due_backlog',
+      help: `Completion deliveries due now and not leased (counted up to ${DUE_BACKLOG_CAP}).`,
+      registers,
+      async collect() {
+        this.reset();
+        try {
+          this.set(await readBacklog(DUE_BACKLOG_CAP));
+        } catch (error) {
+          // A label-less gauge always renders; NaN says "unknown" where 0 would claim "none due".
+          this.set(Number.NaN);
+          backlogErrors.inc();
+          options.logger?.warn({ err: error }, 'callback backlog read failed');
+        }
+      },
+    });
+  }
+
   const readDepths = options.queueDepths;
   if (readDepths !== undefined) {
     new Gauge({
@@ -282,6 +374,26 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
       if (progress.failed > 0) leaseExpiries.inc({ outcome: 'failed' }, progress.failed);
       if (progress.cancelled > 0) leaseExpiries.inc({ outcome: 'cancelled' }, progress.cancelled);
       if (progress.finalized > 0) leaseFinalized.inc(progress.finalized);
+    },
+
+    recordDelivery({ outcome, destination, durationMs }) {
+      const label = DELIVERY_OUTCOMES.has(outcome) ? outcome : 'other';
+      deliveries.inc({ destination, outcome: label });
+      deliveryDuration.observe({ outcome: label }, Math.max(0, durationMs) / 1000);
+    },
+
+    recordRetention(progress) {
+      retentionTransactions.inc();
+      const removed = {
+        tasks: progress.tasks_removed,
+        attempts: progress.attempts_removed,
+        history: progress.history_removed,
+        subscriptions: progress.subscriptions_removed,
+        sessions: progress.sessions_removed,
+      };
+      for (const [kind, count] of Object.entries(removed)) {
+        if (count > 0) retentionRemoved.inc({ kind }, count);
+      }
     },
 
     instrumentService(service) {

@@ -2,7 +2,13 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
 import { serve } from '@hono/node-server';
-import { createTaskService, lifecycleConfig, withGroupCommit } from '@ledgence/core';
+import { createCompletionSender } from '@ledgence/callbacks';
+import {
+  createCompletionService,
+  createTaskService,
+  lifecycleConfig,
+  withGroupCommit,
+} from '@ledgence/core';
 import { createHttpApp } from '@ledgence/http';
 import {
   createPostgresTaskStore,
@@ -15,7 +21,7 @@ import {
 import pino, { type Logger } from 'pino';
 import postgres from 'postgres';
 import type { ServerConfig } from './config.js';
-import { startMaintenance } from './maintenance.js';
+import { startRecoveryLoop, startRetentionLoop } from './maintenance.js';
 import { createServerMetrics } from './metrics.js';
 
 /** The database the embedded server creates for Ledgence's own tables. */
@@ -83,6 +89,7 @@ export async function startServer(
       cleanupGraceMs: config.cleanupGraceMs,
       leaseSafetyMarginMs: config.leaseSafetyMarginMs,
       sessionValidityMs: config.sessionValidityMs,
+      terminalRetentionMs: config.terminalRetentionMs,
     });
     const store = createPostgresTaskStore({ url, config: lifecycle });
     cleanups.push(() => store.close());
@@ -92,6 +99,7 @@ export async function startServer(
     // A private registry per server: two servers in one process (tests) keep separate counts.
     const metrics = createServerMetrics({
       queueDepths: (limit) => store.queueDepths(limit),
+      dueBacklog: (limit) => store.dueBacklog(limit),
       logger,
     });
     const service = metrics.instrumentService(
@@ -107,6 +115,8 @@ export async function startServer(
     let accepting = true;
     const app = createHttpApp({
       service,
+      completions: createCompletionService({ store, destinations: config.callbackDestinations }),
+      retention: store,
       auth: { keys: config.apiKeys },
       longPollMaxMs: config.longPollWaitMs,
       logger,
@@ -123,13 +133,31 @@ export async function startServer(
       },
     });
 
-    const maintenance = startMaintenance({
+    const recovery = startRecoveryLoop({
       recover: (limit) => service.recoverExpiredLeases(limit),
       intervalMs: config.maintenanceIntervalMs,
       logger,
       onProgress: (progress) => metrics.recordRecovery(progress),
     });
-    cleanups.push(() => maintenance.stop());
+    cleanups.push(() => recovery.stop());
+    const retention = startRetentionLoop({
+      store,
+      intervalMs: config.retentionIntervalMs,
+      logger,
+      onProgress: (_, progress) => metrics.recordRetention(progress),
+    });
+    cleanups.push(() => retention.stop());
+    // Every replica sends: leases are SKIP LOCKED, so replicas share the due deliveries.
+    const sender = createCompletionSender({
+      store,
+      destinations: config.callbackDestinations,
+      retryBaseMs: config.completionRetryBaseMs,
+      leaseMs: config.completionLeaseMs,
+      logger,
+      onDelivery: (record) => metrics.recordDelivery(record),
+    });
+    sender.start();
+    cleanups.push(() => sender.stop());
 
     // Without TLS or HTTP/2 options, @hono/node-server serves over node:http.
     const http = await new Promise<Server>((listening, failed) => {

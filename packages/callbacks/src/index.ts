@@ -10,6 +10,11 @@
  * plain {@link DeliveryOutcome} value, so the leasing loop records it without
  * catching anything.
  *
+ * {@link createCompletionSender} is that loop: it leases due deliveries from
+ * a `CompletionStore` (`@ledgence/core`), posts them concurrently, and
+ * reports each outcome in its own store call — never holding a transaction
+ * across network I/O. The example below makes one try by hand.
+ *
  * @example
  * ```ts
  * import { createServer } from 'node:http';
@@ -76,6 +81,19 @@ export {
   WEBHOOK_SECRET_MIN_BYTES,
   WEBHOOK_SECRET_PREFIX,
 } from './destinations.js';
+export {
+  type CompletionSender,
+  type CompletionSenderOptions,
+  createCompletionSender,
+  DEFAULT_IDLE_INTERVAL_MS,
+  type DeliveryFailureReason,
+  type DeliveryRecord,
+  type DeliveryRecordOutcome,
+  type LogFields,
+  REPORT_MARGIN_MS,
+  type SenderLogger,
+  type SenderPassResult,
+} from './sender.js';
 export {
   type SignWebhookOptions,
   signWebhook,

@@ -132,7 +132,8 @@ export function redeliverSubscription(
   if (command.generation !== row.generation) {
     throw new ContractError(
       'conflict',
-      `generation ${command.generation} is not the subscription's current generation`,
+      // The message never quotes the request (DESIGN §6 problems echo no input).
+      "the named generation is neither the subscription's current generation nor the one before it",
       { reason: 'generation_mismatch' },
     );
   }
@@ -196,6 +197,8 @@ export function leaseDelivery(
       state: 'exhausted',
       next_attempt_at: null,
       finished_at: now,
+      // The lost try got no answer: an earlier try's status would misdescribe it.
+      last_status_code: null,
       last_error: DELIVERY_LEASE_EXPIRED_ERROR,
     };
   }
@@ -233,6 +236,8 @@ export interface DeliveryReport {
  * `report.attempt` (the lease ran out and another sender took the row, or a
  * redelivery moved on). A stale report changes nothing; at-least-once means
  * the receiver may have seen the event twice, and dedupes by `webhook-id`.
+ * A `due` report of the generation's last try (COMPLETION_MAX_ATTEMPTS)
+ * exhausts the delivery, so `attempts` never exceeds the limit.
  */
 export function reportDelivery(
   row: SubscriptionRow,
@@ -250,7 +255,14 @@ export function reportDelivery(
     last_status_code: report.status_code ?? null,
     last_error: report.error ?? null,
   };
-  switch (report.next.state) {
+  // The generation's last try failed: no try may follow it, whatever the
+  // sender asked, so the delivery is exhausted now (and its finish time
+  // starts retention) rather than due for a lease that cannot try again.
+  const next: DeliveryNext =
+    report.next.state === 'due' && row.attempts >= COMPLETION_MAX_ATTEMPTS
+      ? { state: 'exhausted' }
+      : report.next;
+  switch (next.state) {
     case 'delivered':
       return {
         ...row,
@@ -267,7 +279,7 @@ export function reportDelivery(
         ...row,
         ...outcome,
         state: 'due',
-        next_attempt_at: now + Math.max(0, report.next.delay_ms),
+        next_attempt_at: now + Math.max(0, next.delay_ms),
       };
   }
 }

@@ -72,6 +72,7 @@ export {
   ownershipLost,
   requireOwnedAttempt,
 } from './lease.js';
+export { requireIntegerArgument, subscriptionNotFound, taskNotFound } from './not-found.js';
 export type {
   AcquireOutcome,
   AcquireStoreOptions,

@@ -697,7 +697,7 @@ describe('every /v1 route', () => {
       seen.add(id);
       return true;
     });
-    expect(routes).toHaveLength(18);
+    expect(routes).toHaveLength(24);
     for (const route of routes) {
       const path = route.path.replace(/\/:([a-z_]+)/g, '/x');
       const res = await h.call(path, {

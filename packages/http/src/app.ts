@@ -3,27 +3,34 @@
  * included, with the order of checks of DESIGN §4.1 — authentication (401),
  * content type (415), body size and decoding (413/400), authorization of the
  * scope and role (403), then what the service says (404/409/410). Errors are
- * mapped to problem+json in one place (`onError`/`notFound`).
+ * mapped to problem+json in one place (`onError`/`notFound`). The completion
+ * subscription routes (DESIGN §8) and the admin retention routes are mounted
+ * only when their service is given.
  */
 import { randomUUID } from 'node:crypto';
 import {
   BATCH_MAX_BYTES,
   COMMAND_MAX_DEPTH,
+  COMPLETION_COMMAND_MAX_BYTES,
   CONTROL_REQUEST_MAX_BYTES,
   ContractError,
   type DecodedItem,
   decodeAcquireBatch,
   decodeAcquireCommand,
+  decodeCompletionRetryCommand,
+  decodeCompletionSubscribeCommand,
   decodeLeaseOwner,
   decodeOpenSessionCommand,
   decodeRenewBatch,
   decodeRenewCommand,
+  decodeSetRetentionPolicyCommand,
   decodeSettleBatch,
   decodeSettleCommand,
   decodeStrictJson,
   decodeSubmitBatch,
   decodeSubmitRequest,
   LONG_POLL_WAIT_MS,
+  MAX_RETENTION_BATCH,
   NAME_MAX_BYTES,
   type Problem,
   parseWith,
@@ -34,7 +41,7 @@ import {
   type SubmitCommand,
   textProblem,
 } from '@ledgence/contracts';
-import type { ItemResult, TaskService } from '@ledgence/core';
+import type { CompletionService, ItemResult, RetentionStore, TaskService } from '@ledgence/core';
 import { type Context, Hono } from 'hono';
 import { matchedRoutes } from 'hono/route';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
@@ -43,6 +50,7 @@ import {
   type AuthOptions,
   createAuthenticator,
   type Principal,
+  type Role,
   requireRole,
   requireScope,
   soleScope,
@@ -51,7 +59,13 @@ import { CancelBodySchema, ExtendSessionBodySchema } from './bodies.js';
 import { readBody } from './body.js';
 import { createOpenApiDocument, documentRoute } from './openapi.js';
 import { genericError, PROBLEM_CONTENT_TYPE, problemOf } from './problem.js';
-import { parseAfterSequence, parseListQuery, parseWaitMs, singleValues } from './query.js';
+import {
+  parseAfterSequence,
+  parseLimit,
+  parseListQuery,
+  parseWaitMs,
+  singleValues,
+} from './query.js';
 
 /** Readiness as the server reports it: a flag, or a flag with a short explanation. */
 export type Readiness = boolean | { ok: boolean; detail?: string };
@@ -70,10 +84,32 @@ export interface MetricsOptions {
   render(): Promise<string>;
 }
 
+/**
+ * What the admin retention routes call: the policy and preview operations of
+ * the store's {@link RetentionStore} port. Collection itself is not exposed
+ * over HTTP; it runs in the server's maintenance loop.
+ */
+export type RetentionAdminOptions = Pick<
+  RetentionStore,
+  'retentionPolicy' | 'setRetentionPolicy' | 'previewRetention'
+>;
+
 /** Options of {@link createHttpApp}. */
 export interface HttpAppOptions {
-  /** The task service every route calls. */
+  /** The task service every task and worker route calls. */
   service: TaskService;
+  /**
+   * The completion service of `{scope}/tasks/{task_id}/completion-subscriptions`
+   * and `{scope}/completion-subscriptions/{id}/redeliver`; without one those
+   * routes are not mounted (404).
+   */
+  completions?: CompletionService;
+  /**
+   * The retention operations of the admin routes `{scope}/retention-policy`
+   * and `{scope}/retention-policy/preview`; without them those routes are not
+   * mounted (404).
+   */
+  retention?: RetentionAdminOptions;
   /** The API keys; `{ keys: [] }` is development mode (every request allowed). */
   auth: AuthOptions;
   /** The most a `wait_ms` may ask for; larger values are clamped. Default LONG_POLL_WAIT_MS. */
@@ -191,6 +227,27 @@ function principalOf(c: AppContext): Principal {
   // The authentication middleware runs before every /v1 route.
   if (principal === undefined) throw genericError('unauthorized');
   return principal;
+}
+
+/**
+ * The role and binding checks of a route (403), made once its path, query and
+ * body have been decoded (DESIGN §4.1's order). `path` names where the scope
+ * came from when a body supplied it.
+ */
+function authorize(c: AppContext, role: Role, scope: Scope, path?: string): void {
+  const principal = principalOf(c);
+  requireRole(principal, role);
+  requireScope(principal, scope, path);
+}
+
+/**
+ * `target`, for a request that passed every check. From here on an error's
+ * message may quote the request (services name the ids they could not
+ * find), so `onError` scrubs what the request supplied.
+ */
+function entered<T>(c: AppContext, target: T): T {
+  c.set('inService', true);
+  return target;
 }
 
 /** Rejects a query string on routes that take no parameters. */
@@ -316,11 +373,8 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   const requestIdHeader = options.requestIdHeader ?? 'x-request-id';
   const app = new Hono<HttpAppEnv>();
 
-  /** The service, for a request that passed every check: its errors may quote the request. */
-  function svc(c: AppContext): TaskService {
-    c.set('inService', true);
-    return service;
-  }
+  /** The task service, for a request that passed every check. */
+  const svc = (c: AppContext): TaskService => entered(c, service);
 
   // ---- Edge: request id, one log line, errors -----------------------------------
 
@@ -408,9 +462,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     noQuery(c);
     const scope = pathScope(c);
     checkSubmitScope(command, scope, '$');
-    const principal = principalOf(c);
-    requireRole(principal, 'client');
-    requireScope(principal, scope);
+    authorize(c, 'client', scope);
     const outcome = await svc(c).submit(command);
     if (outcome.created) {
       const location = `/v1/tenants/${encodeURIComponent(scope.tenant_id)}/namespaces/${encodeURIComponent(scope.namespace)}/tasks/${encodeURIComponent(outcome.snapshot.task_id)}`;
@@ -423,9 +475,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const items = decodeSubmitBatch(await requiredBody(c, BATCH_MAX_BYTES));
     noQuery(c);
     const scope = pathScope(c);
-    const principal = principalOf(c);
-    requireRole(principal, 'client');
-    requireScope(principal, scope);
+    authorize(c, 'client', scope);
     const results = await answerBatch(
       items,
       (command, index) => checkSubmitScope(command, scope, `$.commands[${index}]`),
@@ -440,9 +490,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     supply(c, ...url.searchParams.values());
     const query = parseListQuery(url);
     const scope = pathScope(c);
-    const principal = principalOf(c);
-    requireRole(principal, 'client');
-    requireScope(principal, scope);
+    authorize(c, 'client', scope);
     return c.json(await svc(c).listTasks(scope, query));
   });
 
@@ -450,9 +498,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   function taskRoute(c: AppContext): { scope: Scope; taskId: string } {
     const scope = pathScope(c);
     const taskId = pathText(c, 'task_id', NAME_MAX_BYTES);
-    const principal = principalOf(c);
-    requireRole(principal, 'client');
-    requireScope(principal, scope);
+    authorize(c, 'client', scope);
     return { scope, taskId };
   }
 
@@ -505,20 +551,91 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     return c.json({ task_state: await svc(c).cancel(scope, taskId) });
   });
 
-  // ---- Worker routes ------------------------------------------------------------
+  // ---- Completion subscriptions (DESIGN §8), when a completion service is given -----
 
-  /** Role and scope checks of a worker command. */
-  function authorizeWorker(c: AppContext, scope: Scope, path: string): void {
-    const principal = principalOf(c);
-    requireRole(principal, 'worker');
-    requireScope(principal, scope, path);
+  const { completions } = options;
+  if (completions !== undefined) {
+    const subscriptions = `${SCOPE_PREFIX}/tasks/:task_id/completion-subscriptions`;
+
+    app.post(subscriptions, documentRoute('subscribeCompletion'), async (c) => {
+      const command = decodeCompletionSubscribeCommand(
+        await requiredBody(c, COMPLETION_COMMAND_MAX_BYTES),
+      );
+      supply(c, command);
+      noQuery(c);
+      const { scope, taskId } = taskRoute(c);
+      const outcome = await entered(c, completions).subscribe(scope, taskId, command);
+      // No Location header: a subscription has no route of its own; the task's
+      // list is where it is read back.
+      return c.json(outcome.subscription, outcome.created ? 201 : 200);
+    });
+
+    app.get(subscriptions, documentRoute('listCompletionSubscriptions'), async (c) => {
+      noQuery(c);
+      const { scope, taskId } = taskRoute(c);
+      return c.json(await entered(c, completions).list(scope, taskId));
+    });
+
+    app.post(
+      `${SCOPE_PREFIX}/completion-subscriptions/:subscription_id/redeliver`,
+      documentRoute('redeliverCompletion'),
+      async (c) => {
+        const command = decodeCompletionRetryCommand(
+          await requiredBody(c, COMPLETION_COMMAND_MAX_BYTES),
+        );
+        supply(c, command);
+        noQuery(c);
+        const scope = pathScope(c);
+        const subscriptionId = pathText(c, 'subscription_id', NAME_MAX_BYTES);
+        authorize(c, 'client', scope);
+        return c.json(await entered(c, completions).redeliver(scope, subscriptionId, command));
+      },
+    );
   }
+
+  // ---- Retention (admin), when the retention operations are given ------------------
+
+  const { retention } = options;
+  if (retention !== undefined) {
+    const policy = `${SCOPE_PREFIX}/retention-policy`;
+
+    /** The head of an admin route: the path's scope, for an admin key bound to it. */
+    const adminScope = (c: AppContext): Scope => {
+      const scope = pathScope(c);
+      authorize(c, 'admin', scope);
+      return scope;
+    };
+
+    app.get(policy, documentRoute('getRetentionPolicy'), async (c) => {
+      noQuery(c);
+      const scope = adminScope(c);
+      return c.json(await entered(c, retention).retentionPolicy(scope));
+    });
+
+    app.put(policy, documentRoute('setRetentionPolicy'), async (c) => {
+      const command = decodeSetRetentionPolicyCommand(
+        await requiredBody(c, CONTROL_REQUEST_MAX_BYTES),
+      );
+      supply(c, command);
+      noQuery(c);
+      const scope = adminScope(c);
+      return c.json(await entered(c, retention).setRetentionPolicy(scope, command));
+    });
+
+    app.get(`${policy}/preview`, documentRoute('previewRetention'), async (c) => {
+      const limit = parseLimit(queryOf(c, ['limit']).get('limit'), MAX_RETENTION_BATCH);
+      const scope = adminScope(c);
+      return c.json(await entered(c, retention).previewRetention(scope, limit));
+    });
+  }
+
+  // ---- Worker routes ------------------------------------------------------------
 
   app.post('/v1/worker/sessions', documentRoute('openSession'), async (c) => {
     const command = decodeOpenSessionCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
     supply(c, command);
     noQuery(c);
-    authorizeWorker(c, command.scope, '$.scope');
+    authorize(c, 'worker', command.scope, '$.scope');
     return c.json(await svc(c).openSession(command));
   });
 
@@ -538,7 +655,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
         { reason: 'scope_required', path: '$.scope' },
       );
     }
-    authorizeWorker(c, scope, '$.scope');
+    authorize(c, 'worker', scope, '$.scope');
     return c.json(await svc(c).extendSession(scope, sessionId));
   });
 
@@ -546,7 +663,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const command = decodeAcquireCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
     supply(c, command);
     const waitMs = parseWaitMs(queryOf(c, ['wait_ms']).get('wait_ms'), longPollMaxMs);
-    authorizeWorker(c, command.scope, '$.scope');
+    authorize(c, 'worker', command.scope, '$.scope');
     return c.json(await svc(c).acquire(command, { waitMs, signal: c.req.raw.signal }));
   });
 
@@ -568,7 +685,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const command = decodeRenewCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
     supply(c, command);
     noQuery(c);
-    authorizeWorker(c, command.owner.scope, '$.owner.scope');
+    authorize(c, 'worker', command.owner.scope, '$.owner.scope');
     return c.json(await svc(c).renew(command));
   });
 
@@ -591,7 +708,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const command = decodeSettleCommand(await requiredBody(c, SETTLEMENT_MAX_BYTES));
     supply(c, command);
     noQuery(c);
-    authorizeWorker(c, command.owner.scope, '$.owner.scope');
+    authorize(c, 'worker', command.owner.scope, '$.owner.scope');
     return c.json(await svc(c).settle(command));
   });
 
@@ -614,7 +731,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const owner = decodeLeaseOwner(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
     supply(c, owner);
     noQuery(c);
-    authorizeWorker(c, owner.scope, '$.scope');
+    authorize(c, 'worker', owner.scope, '$.scope');
     return c.json({ task_state: await svc(c).confirmQuiescence(owner) });
   });
 

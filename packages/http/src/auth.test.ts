@@ -1,9 +1,10 @@
-import type { Assignment, Problem, Scope } from '@ledgence/contracts';
+import { type Assignment, MIN_RETENTION_MS, type Problem, type Scope } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import {
   type ApiKeyConfig,
   allowsScope,
   createAuthenticator,
+  type Role,
   requireRole,
   soleScope,
 } from './auth.js';
@@ -11,13 +12,18 @@ import {
   ACME_DEV,
   ACME_PROD,
   createHarness,
+  deliverDue,
   GLOBEX_PROD,
   type Harness,
   KEY_CONFIG,
   KEYS,
+  policyPath,
+  redeliverPath,
   scopePath,
   settleBody,
   submitBody,
+  subscribeBody,
+  subscriptionsPath,
 } from './testdata/harness.js';
 
 describe('createAuthenticator', () => {
@@ -64,6 +70,11 @@ describe('createAuthenticator', () => {
     expect(allowsScope(prod.principal, GLOBEX_PROD)).toBe(false);
     expect(soleScope(prod.principal)).toEqual(ACME_PROD);
     expect(() => requireRole(prod.principal, 'worker')).toThrow(/worker role/);
+    // Only an admin key holds the admin role: client plus worker is not admin.
+    expect(() => requireRole(admin.principal, 'admin')).not.toThrow();
+    const both = auth.authenticate(`Bearer ${KEYS.both}`);
+    if (!both.ok) throw new Error('client+worker key rejected');
+    expect(() => requireRole(both.principal, 'admin')).toThrow(/admin role/);
   });
 
   it('is in development mode without keys', () => {
@@ -115,11 +126,13 @@ interface Fixture {
   queuedTaskId: string;
   sessionId: string;
   assignment: Assignment;
+  /** A subscription whose first generation was delivered, so it may be redelivered. */
+  deliveredSubscriptionId: string;
 }
 
 interface MatrixRoute {
   name: string;
-  role: 'client' | 'worker';
+  role: Role;
   batch: boolean;
   success: number;
   request(h: Harness, f: Fixture): { path: string; method: string; json?: unknown };
@@ -181,6 +194,60 @@ const ROUTES: MatrixRoute[] = [
       method: 'POST',
       path: `${scopePath(f.scope)}/tasks/${f.queuedTaskId}/cancel`,
     }),
+  },
+  {
+    name: 'subscribe',
+    role: 'client',
+    batch: false,
+    success: 201,
+    request: (_h, f) => ({
+      method: 'POST',
+      path: subscriptionsPath(f.scope, f.taskId),
+      json: subscribeBody('matrix'),
+    }),
+  },
+  {
+    name: 'list subscriptions',
+    role: 'client',
+    batch: false,
+    success: 200,
+    request: (_h, f) => ({ method: 'GET', path: subscriptionsPath(f.scope, f.taskId) }),
+  },
+  {
+    name: 'redeliver',
+    role: 'client',
+    batch: false,
+    success: 200,
+    request: (_h, f) => ({
+      method: 'POST',
+      path: redeliverPath(f.scope, f.deliveredSubscriptionId),
+      json: { generation: 1 },
+    }),
+  },
+  {
+    name: 'retention policy',
+    role: 'admin',
+    batch: false,
+    success: 200,
+    request: (_h, f) => ({ method: 'GET', path: policyPath(f.scope) }),
+  },
+  {
+    name: 'set retention policy',
+    role: 'admin',
+    batch: false,
+    success: 200,
+    request: (_h, f) => ({
+      method: 'PUT',
+      path: policyPath(f.scope),
+      json: { retention_ms: MIN_RETENTION_MS },
+    }),
+  },
+  {
+    name: 'retention preview',
+    role: 'admin',
+    batch: false,
+    success: 200,
+    request: (_h, f) => ({ method: 'GET', path: `${policyPath(f.scope)}/preview?limit=10` }),
   },
   {
     name: 'open session',
@@ -314,7 +381,10 @@ function expectation(keyName: KeyName, scope: Scope, route: MatrixRoute) {
   return route.batch ? { status: route.success, item: 'ok' } : { status: route.success };
 }
 
-/** Sets up, through the service, a task, a queued task, a session and an assignment in `scope`. */
+/**
+ * Sets up, through the services, a task, a queued task, a session, an
+ * assignment and a delivered subscription in `scope`.
+ */
 async function fixture(h: Harness, scope: Scope): Promise<Fixture> {
   const base = (key: string) => ({
     idempotency_key: key,
@@ -337,12 +407,21 @@ async function fixture(h: Harness, scope: Scope): Promise<Fixture> {
   });
   if (reply.disposition !== 'assigned') throw new Error('fixture task was not assigned');
   const { snapshot: queued } = await h.service.submit(base('fixture-2'));
+  const { snapshot: finished } = await h.service.submit(base('fixture-3'));
+  await h.service.cancel(scope, finished.task_id);
+  const { subscription } = await h.completions.subscribe(
+    scope,
+    finished.task_id,
+    subscribeBody('fixture'),
+  );
+  await deliverDue(h, { state: 'delivered' });
   return {
     scope,
     taskId: task.task_id,
     queuedTaskId: queued.task_id,
     sessionId: session.id,
     assignment: reply.assignment,
+    deliveredSubscriptionId: subscription.id,
   };
 }
 

@@ -8,7 +8,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { ContractError, SCOPE_TEXT_MAX_BYTES, type Scope, textProblem } from '@ledgence/contracts';
 
-/** What a key may do: submit and read tasks, work tasks, or both (`admin`). */
+/**
+ * What a key may do: submit and read tasks (`client`), work tasks (`worker`),
+ * or both plus the namespace's operator settings such as retention (`admin`).
+ */
 export type Role = 'client' | 'worker' | 'admin';
 
 /** The roles a key may name. */
@@ -168,8 +171,8 @@ export function allowsScope(principal: Principal, scope: Scope): boolean {
   return principal.namespaces === undefined || principal.namespaces.has(scope.namespace);
 }
 
-/** Throws `forbidden` unless `principal` holds `role`. */
-export function requireRole(principal: Principal, role: Exclude<Role, 'admin'>): void {
+/** Throws `forbidden` unless `principal` holds `role` (an `admin` key holds every role). */
+export function requireRole(principal: Principal, role: Role): void {
   if (!principal.roles.has(role)) {
     throw new ContractError('forbidden', `the API key does not hold the ${role} role`, {
       reason: 'role',

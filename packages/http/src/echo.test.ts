@@ -2,7 +2,7 @@
  * Problem bodies never carry rejected input, and no body, header or query
  * produces a 5xx.
  */
-import { ContractError } from '@ledgence/contracts';
+import { ContractError, MIN_RETENTION_MS } from '@ledgence/contracts';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { problemOf } from './problem.js';
@@ -13,19 +13,33 @@ import {
   createHarness,
   KEYS,
   openSession,
+  policyPath,
+  redeliverPath,
   scopePath,
   settleBody,
   submitBody,
+  submitTask,
+  subscribeBody,
+  subscriptionsPath,
 } from './testdata/harness.js';
 
 const MARKER = 'QQMARKER9041';
 const TASKS = `${scopePath(ACME_PROD)}/tasks`;
+const POLICY = policyPath(ACME_PROD);
 
 describe('problem documents never echo rejected input', () => {
   it('does not echo markers in queries, headers, path parameters or bodies', async () => {
     const h = createHarness();
     const { session, assignment } = await assignTask(h);
     const owner = assignment.lease.owner;
+    const task = await submitTask(h);
+    const subscriptions = subscriptionsPath(ACME_PROD, task.task_id);
+    // A subscription whose key is the marker, to provoke a conflict that names it.
+    const { subscription } = await h.completions.subscribe(
+      ACME_PROD,
+      task.task_id,
+      subscribeBody(MARKER),
+    );
     const requests: [string, Parameters<typeof h.call>[1]][] = [
       // Queries.
       [`${TASKS}?state=${MARKER}`, { key: KEYS.client }],
@@ -61,6 +75,23 @@ describe('problem documents never echo rejected input', () => {
       [`/v1/tenants/acme/namespaces/${MARKER}%00/tasks`, { key: KEYS.client }],
       [`/v1/worker/sessions/${MARKER}/extend`, { key: KEYS.worker, json: { scope: ACME_PROD } }],
       [`/${MARKER}`, {}],
+      [subscriptionsPath(ACME_PROD, MARKER), { key: KEYS.client }],
+      [subscriptionsPath(ACME_PROD, MARKER), { key: KEYS.client, json: subscribeBody('k') }],
+      [subscriptionsPath(ACME_PROD, `${MARKER}\t`), { key: KEYS.client }],
+      [redeliverPath(ACME_PROD, MARKER), { key: KEYS.client, json: { generation: 1 } }],
+      [
+        redeliverPath(ACME_PROD, `x${MARKER}`.repeat(30)),
+        { key: KEYS.client, json: { generation: 1 } },
+      ],
+      [`${POLICY}/preview?limit=${MARKER}`, { key: KEYS.admin }],
+      [`${POLICY}/preview?${MARKER}=1`, { key: KEYS.admin }],
+      [`${POLICY}?${MARKER}=1`, { key: KEYS.admin }],
+      [policyPath({ tenant_id: 'acme', namespace: `${MARKER} ` }), { key: KEYS.admin }],
+      // Subscriptions the service rejects, naming the marker.
+      [subscriptions, { key: KEYS.client, json: subscribeBody(MARKER, 'audit') }],
+      [subscriptions, { key: KEYS.client, json: subscribeBody('k', MARKER) }],
+      [subscriptions, { key: KEYS.client, json: subscribeBody(MARKER, MARKER) }],
+      [redeliverPath(ACME_PROD, subscription.id), { key: KEYS.client, json: { generation: 2 } }],
       // Bodies that decode but name things the service rejects.
       [
         '/v1/worker/acquire',
@@ -134,6 +165,14 @@ describe('problem documents never echo rejected input', () => {
           },
         },
       ],
+      [subscriptions, { key: KEYS.client, json: subscribeBody(`${MARKER}\n`) }],
+      [subscriptions, { key: KEYS.client, json: { ...subscribeBody('k'), url: MARKER } }],
+      [redeliverPath(ACME_PROD, 'sub_1'), { key: KEYS.client, json: { generation: MARKER } }],
+      [POLICY, { method: 'PUT', key: KEYS.admin, json: { retention_ms: MARKER } }],
+      [
+        POLICY,
+        { method: 'PUT', key: KEYS.admin, json: { retention_ms: MIN_RETENTION_MS, x: MARKER } },
+      ],
     ];
     for (const [path, init] of requests) {
       const res = await h.call(path, init);
@@ -177,6 +216,12 @@ describe('no request content produces a 5xx', () => {
     ['POST', '/v1/worker/settle'],
     ['POST', '/v1/worker/settle:batch'],
     ['POST', '/v1/worker/quiescence'],
+    ['POST', `${TASKS}/t1/completion-subscriptions`],
+    ['GET', `${TASKS}/t1/completion-subscriptions`],
+    ['POST', `${scopePath(ACME_PROD)}/completion-subscriptions/s1/redeliver`],
+    ['GET', POLICY],
+    ['PUT', POLICY],
+    ['GET', `${POLICY}/preview`],
   ] as const;
 
   it('answers arbitrary bodies, queries and headers below 500', async () => {
@@ -208,7 +253,7 @@ describe('no request content produces a 5xx', () => {
               method,
               key: KEYS.admin,
               headers,
-              ...(method === 'POST' ? { body } : {}),
+              ...(method === 'GET' ? {} : { body }),
             },
           );
           expect(res.status).toBeLessThan(500);

@@ -3,6 +3,8 @@
  *
  * The HTTP adapter of Ledgence (DESIGN §6): a Hono app factory serving every
  * client and worker route — batch routes included — over a `TaskService`,
+ * completion subscriptions over a `CompletionService` and the admin retention
+ * routes over a store's retention operations (each mounted when given),
  * with API-key authentication bound to tenant, namespaces and roles (only key
  * hashes kept; development mode when no keys are configured), strict decoding
  * through `@ledgence/contracts` with body limits enforced while reading,
@@ -43,6 +45,7 @@ export {
   type HttpResponseInfo,
   type MetricsOptions,
   type Readiness,
+  type RetentionAdminOptions,
   SCOPE_PREFIX,
 } from './app.js';
 export {

@@ -1,12 +1,14 @@
 /**
- * Malformed bodies across every POST route: each is answered 4xx with a
- * problem+json code, never reaches the service, changes nothing in the
- * store, and never comes back in the reply.
+ * Malformed bodies across every route that takes one (every POST, and the
+ * admin PUT): each is answered 4xx with a problem+json code, never reaches
+ * a service, changes nothing in the store, and never comes back in the reply.
  */
 import {
   BATCH_MAX_BYTES,
+  COMPLETION_COMMAND_MAX_BYTES,
   CONTROL_REQUEST_MAX_BYTES,
   ERROR_CODES,
+  MIN_RETENTION_MS,
   SETTLEMENT_MAX_BYTES,
   SUBMISSION_MAX_BYTES,
 } from '@ledgence/contracts';
@@ -20,17 +22,23 @@ import {
   GLOBEX_PROD,
   type Harness,
   KEYS,
+  policyPath,
+  redeliverPath,
   scopePath,
   settleBody,
   submitBody,
   submitTask,
+  subscribeBody,
+  subscriptionsPath,
 } from './testdata/harness.js';
 
 /** Never to be found in any reply. */
 const MARKER = 'ZQXMARK7731';
 
-interface PostRoute {
+interface BodyRoute {
   name: string;
+  /** Default POST. */
+  method?: 'PUT';
   path: string;
   limit: number;
   /** A valid body (as a value), to mutate. */
@@ -42,6 +50,7 @@ interface PostRoute {
 interface Case {
   route: string;
   variant: string;
+  method: string;
   path: string;
   body: Uint8Array;
   contentType: string | undefined;
@@ -72,10 +81,10 @@ function replaceFirstValue(valid: unknown, replacement: string): string {
 }
 
 /** Every malformed variant of `route`'s body. */
-function variants(route: PostRoute): Omit<Case, 'route' | 'path'>[] {
+function variants(route: BodyRoute): Omit<Case, 'route' | 'method' | 'path'>[] {
   const text = JSON.stringify(route.valid);
   const json = 'application/json';
-  const out: Omit<Case, 'route' | 'path'>[] = [];
+  const out: Omit<Case, 'route' | 'method' | 'path'>[] = [];
   const add = (variant: string, body: string | Uint8Array, contentType: string | null = json) =>
     out.push({
       variant,
@@ -172,7 +181,7 @@ function variants(route: PostRoute): Omit<Case, 'route' | 'path'>[] {
 }
 
 let h: Harness;
-let routes: PostRoute[];
+let routes: BodyRoute[];
 let before: string;
 
 beforeAll(async () => {
@@ -181,6 +190,11 @@ beforeAll(async () => {
   const { task, session, assignment } = await assignTask(h, ACME_PROD, KEYS.admin);
   const queued = await submitTask(h, ACME_PROD, KEYS.admin);
   await submitTask(h, ACME_DEV, KEYS.admin);
+  const { subscription } = await h.completions.subscribe(
+    ACME_PROD,
+    queued.task_id,
+    subscribeBody('malformed'),
+  );
   const tasks = `${scopePath(ACME_PROD)}/tasks`;
   routes = [
     {
@@ -203,6 +217,28 @@ beforeAll(async () => {
       limit: CONTROL_REQUEST_MAX_BYTES,
       valid: {},
       required: false,
+    },
+    {
+      name: 'subscribe',
+      path: subscriptionsPath(ACME_PROD, queued.task_id),
+      limit: COMPLETION_COMMAND_MAX_BYTES,
+      valid: subscribeBody('new'),
+      required: true,
+    },
+    {
+      name: 'redeliver',
+      path: redeliverPath(ACME_PROD, subscription.id),
+      limit: COMPLETION_COMMAND_MAX_BYTES,
+      valid: { generation: 1 },
+      required: true,
+    },
+    {
+      name: 'set retention policy',
+      method: 'PUT',
+      path: policyPath(ACME_PROD),
+      limit: CONTROL_REQUEST_MAX_BYTES,
+      valid: { retention_ms: MIN_RETENTION_MS },
+      required: true,
     },
     {
       name: 'open session',
@@ -273,10 +309,26 @@ beforeAll(async () => {
   for (const key of Object.keys(h.calls)) delete h.calls[key];
 });
 
-describe('malformed bodies on every POST route', () => {
+describe('malformed bodies on every route with a body', () => {
+  it('covers every route of the app that takes a body', () => {
+    const withBody = h.app.routes.filter((r) => r.method === 'POST' || r.method === 'PUT');
+    const uncovered = withBody.filter((r) => {
+      const pattern = new RegExp(`^${r.path.replace(/\/:[a-z_]+/g, '/[^/]+')}$`);
+      return !routes.some(
+        (route) => (route.method ?? 'POST') === r.method && pattern.test(route.path),
+      );
+    });
+    expect(uncovered.map((r) => `${r.method} ${r.path}`)).toEqual([]);
+  });
+
   it('rejects at least 300 malformed bodies with 4xx problems and changes nothing', async () => {
     const cases: Case[] = routes.flatMap((route) =>
-      variants(route).map((v) => ({ ...v, route: route.name, path: route.path })),
+      variants(route).map((v) => ({
+        ...v,
+        route: route.name,
+        method: route.method ?? 'POST',
+        path: route.path,
+      })),
     );
     expect(cases.length).toBeGreaterThanOrEqual(300);
     const failures: string[] = [];
@@ -285,7 +337,7 @@ describe('malformed bodies on every POST route', () => {
       const headers: Record<string, string> = { 'x-marker': MARKER };
       if (c.contentType !== undefined) headers['content-type'] = c.contentType;
       const res = await h.call(`${c.path}`, {
-        method: 'POST',
+        method: c.method,
         key: KEYS.admin,
         body: c.body,
         headers,

@@ -1,4 +1,10 @@
-import { ERROR_STATUS, type ErrorCode } from '@ledgence/contracts';
+import {
+  ERROR_STATUS,
+  type ErrorCode,
+  MAX_RETENTION_BATCH,
+  MAX_RETENTION_MS,
+  MIN_RETENTION_MS,
+} from '@ledgence/contracts';
 import { compileErrors, validate } from '@readme/openapi-parser';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { componentSchemas, type OperationId, routeErrors } from './openapi.js';
@@ -76,9 +82,17 @@ describe('/openapi.json', () => {
       Object.keys(item).map((method) => `${method} ${path}`),
     );
     expect(new Set(documented)).toEqual(new Set(routes));
-    expect(documented).toHaveLength(22);
-    // Completion subscriptions join with their own issue.
-    expect(documented.some((entry) => entry.includes('completion'))).toBe(false);
+    expect(documented).toHaveLength(28);
+    expect(documented.filter((entry) => entry.includes('completion'))).toHaveLength(3);
+    expect(documented.filter((entry) => entry.includes('retention'))).toHaveLength(3);
+  });
+
+  it('documents only mounted routes: no completions or retention without their services', async () => {
+    const bare = createHarness({ completions: undefined, retention: undefined });
+    const res = await bare.call('/openapi.json');
+    const { paths } = (await res.json()) as Document;
+    expect(Object.values(paths).flatMap((item) => Object.keys(item))).toHaveLength(22);
+    expect(Object.keys(paths).filter((path) => /completion|retention/.test(path))).toEqual([]);
   });
 
   it('gives every operation its success reply, problem+json errors and security', () => {
@@ -111,7 +125,7 @@ describe('/openapi.json', () => {
             expect(operation.responses[String(status)], `${id} ${status}`).toBeDefined();
           }
         }
-        if (method === 'post') {
+        if (method === 'post' || method === 'put') {
           expect(operation.requestBody?.content['application/json'], id).toBeDefined();
           expect(operation.responses['413'], id).toBeDefined();
           expect(operation.responses['415'], id).toBeDefined();
@@ -139,6 +153,40 @@ describe('/openapi.json', () => {
     const acquire = doc.paths['/v1/worker/acquire']?.post;
     expect(acquire?.parameters?.map((p) => p.name)).toEqual(['wait_ms']);
     expect(acquire?.responses['409']?.description).toMatch(/consumer_busy.*sequence_conflict/);
+  });
+
+  it('documents the completion and retention routes', () => {
+    const scope = '/v1/tenants/{tenant_id}/namespaces/{namespace}';
+    const subscriptions = doc.paths[`${scope}/tasks/{task_id}/completion-subscriptions`];
+    expect(Object.keys(subscriptions?.post?.responses ?? {})).toEqual(
+      expect.arrayContaining(['200', '201', '400', '404', '409', '413', '415']),
+    );
+    expect(subscriptions?.post?.responses['409']?.description).toMatch(/conflict.*limit_exceeded/);
+    expect(subscriptions?.get?.responses['200']?.content?.['application/json']?.schema).toEqual({
+      $ref: '#/components/schemas/CompletionSubscriptionList',
+    });
+    const redeliver = doc.paths[`${scope}/completion-subscriptions/{subscription_id}/redeliver`];
+    expect(redeliver?.post?.requestBody?.content['application/json']?.schema).toEqual({
+      $ref: '#/components/schemas/CompletionRetryCommand',
+    });
+    const policy = doc.paths[`${scope}/retention-policy`];
+    expect(policy?.put?.requestBody?.required).toBe(true);
+    expect(policy?.get?.responses['200']?.content?.['application/json']?.schema).toEqual({
+      $ref: '#/components/schemas/RetentionPolicy',
+    });
+    const preview = doc.paths[`${scope}/retention-policy/preview`]?.get;
+    expect(preview?.parameters?.find((p) => p.in === 'query')).toMatchObject({
+      name: 'limit',
+      schema: { type: 'integer', minimum: 1, maximum: MAX_RETENTION_BATCH },
+    });
+    const command = doc.components.schemas.SetRetentionPolicyCommand as {
+      properties: Record<string, unknown>;
+    };
+    expect(command.properties.retention_ms).toEqual({
+      type: 'integer',
+      minimum: MIN_RETENTION_MS,
+      maximum: MAX_RETENTION_MS,
+    });
   });
 
   it('resolves every $ref to a component schema', () => {

@@ -14,13 +14,21 @@ import {
   AttemptSnapshotSchema,
   AuthoritySchema,
   CloudEventSchema,
+  CompletionRetryCommandSchema,
+  CompletionSubscribeCommandSchema,
+  CompletionSubscriptionListSchema,
+  CompletionSubscriptionSchema,
   ERROR_STATUS,
   type ErrorCode,
   JsonValueSchema,
   LabelsSchema,
   LeaseOwnerSchema,
   LeaseSchema,
+  MAX_COMPLETION_SUBSCRIPTIONS,
   MAX_LABELS,
+  MAX_RETENTION_BATCH,
+  MAX_RETENTION_MS,
+  MIN_RETENTION_MS,
   OpenSessionCommandSchema,
   ProblemSchema,
   ProgramDescriptorSchema,
@@ -28,7 +36,10 @@ import {
   RenewBatchReplySchema,
   RenewBatchRequestSchema,
   RenewCommandSchema,
+  RetentionPolicySchema,
+  RetentionPreviewSchema,
   ScopeSchema,
+  SetRetentionPolicyCommandSchema,
   SettleBatchReplySchema,
   SettleBatchRequestSchema,
   SettleCommandSchema,
@@ -98,6 +109,13 @@ const COMPONENT_SCHEMAS = {
   RenewBatchReply: RenewBatchReplySchema,
   SettleBatchRequest: SettleBatchRequestSchema,
   SettleBatchReply: SettleBatchReplySchema,
+  CompletionSubscribeCommand: CompletionSubscribeCommandSchema,
+  CompletionRetryCommand: CompletionRetryCommandSchema,
+  CompletionSubscription: CompletionSubscriptionSchema,
+  CompletionSubscriptionList: CompletionSubscriptionListSchema,
+  SetRetentionPolicyCommand: SetRetentionPolicyCommandSchema,
+  RetentionPolicy: RetentionPolicySchema,
+  RetentionPreview: RetentionPreviewSchema,
   Problem: ProblemSchema,
 } as const;
 
@@ -344,6 +362,81 @@ const ROUTES = {
     success: { 200: json(ref('TaskStateReply'), 'The task state afterwards.') },
     errors: ['not_found'],
   },
+  subscribeCompletion: {
+    summary: 'Subscribe a task to a completion callback',
+    description:
+      'Names an operator-configured destination alias, never a URL; an unknown alias is 400. ' +
+      'Idempotent by `subscription_key`: 201 when created, 200 when the key already subscribes ' +
+      'the task to the same destination, 409 `conflict` when it names another destination. ' +
+      `A task has at most ${MAX_COMPLETION_SUBSCRIPTIONS} subscriptions (409 \`limit_exceeded\`). ` +
+      'Subscribing to a terminal task makes its delivery due at once.',
+    tags: ['completions'],
+    security: 'bearer',
+    body: { schema: ref('CompletionSubscribeCommand'), required: true },
+    success: {
+      201: json(ref('CompletionSubscription'), 'The subscription was created.'),
+      200: json(ref('CompletionSubscription'), 'The key already names this subscription.'),
+    },
+    errors: ['not_found', 'conflict', 'limit_exceeded'],
+  },
+  listCompletionSubscriptions: {
+    summary: "A task's completion subscriptions",
+    tags: ['completions'],
+    security: 'bearer',
+    success: {
+      200: json(ref('CompletionSubscriptionList'), 'Oldest first, with their delivery state.'),
+    },
+    errors: ['not_found'],
+  },
+  redeliverCompletion: {
+    summary: 'Redeliver a completion event',
+    description:
+      'Names the generation being retried: the current generation, once delivered or ' +
+      'exhausted, starts the next one (the same event); the previous generation answers the ' +
+      'subscription unchanged, so a repeated request starts nothing twice; anything else is ' +
+      '409 `conflict`. Beyond the last generation allowed is 409 `limit_exceeded`.',
+    tags: ['completions'],
+    security: 'bearer',
+    body: { schema: ref('CompletionRetryCommand'), required: true },
+    success: { 200: json(ref('CompletionSubscription'), 'The subscription afterwards.') },
+    errors: ['not_found', 'conflict', 'limit_exceeded'],
+  },
+  getRetentionPolicy: {
+    summary: "The namespace's retention policy (admin)",
+    description: "Its own policy, or the server's default (`source`).",
+    tags: ['retention'],
+    security: 'bearer',
+    success: { 200: json(ref('RetentionPolicy'), 'The policy in force.') },
+    errors: [],
+  },
+  setRetentionPolicy: {
+    summary: "Set the namespace's retention policy (admin)",
+    description:
+      'A terminal task is kept `retention_ms` after it became terminal and after its latest ' +
+      `callback activity, whichever is later: ${MIN_RETENTION_MS}..${MAX_RETENTION_MS} ms.`,
+    tags: ['retention'],
+    security: 'bearer',
+    body: { schema: ref('SetRetentionPolicyCommand'), required: true },
+    success: { 200: json(ref('RetentionPolicy'), 'The policy now in force.') },
+    errors: [],
+  },
+  previewRetention: {
+    summary: 'Preview the next retention collection (admin)',
+    description:
+      'Counts the age candidates of the next collection, up to `limit`. Pending or recent ' +
+      'callbacks can defer a candidate, so a candidate is not a promise of removal.',
+    tags: ['retention'],
+    security: 'bearer',
+    query: [
+      {
+        name: 'limit',
+        description: `Count at most this many candidates (default ${MAX_RETENTION_BATCH}).`,
+        schema: { type: 'integer', minimum: 1, maximum: MAX_RETENTION_BATCH },
+      },
+    ],
+    success: { 200: json(ref('RetentionPreview'), 'Bounded age candidates.') },
+    errors: [],
+  },
   openSession: {
     summary: 'Open a worker session',
     tags: ['worker'],
@@ -559,7 +652,8 @@ export const SECURITY_SCHEME = 'bearerAuth';
 
 /**
  * The OpenAPI 3.1 document of `app`: every described route with its request
- * body, success reply, problem+json errors and security.
+ * body, success reply, problem+json errors and security. Only mounted routes
+ * appear, so a server without completions or retention documents neither.
  */
 export async function createOpenApiDocument<E extends Env>(app: Hono<E>): Promise<unknown> {
   const document = await generateSpecs(app, {

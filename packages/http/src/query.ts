@@ -97,6 +97,22 @@ export function parseAfterSequence(value: string | undefined): number {
 }
 
 /**
+ * A `limit` with a route-specific maximum (the retention preview's
+ * MAX_RETENTION_BATCH): absent is `max`; otherwise an integer in 1..max.
+ * Out-of-range values are rejected, not clamped, as the task list's `limit`
+ * is (DESIGN §4.1): a caller asking for more than a bounded pass can count
+ * should learn it, not silently get less.
+ */
+export function parseLimit(value: string | undefined, max: number): number {
+  if (value === undefined) return max;
+  const limit = DIGITS.test(value) && value.length <= 16 ? Number(value) : Number.NaN;
+  if (!(limit >= 1 && limit <= max)) {
+    throw queryError(`the query parameter limit must be an integer from 1 to ${max}`, 'limit');
+  }
+  return limit;
+}
+
+/**
  * A query number handed to the schema: digits become a number (the schema
  * then checks the range), anything else stays a string so the schema rejects
  * it as "must be a number".

@@ -11,7 +11,7 @@ import type {
   SubmitTask,
   TaskOutcome,
 } from '@ledgence/contracts';
-import type { AttemptRow, CursorRow, SessionRow, TaskRow } from '@ledgence/core';
+import type { AttemptRow, CursorRow, SessionRow, SubscriptionRow, TaskRow } from '@ledgence/core';
 
 /** A row as the driver returns it. */
 export type DbRow = Record<string, unknown>;
@@ -173,4 +173,30 @@ export function attemptKey(
   attemptId: string,
 ): string {
   return `${tenant}\u0000${namespace}\u0000${taskId}\u0000${attemptId}`;
+}
+
+/**
+ * A subscription with its delivery (a `completion_subscriptions` row joined to its
+ * `completion_deliveries` row).
+ */
+export function subscriptionFromDb(row: DbRow): SubscriptionRow {
+  return {
+    tenant_id: String(row.tenant_id),
+    namespace: String(row.namespace),
+    subscription_id: String(row.subscription_id),
+    task_id: String(row.task_id),
+    subscription_key: String(row.subscription_key),
+    destination: String(row.destination),
+    event_id: String(row.event_id),
+    created_at: num(row.created_at),
+    state: row.state as SubscriptionRow['state'],
+    generation: num(row.generation),
+    attempts: num(row.attempts),
+    next_attempt_at: numOrNull(row.next_attempt_at),
+    delivered_at: numOrNull(row.delivered_at),
+    finished_at: numOrNull(row.finished_at),
+    last_status_code: numOrNull(row.last_status_code),
+    last_error:
+      row.last_error === null || row.last_error === undefined ? null : String(row.last_error),
+  };
 }

@@ -1,16 +1,32 @@
 /**
- * The core's TaskStore conformance suite (every rule of DESIGN §5 and §4.1) against the
- * PostgreSQL store; `advance` moves the store's test clock offset.
+ * The core's conformance suites against the PostgreSQL store: `TaskStore` (every rule of
+ * DESIGN §5 and §4.1), `CompletionStore` (§8) and `RetentionStore`; `advance` moves the store's
+ * test clock offset. Each suite runs on a database of its own.
  */
-import { runTaskStoreConformance } from '@ledgence/core/testing';
+import {
+  runCompletionStoreConformance,
+  runRetentionStoreConformance,
+  runTaskStoreConformance,
+} from '@ledgence/core/testing';
 import { CONFIG, harness } from './testdata/fixtures.js';
 
-runTaskStoreConformance('PostgreSQL task store', async () => {
-  const h = await harness('conformance', CONFIG);
+/** A fresh database and store for one suite, shaped as the suites' harness. */
+async function conformanceHarness(prefix: string) {
+  const h = await harness(prefix, CONFIG);
   return {
     store: h.store,
     config: CONFIG,
-    advance: async (ms) => h.advance(ms),
+    advance: async (ms: number) => h.advance(ms),
     close: () => h.close(),
   };
-});
+}
+
+runTaskStoreConformance('PostgreSQL task store', () => conformanceHarness('conformance'));
+
+runCompletionStoreConformance('PostgreSQL completion store', () =>
+  conformanceHarness('conformance_completion'),
+);
+
+runRetentionStoreConformance('PostgreSQL retention store', () =>
+  conformanceHarness('conformance_retention'),
+);

@@ -5,8 +5,8 @@
  */
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { attemptFromDb } from './codec.js';
-import { renewAttempts } from './hot-sql.js';
+import { attemptFromDb, taskFromDb } from './codec.js';
+import { renewAttempts, updateTasks } from './hot-sql.js';
 import { createPostgresTaskStore, type PostgresTaskStore } from './store.js';
 import {
   acquireCommand,
@@ -57,6 +57,26 @@ beforeAll(async () => {
   await sql`
     insert into task_payloads (tenant_id, namespace, task_id, data)
     select tenant_id, namespace, task_id, '{"n":1}' from tasks where state = 'queued'`;
+  await sql`
+    insert into task_history (tenant_id, namespace, task_id, sequence, at, reason)
+    select 'acme', 'prod', 'tsk_done_' || lpad(g::text, 8, '0'), s, g, 'submitted'
+    from generate_series(1, 100000) as g, generate_series(1, 2) as s`;
+  // A finished delivery for every terminal task, and 500 due ones: leasing must find the due
+  // rows through its partial index without reading the finished ones.
+  await sql`
+    insert into completion_subscriptions (tenant_id, namespace, subscription_id, task_id,
+      subscription_key, destination, event_id, created_at)
+    select 'acme', 'prod', 'sub_' || g, 'tsk_done_' || lpad(g::text, 8, '0'), 'k', 'billing',
+      'evt_' || g, g
+    from generate_series(1, 100000) as g`;
+  await sql`
+    insert into completion_deliveries (tenant_id, namespace, subscription_id, task_id, state,
+      generation, attempts, next_attempt_at, delivered_at, finished_at)
+    select 'acme', 'prod', 'sub_' || g, 'tsk_done_' || lpad(g::text, 8, '0'),
+      case when g > 99500 then 'due' else 'delivered' end, 1, 1,
+      case when g > 99500 then g end, case when g <= 99500 then g + 5 end,
+      case when g <= 99500 then g + 5 end
+    from generate_series(1, 100000) as g`;
   // DESIGN §7.1: ANALYZE after bulk loads, where the planner would otherwise guess.
   await sql`analyze`;
   const client = postgres(db.url, {
@@ -82,6 +102,32 @@ async function explain(query: string, params: unknown[]): Promise<string> {
 
 function statementsMatching(pattern: RegExp) {
   return captured.filter((c) => pattern.test(c.query));
+}
+
+/**
+ * Rows `body` updated in `table` and how many of those were HOT, from the per-transaction
+ * counters of one transaction that is then rolled back. Keep `body` to a few updates: many more
+ * inside ONE transaction would fill the page with versions that cannot be pruned until it ends,
+ * and a full page forces a non-HOT update.
+ */
+async function updateCounts(
+  table: string,
+  body: (tx: postgres.TransactionSql) => Promise<void>,
+): Promise<unknown> {
+  class Rollback extends Error {
+    constructor(readonly stats: unknown) {
+      super('rollback');
+    }
+  }
+  return sql
+    .begin(async (tx) => {
+      await body(tx);
+      const [stats] = await tx`
+        select pg_stat_get_xact_tuples_updated(${table}::regclass)::int as updated,
+               pg_stat_get_xact_tuples_hot_updated(${table}::regclass)::int as hot`;
+      throw new Rollback(stats);
+    })
+    .catch((error: unknown) => (error instanceof Rollback ? error.stats : error));
 }
 
 describe('EXPLAIN of the hot statements', () => {
@@ -141,6 +187,14 @@ describe('EXPLAIN of the hot statements', () => {
     capturing = false;
     expect(progress.recovered).toBe(1);
 
+    const terminalHook = statementsMatching(/update completion_deliveries d set state = 'due'/);
+    expect(terminalHook.length).toBeGreaterThan(0);
+    for (const statement of terminalHook) {
+      const plan = await explain(statement.query, statement.params);
+      expect(plan).toMatch(/Index Scan using completion_deliveries_task/);
+      expect(plan).not.toMatch(/Seq Scan on completion_deliveries/);
+    }
+
     const acquireSelect = statementsMatching(/skip locked/i).find((c) => /t\.queue/.test(c.query));
     const recoverySelect = statementsMatching(/lease_expires_at <=/);
     const lockByKey = statementsMatching(/for update of t\s*$/i);
@@ -180,27 +234,83 @@ describe('EXPLAIN of the hot statements', () => {
     const [row] = await sql`select * from attempts where state = 'succeeded' limit 1`;
     if (row === undefined) throw new Error('no attempt');
     const attempt = attemptFromDb(row);
-    // Measured inside one transaction (per-transaction counters), then rolled back.
-    class Rollback extends Error {
-      constructor(readonly stats: unknown) {
-        super('rollback');
+    const counts = await updateCounts('attempts', async (tx) => {
+      for (let i = 1; i <= 5; i += 1) {
+        await renewAttempts(tx, [
+          { ...attempt, renew_sequence: attempt.renew_sequence + i, lease_expires_at: i },
+        ]);
       }
-    }
-    const counts = await sql
-      .begin(async (tx) => {
-        // A few renewals: many more inside ONE transaction would fill the page with versions
-        // that cannot be pruned until it ends, and a full page forces a non-HOT update.
-        for (let i = 1; i <= 5; i += 1) {
-          await renewAttempts(tx, [
-            { ...attempt, renew_sequence: attempt.renew_sequence + i, lease_expires_at: i },
-          ]);
-        }
-        const [stats] = await tx`
-          select pg_stat_get_xact_tuples_updated('attempts'::regclass)::int as updated,
-                 pg_stat_get_xact_tuples_hot_updated('attempts'::regclass)::int as hot`;
-        throw new Rollback(stats);
-      })
-      .catch((error: unknown) => (error instanceof Rollback ? error.stats : error));
+    });
     expect(counts).toEqual({ updated: 5, hot: 5 });
+  });
+
+  it('a task update that keeps state and terminal_at stays HOT beside tasks_retention', async () => {
+    // A first granted dispatch rewrites the task's counters and history sequence, not its
+    // state, availability or terminal time: none of the indexed columns.
+    const [row] = await sql`select * from tasks where state = 'queued' limit 1`;
+    if (row === undefined) throw new Error('no task');
+    const task = taskFromDb(row);
+    const counts = await updateCounts('tasks', async (tx) => {
+      for (let i = 1; i <= 5; i += 1) {
+        await updateTasks(tx, [
+          {
+            ...task,
+            dispatch_count: task.dispatch_count + i,
+            history_sequence: task.history_sequence + i,
+          },
+        ]);
+      }
+    });
+    expect(counts).toEqual({ updated: 5, hot: 5 });
+  });
+
+  it('leasing walks the partial lease index; the backlog count too', async () => {
+    const start = captured.length;
+    capturing = true;
+    const leases = await store.leaseDeliveries(100, 30_000);
+    const backlog = await store.dueBacklog(1_000);
+    capturing = false;
+    expect(leases).toHaveLength(100);
+    expect(backlog).toBe(400);
+    const [lease] = captured
+      .slice(start)
+      .filter((c) => /for update of d skip locked/.test(c.query));
+    const [count] = captured.slice(start).filter((c) => /d\.state = 'due'/.test(c.query));
+    if (lease === undefined || count === undefined) throw new Error('statements not captured');
+    const leasePlan = await explain(lease.query, lease.params);
+    expect(leasePlan).toMatch(/Index Scan using completion_deliveries_lease/);
+    expect(leasePlan).not.toMatch(
+      /Seq Scan on (completion_deliveries|completion_subscriptions|tasks)/,
+    );
+    const countPlan = await explain(count.query, count.params);
+    expect(countPlan).toMatch(/completion_deliveries_lease/);
+    expect(countPlan).not.toMatch(/Seq Scan/);
+  });
+
+  it('retention walks tasks_retention: scopes, preview and the collection statement', async () => {
+    const start = captured.length;
+    capturing = true;
+    const scopes = await store.retentionScopes(undefined, 10);
+    const preview = await store.previewRetention(SCOPE);
+    const progress = await store.collectRetired(SCOPE);
+    capturing = false;
+    expect(scopes).toEqual([SCOPE]);
+    expect(preview).toMatchObject({ candidates: 1_000, truncated: true });
+    // The oldest 1 000 terminal tasks, each with one attempt, none protected.
+    expect(progress).toMatchObject({ tasks_removed: 1_000, attempts_removed: 1_000 });
+    const mine = captured.slice(start);
+    const statements = [
+      mine.find((c) => /with recursive walk/.test(c.query)),
+      mine.find((c) => /as candidates/.test(c.query)),
+      mine.find((c) => /with victims as/.test(c.query)),
+    ];
+    for (const statement of statements) {
+      if (statement === undefined) throw new Error('statement not captured');
+      const plan = await explain(statement.query, statement.params);
+      expect(plan).toMatch(/tasks_retention/);
+      expect(plan).not.toMatch(
+        /Seq Scan on (tasks|attempts|task_history|task_payloads|completion_deliveries|completion_subscriptions)/,
+      );
+    }
   });
 });

@@ -5,6 +5,10 @@
  * through `unnest`, so one statement text serves any batch size, and postgres.js prepares each
  * text once per connection (`prepare: true`, its default) — a fixed, small set of plans.
  *
+ * Completion callbacks and retention have their own reviewed modules beside this one
+ * (`completion-sql.ts`, `retention-sql.ts`); the terminal hook there runs inside the lifecycle
+ * transactions these statements serve.
+ *
  * Nothing here decides a lifecycle rule: statements load rows under lock, and write the rows the
  * core's pure transitions returned. All run inside a transaction the caller opened.
  *

@@ -2,9 +2,10 @@
  * @module @ledgence/store-postgres
  *
  * The PostgreSQL store of Ledgence (DESIGN §7): the Drizzle schema, the committed drizzle-kit
- * migrations with an advisory-locked `migrate()`, the `TaskStore` on postgres.js (every lifecycle
- * operation one transaction applying the core's pure transitions; batches share statements and a
- * commit), the reviewed hot SQL (`hot-sql.ts`), a LISTEN/NOTIFY wake source, and embedded
+ * migrations with an advisory-locked `migrate()`, the `TaskStore`, `CompletionStore` and
+ * `RetentionStore` on postgres.js (every lifecycle operation one transaction applying the core's
+ * pure transitions; batches share statements and a commit), the reviewed SQL (`hot-sql.ts`,
+ * `completion-sql.ts`, `retention-sql.ts`), a LISTEN/NOTIFY wake source, and embedded
  * PostgreSQL for development and tests.
  *
  * @example

@@ -1,6 +1,9 @@
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import postgres from 'postgres';
 import { afterAll, describe, expect, it } from 'vitest';
-import { migrate, migrationStatus, pendingMigrations } from './migrate.js';
+import { MIGRATIONS_FOLDER, migrate, migrationStatus, pendingMigrations } from './migrate.js';
 import { createTestDatabase, type TestDatabase } from './testing/index.js';
 
 const created: TestDatabase[] = [];
@@ -29,8 +32,11 @@ describe('migrate', () => {
         select tablename as name from pg_tables where schemaname = 'public' order by 1`;
       expect(tables.map((t) => t.name)).toEqual([
         'attempts',
+        'completion_deliveries',
+        'completion_subscriptions',
         'concurrency_keys',
         'consumer_cursors',
+        'retention_policies',
         'task_history',
         'task_payloads',
         'tasks',
@@ -78,6 +84,49 @@ describe('migrate', () => {
       expect((await migrationStatus(sql)).current).toBe(true);
     } finally {
       await sql.end();
+    }
+  });
+
+  it('upgrades a database migrated with 0000 only, keeping its rows', async () => {
+    // The committed folder as it was before 0001: the first migration and a one-entry journal.
+    const folder = mkdtempSync(join(tmpdir(), 'ledgence-migrations-'));
+    try {
+      cpSync(MIGRATIONS_FOLDER, folder, { recursive: true });
+      const journalPath = join(folder, 'meta', '_journal.json');
+      const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: unknown[] };
+      journal.entries = journal.entries.slice(0, 1);
+      writeFileSync(journalPath, JSON.stringify(journal));
+      const db = await fresh();
+      expect((await migrate(db.url, { folder })).applied).toEqual(['0000_init']);
+      const sql = postgres(db.url, { max: 1, onnotice: () => {} });
+      try {
+        await sql`
+          insert into tasks (tenant_id, namespace, task_id, run_id, idempotency_key,
+            command_digest, input, queue, program, retry, timeout_ms, priority, labels, state,
+            submitted_at, available_at, terminal_at, attempt_count, dispatch_count,
+            history_sequence)
+          values ('acme', 'prod', 'tsk_old', 'run_old', 'old', 'x', '{}', 'q', '{}', '{}', 1, 0,
+            '{}', 'succeeded', 1, 1, 2, 1, 1, 3)`;
+        const status = await migrationStatus(db.url);
+        expect(status.applied).toEqual(['0000_init']);
+        expect(status.pending).toEqual(['0001_completion_retention']);
+        expect((await migrate(db.url)).applied).toEqual(['0001_completion_retention']);
+        expect((await migrationStatus(db.url)).current).toBe(true);
+        const [kept] = await sql`select count(*)::int as n from tasks where terminal_at = 2`;
+        expect(kept?.n).toBe(1);
+        const indexes = await sql<{ name: string }[]>`
+          select indexname as name from pg_indexes
+          where indexname in ('tasks_retention', 'completion_deliveries_lease')
+          order by 1`;
+        expect(indexes.map((i) => i.name)).toEqual([
+          'completion_deliveries_lease',
+          'tasks_retention',
+        ]);
+      } finally {
+        await sql.end();
+      }
+    } finally {
+      rmSync(folder, { recursive: true, force: true });
     }
   });
 });

@@ -74,6 +74,14 @@ export const tasks = pgTable(
       .where(sql`state = 'queued'`),
     // Keyset listing in (submitted_at desc, task_id desc) order.
     index('tasks_listing').on(t.tenant_id, t.namespace, t.submitted_at.desc(), t.task_id.desc()),
+    // Retention (seed `RetentionPolicy`): terminal tasks only, oldest first per namespace (ties
+    // by task id), and the namespaces' walk in byte order (a loose index scan), hence the `C`
+    // collation of its scope columns whatever the database's default. `terminal_at` is written
+    // once, by the terminal transition, which rewrites `state` (already indexed through
+    // `tasks_acquire`'s predicate) anyway: updates that were HOT stay HOT.
+    index('tasks_retention')
+      .on(sql`"tenant_id" collate "C"`, sql`"namespace" collate "C"`, t.terminal_at, t.task_id)
+      .where(sql`terminal_at is not null`),
   ],
 );
 
@@ -189,4 +197,85 @@ export const concurrencyKeys = pgTable(
     active: integer('active').notNull().default(0),
   },
   (t) => [primaryKey({ columns: [t.tenant_id, t.namespace, t.concurrency_key] })],
+);
+
+/**
+ * Completion subscriptions (DESIGN §8): the immutable part, one row per subscribed destination
+ * of a task. Created under the task's row lock, so at most MAX_COMPLETION_SUBSCRIPTIONS per task
+ * and one per `subscription_key` (the unique index also serves listing a task's subscriptions).
+ */
+export const completionSubscriptions = pgTable(
+  'completion_subscriptions',
+  {
+    tenant_id: text('tenant_id').notNull(),
+    namespace: text('namespace').notNull(),
+    subscription_id: text('subscription_id').notNull(),
+    task_id: text('task_id').notNull(),
+    subscription_key: text('subscription_key').notNull(),
+    /** The operator's destination alias, never a URL. */
+    destination: text('destination').notNull(),
+    /** The webhook id and CloudEvent id, identical across every try and generation. */
+    event_id: text('event_id').notNull(),
+    created_at: ms('created_at').notNull(),
+  },
+  (t) => [
+    primaryKey({ columns: [t.tenant_id, t.namespace, t.subscription_id] }),
+    uniqueIndex('completion_subscriptions_key').on(
+      t.tenant_id,
+      t.namespace,
+      t.task_id,
+      t.subscription_key,
+    ),
+  ],
+);
+
+/**
+ * The delivery state of each subscription's current generation: the hot, mutable row senders
+ * lease and report on (without locking tasks), kept apart from the immutable subscription so
+ * those updates rewrite a narrow row. `task_id` is copied here for the terminal hook and
+ * retention, which find deliveries by task.
+ */
+export const completionDeliveries = pgTable(
+  'completion_deliveries',
+  {
+    tenant_id: text('tenant_id').notNull(),
+    namespace: text('namespace').notNull(),
+    subscription_id: text('subscription_id').notNull(),
+    task_id: text('task_id').notNull(),
+    /** waiting | due | delivering | delivered | exhausted. */
+    state: text('state').notNull(),
+    generation: integer('generation').notNull(),
+    /** Tries started in the current generation (a lease starts one). */
+    attempts: integer('attempts').notNull(),
+    /** `due`: the earliest next try; `delivering`: when the sender's lease ends. */
+    next_attempt_at: ms('next_attempt_at'),
+    delivered_at: ms('delivered_at'),
+    /** When the current generation was delivered or exhausted: the latest callback activity. */
+    finished_at: ms('finished_at'),
+    last_status_code: integer('last_status_code'),
+    last_error: text('last_error'),
+  },
+  (t) => [
+    primaryKey({ columns: [t.tenant_id, t.namespace, t.subscription_id] }),
+    // Leasing, oldest due first (ties by id). `delivering` rows stay in it: their `next_attempt_at` is the
+    // sender's lease end, after which they are leasable again. Finished and waiting rows,
+    // the vast majority, are not in it.
+    index('completion_deliveries_lease')
+      .on(t.next_attempt_at, t.subscription_id)
+      .where(sql`state in ('due', 'delivering')`),
+    // The terminal hook and retention find a task's deliveries.
+    index('completion_deliveries_task').on(t.tenant_id, t.namespace, t.task_id),
+  ],
+);
+
+/** A namespace's own retention policy (a namespace without a row uses the server default). */
+export const retentionPolicies = pgTable(
+  'retention_policies',
+  {
+    tenant_id: text('tenant_id').notNull(),
+    namespace: text('namespace').notNull(),
+    retention_ms: ms('retention_ms').notNull(),
+    updated_at: ms('updated_at').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.tenant_id, t.namespace] })],
 );

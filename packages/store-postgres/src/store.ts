@@ -15,17 +15,29 @@ import {
   type AcquireCommand,
   type AttemptSnapshot,
   type Authority,
+  type CompletionRetryCommand,
+  type CompletionSubscribeCommand,
+  type CompletionSubscription,
   ContractError,
   decodeTaskCursor,
   encodeTaskCursor,
   HISTORY_PAGE_LIMIT,
   type LeaseOwner,
+  MAX_COMPLETION_BATCH,
   MAX_RECOVERY_BATCH,
+  MAX_RETENTION_BATCH,
+  MAX_RETENTION_MS,
+  MESSAGE_MAX_BYTES,
+  MIN_RETENTION_MS,
   type OpenSessionCommand,
   type RecordedHistoryEvent,
   type RecoveryProgress,
   type RenewCommand,
+  type RetentionPolicy,
+  type RetentionPreview,
+  type RetentionProgress,
   type Scope,
+  type SetRetentionPolicyCommand,
   type SettleCommand,
   type SettleReply,
   type SubmitCommand,
@@ -45,14 +57,18 @@ import {
   type AcquireStoreOptions,
   type AttemptRow,
   attemptSnapshot,
+  type CompletionLease,
+  type CompletionStore,
   type CursorRow,
   cancelTask,
   claimTask,
   classifyPoll,
   commandDigest,
+  completionSubscription,
   confirmQuiescence,
   countRecovery,
   DEFAULT_LIFECYCLE_CONFIG,
+  type DeliveryReport,
   emptyPoll,
   extendSession,
   type HistoryRow,
@@ -60,18 +76,28 @@ import {
   type LifecycleConfig,
   newId,
   openSession,
+  type RetentionPolicyRow,
+  type RetentionStore,
   recordedHistoryEvent,
   recoverExpiredLease,
+  redeliverSubscription,
   renewLease,
   replayPoll,
+  requireIntegerArgument,
   requireLiveSession,
+  retentionCutoff,
+  retentionPolicyView,
   type SessionRow,
   type SubmitOutcome,
+  type SubscribeOutcome,
   settleAttempt,
   startRecoveryProgress,
   submitTask,
+  subscribeTask,
+  subscriptionNotFound,
   type TaskRow,
   type TaskStore,
+  taskNotFound,
   taskResult,
   taskSnapshot,
   taskStatus,
@@ -87,9 +113,23 @@ import {
   type LoadedPayload,
   num,
   sessionFromDb,
+  subscriptionFromDb,
   taskFromDb,
   taskKey,
 } from './codec.js';
+import {
+  countDueBacklog,
+  insertSubscription,
+  leaseDeliveryRows,
+  listSubscriptionRows,
+  loadSubscriptions,
+  lockSubscription,
+  lockSubscriptionTask,
+  markDeliveriesDue,
+  reportDeliveryRow,
+  type TerminalTaskRef,
+  writeDelivery,
+} from './completion-sql.js';
 import {
   type AttemptKeyRef,
   ensureConcurrencyKeys,
@@ -120,6 +160,13 @@ import {
   upsertCursors,
   writeOutputs,
 } from './hot-sql.js';
+import {
+  collectRetiredRows,
+  countCandidates,
+  loadPolicyAt,
+  selectRetentionScopes,
+  upsertPolicy,
+} from './retention-sql.js';
 
 /** Options of {@link createPostgresTaskStore}. */
 export interface PostgresTaskStoreOptions {
@@ -149,10 +196,20 @@ export interface PostgresTaskStoreOptions {
    * store time must be the database clock (DESIGN §1.2).
    */
   clockOffsetMs?: () => number;
+  /**
+   * PostgreSQL `lock_timeout` of a retention collection (default 200), set locally in its
+   * transaction: collection skips rows others hold (`SKIP LOCKED`), and this is the second guard
+   * that it never queues behind a hot row for longer (it fails as `unavailable` and the next
+   * pass tries again).
+   */
+  retentionLockTimeoutMs?: number;
 }
 
-/** A {@link TaskStore} on PostgreSQL, with its client and a way to release it. */
-export interface PostgresTaskStore extends TaskStore {
+/**
+ * A {@link TaskStore}, {@link CompletionStore} and {@link RetentionStore} on PostgreSQL, with its
+ * client and a way to release it.
+ */
+export interface PostgresTaskStore extends TaskStore, CompletionStore, RetentionStore {
   /** The postgres.js client the store runs on now (an owned pool is replaced after a lost connection). */
   readonly sql: postgres.Sql;
   /** Ends the pool if the store created it; a caller-supplied client is left open. */
@@ -197,8 +254,17 @@ function unavailable(error: unknown): ContractError {
   });
 }
 
-function notFound(taskId: string): ContractError {
-  return new ContractError('not_found', `task ${taskId} was not found`);
+/**
+ * `text` cut to at most `maxBytes` UTF-8 bytes on a code point boundary. A sender bounds its
+ * error messages already; this keeps a column of the wire view within its contract regardless.
+ */
+function clipUtf8(text: string, maxBytes: number): string {
+  const bytes = Buffer.from(text, 'utf8');
+  if (bytes.length <= maxBytes) return text;
+  let end = maxBytes;
+  // Back up over continuation bytes (10xxxxxx) to the start of the cut code point.
+  while (end > 0 && ((bytes[end] ?? 0) & 0xc0) === 0x80) end -= 1;
+  return bytes.subarray(0, end).toString('utf8');
 }
 
 /** Thrown inside a transaction when a concurrent submit of the same key won the insert. */
@@ -309,6 +375,7 @@ class PgTaskStore implements PostgresTaskStore {
   private readonly makePool: (() => postgres.Sql) | undefined;
   private readonly config: LifecycleConfig;
   private readonly offset: () => number;
+  private readonly retentionLockTimeoutMs: number;
 
   constructor(options: PostgresTaskStoreOptions) {
     if (options.sql !== undefined) {
@@ -335,6 +402,7 @@ class PgTaskStore implements PostgresTaskStore {
     }
     this.config = options.config ?? DEFAULT_LIFECYCLE_CONFIG;
     this.offset = options.clockOffsetMs ?? (() => 0);
+    this.retentionLockTimeoutMs = options.retentionLockTimeoutMs ?? 200;
   }
 
   async close(): Promise<void> {
@@ -465,6 +533,7 @@ class PgTaskStore implements PostgresTaskStore {
         changed.map((e) => e.after),
       );
     const outputs: (TaskRef & { output: unknown })[] = [];
+    const terminal: TerminalTaskRef[] = [];
     const releases = new Map<
       string,
       { tenant_id: string; namespace: string; key: string; count: number }
@@ -485,6 +554,8 @@ class PgTaskStore implements PostgresTaskStore {
       }
       if (after.state === 'queued' && before.state !== 'queued') changes.hint(queueHint);
       if (TERMINAL.has(after.state) && !TERMINAL.has(before.state)) {
+        // Every terminal transition sets terminal_at to its own store time: the hook's `now`.
+        terminal.push({ ...refOf(after), terminal_at: after.terminal_at ?? 0 });
         changes.hint({
           kind: 'task',
           tenant: after.tenant_id,
@@ -509,6 +580,10 @@ class PgTaskStore implements PostgresTaskStore {
       }
     }
     if (outputs.length > 0) await writeOutputs(tx, outputs);
+    // DESIGN §8: the terminal hook, in the transaction of the terminal transition, under the
+    // task locks this transaction holds (registration takes the same lock, so no subscription
+    // can be inserted between the two). One statement, and only when a task became terminal.
+    if (terminal.length > 0) await markDeliveriesDue(tx, terminal);
     if (releases.size > 0) {
       const sorted = [...releases.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
       await releaseConcurrencySlots(
@@ -1007,7 +1082,7 @@ class PgTaskStore implements PostgresTaskStore {
   async cancel(scope: Scope, taskId: string): Promise<TaskState> {
     return this.transact(async (tx) => {
       const [row] = await lockTasks(tx, [{ ...scopeOf(scope), task_id: taskId }]);
-      if (row === undefined) throw notFound(taskId);
+      if (row === undefined) throw taskNotFound(taskId);
       const now = await this.time(tx);
       const task = taskFromDb(row);
       const result = cancelTask(task, now);
@@ -1032,7 +1107,7 @@ class PgTaskStore implements PostgresTaskStore {
         and p.task_id = t.task_id
       where t.tenant_id = ${scope.tenant_id} and t.namespace = ${scope.namespace}
         and t.task_id = ${taskId}`;
-    if (row === undefined) throw notFound(taskId);
+    if (row === undefined) throw taskNotFound(taskId);
     return taskFromDb(row, {
       data: jsonColumn(row.payload_data),
       output: jsonColumn(row.payload_output),
@@ -1076,7 +1151,7 @@ class PgTaskStore implements PostgresTaskStore {
       const [task] = await tx`
         select 1 from tasks where tenant_id = ${scope.tenant_id}
           and namespace = ${scope.namespace} and task_id = ${taskId}`;
-      if (task === undefined) throw notFound(taskId);
+      if (task === undefined) throw taskNotFound(taskId);
       const rows = await tx`
         select * from task_history
         where tenant_id = ${scope.tenant_id} and namespace = ${scope.namespace}
@@ -1201,6 +1276,166 @@ class PgTaskStore implements PostgresTaskStore {
       });
       await this.flush(tx, changes);
       return progress;
+    });
+  }
+
+  // ---- completion subscriptions (DESIGN §8) --------------------------------------------------
+
+  async subscribe(
+    scope: Scope,
+    taskId: string,
+    command: CompletionSubscribeCommand,
+  ): Promise<SubscribeOutcome> {
+    return this.transact(async (tx) => {
+      // The task's row lock, as the terminal hook holds it: a subscription is either inserted
+      // before a concurrent terminal transition (which then marks it due) or sees the task
+      // terminal (and is due at once), never neither.
+      const [row] = await lockTasks(tx, [{ ...scopeOf(scope), task_id: taskId }]);
+      if (row === undefined) throw taskNotFound(taskId);
+      const now = await this.time(tx);
+      const task = taskFromDb(row);
+      const existing = (await loadSubscriptions(tx, task)).map((r) => subscriptionFromDb(r));
+      const result = subscribeTask(task, existing, command, now, {
+        subscription_id: newId('subscription'),
+        event_id: newId('event'),
+      });
+      if (result.created) await insertSubscription(tx, result.row);
+      return { created: result.created, subscription: completionSubscription(result.row) };
+    });
+  }
+
+  async listSubscriptions(scope: Scope, taskId: string): Promise<CompletionSubscription[]> {
+    return this.transact(async (tx) => {
+      const rows = await listSubscriptionRows(tx, { ...scopeOf(scope), task_id: taskId });
+      if (rows.length === 0) throw taskNotFound(taskId);
+      return rows
+        .filter((row) => row.subscription_id !== null)
+        .map((row) => completionSubscription(subscriptionFromDb(row)));
+    }, 'read only');
+  }
+
+  async redeliver(
+    scope: Scope,
+    subscriptionId: string,
+    command: CompletionRetryCommand,
+  ): Promise<CompletionSubscription> {
+    return this.transact(async (tx) => {
+      // Task first, then the delivery: the lock order of registration, the terminal hook and
+      // retention, so none of them can deadlock with a redelivery.
+      const [task] = await lockSubscriptionTask(tx, scope, subscriptionId);
+      if (task === undefined) throw subscriptionNotFound(subscriptionId);
+      const [row] = await lockSubscription(tx, scope, subscriptionId);
+      if (row === undefined) throw subscriptionNotFound(subscriptionId);
+      const now = await this.time(tx);
+      const result = redeliverSubscription(subscriptionFromDb(row), command, now);
+      if (result.changed) await writeDelivery(tx, result.row);
+      return completionSubscription(result.row);
+    });
+  }
+
+  async leaseDeliveries(limit: number, leaseMs: number): Promise<CompletionLease[]> {
+    requireIntegerArgument(limit, 1, MAX_COMPLETION_BATCH, '$.limit');
+    requireIntegerArgument(leaseMs, 1, Number.MAX_SAFE_INTEGER, '$.lease_ms');
+    return this.transact((tx) => leaseDeliveryRows(tx, this.offset(), limit, leaseMs));
+  }
+
+  async reportDelivery(report: DeliveryReport): Promise<boolean> {
+    return this.transact((tx) =>
+      reportDeliveryRow(tx, this.offset(), {
+        scope: report.scope,
+        subscription_id: report.subscription_id,
+        generation: report.generation,
+        attempt: report.attempt,
+        next: report.next,
+        status_code: report.status_code ?? null,
+        error: report.error === undefined ? null : clipUtf8(report.error, MESSAGE_MAX_BYTES),
+      }),
+    );
+  }
+
+  async dueBacklog(limit: number): Promise<number> {
+    requireIntegerArgument(limit, 1, Number.MAX_SAFE_INTEGER, '$.limit');
+    return this.transact((tx) => countDueBacklog(tx, this.offset(), limit), 'read only');
+  }
+
+  // ---- retention (seed `RetentionPolicy`, `RetentionProgress`) -------------------------------
+
+  /** A namespace's policy: its own row, or this store's default (`terminalRetentionMs`). */
+  private policyView(row: RetentionPolicyRow | undefined): RetentionPolicy {
+    return retentionPolicyView(row, this.config.terminalRetentionMs);
+  }
+
+  async retentionPolicy(scope: Scope): Promise<RetentionPolicy> {
+    return this.transact(
+      async (tx) => this.policyView((await loadPolicyAt(tx, scope, this.offset())).policy),
+      'read only',
+    );
+  }
+
+  async setRetentionPolicy(
+    scope: Scope,
+    command: SetRetentionPolicyCommand,
+  ): Promise<RetentionPolicy> {
+    requireIntegerArgument(
+      command.retention_ms,
+      MIN_RETENTION_MS,
+      MAX_RETENTION_MS,
+      '$.retention_ms',
+    );
+    return this.transact(async (tx) =>
+      this.policyView(await upsertPolicy(tx, scope, command.retention_ms, this.offset())),
+    );
+  }
+
+  async previewRetention(
+    scope: Scope,
+    limit: number = MAX_RETENTION_BATCH,
+  ): Promise<RetentionPreview> {
+    requireIntegerArgument(limit, 1, MAX_RETENTION_BATCH, '$.limit');
+    return this.transact(async (tx) => {
+      const at = await loadPolicyAt(tx, scope, this.offset());
+      const policy = this.policyView(at.policy);
+      const cutoff = retentionCutoff(at.now, policy.retention_ms);
+      // One past the limit answers `truncated` exactly.
+      const found = await countCandidates(tx, scope, cutoff, limit + 1);
+      const preview: RetentionPreview = {
+        retention_ms: policy.retention_ms,
+        as_of: at.now,
+        cutoff,
+        candidates: Math.min(found.count, limit),
+        truncated: found.count > limit,
+      };
+      if (found.oldest !== null) preview.oldest_terminal_at = found.oldest;
+      return preview;
+    }, 'isolation level repeatable read read only');
+  }
+
+  async retentionScopes(after: Scope | undefined, limit: number): Promise<Scope[]> {
+    requireIntegerArgument(limit, 1, MAX_RETENTION_BATCH, '$.limit');
+    return this.transact((tx) => selectRetentionScopes(tx, after, limit), 'read only');
+  }
+
+  async collectRetired(
+    scope: Scope,
+    limit: number = MAX_RETENTION_BATCH,
+  ): Promise<RetentionProgress> {
+    requireIntegerArgument(limit, 1, MAX_RETENTION_BATCH, '$.limit');
+    // One bounded transaction (seed `RetentionProgress`): at most `limit` tasks and `limit`
+    // sessions, under a short local lock_timeout, skipping whatever another transaction holds.
+    return this.transact(async (tx) => {
+      const at = await loadPolicyAt(tx, scope, this.offset(), this.retentionLockTimeoutMs);
+      const cutoff = retentionCutoff(at.now, this.policyView(at.policy).retention_ms);
+      const removed = await collectRetiredRows(tx, scope, cutoff, limit);
+      return {
+        cutoff,
+        tasks_removed: removed.tasks,
+        attempts_removed: removed.attempts,
+        history_removed: removed.history,
+        subscriptions_removed: removed.subscriptions,
+        sessions_removed: removed.sessions,
+        // A full pass may have left more behind; a short one found everything it could.
+        has_more: removed.tasks === limit || removed.sessions === limit,
+      };
     });
   }
 }

@@ -52,10 +52,14 @@ import {
   TEST_QUEUE,
 } from './fixtures.js';
 
-/** What {@link runTaskStoreConformance} needs from the store under test. */
-export interface ConformanceHarness {
+/**
+ * What {@link runTaskStoreConformance} needs from the store under test. `S`
+ * is the interface the suite drives: `TaskStore` here, a wider store for
+ * suites of further ports (`CompletionConformanceHarness`).
+ */
+export interface ConformanceHarness<S extends TaskStore = TaskStore> {
   /** The store under test. Shared by every test of one suite run. */
-  store: TaskStore;
+  store: S;
   /** The lease timings the store applies; tests derive every wait from them. */
   config: LifecycleConfig;
   /** Moves store time forward by `ms` (e.g. an offset on the store's clock). */
@@ -79,7 +83,7 @@ export async function expectContractError(
 }
 
 /** The assignment of an `assigned` reply; fails the test on any other disposition. */
-function assignmentOf(reply: AcquireReply): Assignment {
+export function assignmentOf(reply: AcquireReply): Assignment {
   expect(reply.disposition).toBe('assigned');
   if (reply.disposition !== 'assigned')
     throw new Error(`expected assigned, got ${reply.disposition}`);
@@ -118,8 +122,8 @@ function expectCoherentProgress(progress: RecoveryProgress): void {
 }
 
 /** A test's view of the store: its own scope, and shorthands for common steps. */
-interface World {
-  store: TaskStore;
+export interface World<S extends TaskStore = TaskStore> {
+  store: S;
   config: LifecycleConfig;
   scope: Scope;
   advance(ms: number): Promise<void>;
@@ -152,7 +156,8 @@ interface World {
   recoverAll(): Promise<RecoveryProgress>;
 }
 
-interface Claimed {
+/** A task claimed by slot 0 of its own one-slot session (poll 1). */
+export interface Claimed {
   task: TaskSnapshot;
   session: WorkerSession;
   assignment: Assignment;
@@ -161,10 +166,11 @@ interface Claimed {
 /** Recovery passes are bounded; this bounds the loop that drains them in a test. */
 const MAX_RECOVERY_PASSES = 10_000;
 
-function worldOf(harness: ConformanceHarness): World {
+/** A fresh {@link World} on `harness`: a random scope no other test uses. */
+export function worldOf<S extends TaskStore>(harness: ConformanceHarness<S>): World<S> {
   const { store, config } = harness;
   const scope = freshScope();
-  const world: World = {
+  const world: World<S> = {
     store,
     config,
     scope,
@@ -253,6 +259,32 @@ function worldOf(harness: ConformanceHarness): World {
   return world;
 }
 
+/**
+ * The frame every conformance suite shares: a vitest `describe(name)` whose
+ * harness starts once in `beforeAll` and closes in `afterAll`; `body`
+ * registers the tests, each calling `setup()` for a fresh {@link World}.
+ * Tests run one after another (they move the shared store clock).
+ */
+export function describeConformance<S extends TaskStore>(
+  name: string,
+  makeHarness: () => Promise<ConformanceHarness<S>>,
+  body: (setup: () => World<S>) => void,
+): void {
+  describe(name, () => {
+    let harness: ConformanceHarness<S> | undefined;
+    beforeAll(async () => {
+      harness = await makeHarness();
+    });
+    afterAll(async () => {
+      await harness?.close();
+    });
+    body(() => {
+      if (harness === undefined) throw new Error('the conformance harness did not start');
+      return worldOf(harness);
+    });
+  });
+}
+
 /** A valid W3C traceparent for origin-trace propagation checks. */
 const TRACEPARENT = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 
@@ -276,19 +308,7 @@ export function runTaskStoreConformance(
   name: string,
   makeHarness: () => Promise<ConformanceHarness>,
 ): void {
-  describe(name, () => {
-    let harness: ConformanceHarness | undefined;
-    beforeAll(async () => {
-      harness = await makeHarness();
-    });
-    afterAll(async () => {
-      await harness?.close();
-    });
-    const setup = (): World => {
-      if (harness === undefined) throw new Error('the conformance harness did not start');
-      return worldOf(harness);
-    };
-
+  describeConformance(name, makeHarness, (setup) => {
     describe('submit (DESIGN §5 Submit, §4.1 Defaults)', () => {
       it('creates a queued task with history `submitted`', async () => {
         const w = setup();

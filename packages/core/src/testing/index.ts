@@ -2,11 +2,12 @@
  * @module @ledgence/core/testing
  *
  * Test support for anything built on the lifecycle core: an in-memory
- * `TaskStore` made only of the core's pure transitions (the fast reference
- * store), the `TaskStore` conformance suite every store runs (DESIGN §5 and
- * §4.1, one or more vitest tests per rule), and fixture builders for the
- * commands tests send. The conformance suite needs `vitest` (an optional peer
- * dependency); the memory store and the fixtures do not use it.
+ * `TaskStore`, `CompletionStore` and `RetentionStore` made only of the core's
+ * pure transitions (the fast reference store), the conformance suites every
+ * store runs (`TaskStore`: DESIGN §5 and §4.1; `CompletionStore`: §8;
+ * `RetentionStore`), one or more vitest tests per rule, and fixture builders
+ * for the commands tests send. The conformance suites need `vitest` (an
+ * optional peer dependency); the memory store and the fixtures do not use it.
  *
  * @example
  * ```ts
@@ -26,6 +27,12 @@
  * });
  * ```
  */
+export {
+  type CompletionConformanceHarness,
+  type CompletionConformanceStore,
+  runCompletionStoreConformance,
+  runRetentionStoreConformance,
+} from './completion-conformance.js';
 export {
   type ConformanceHarness,
   expectContractError,

@@ -1,16 +1,22 @@
 import {
   type AcquireReply,
   type Assignment,
+  COMPLETION_MAX_ATTEMPTS,
   ContractError,
+  MAX_COMPLETION_BATCH,
   MAX_RECOVERY_BATCH,
+  MAX_RETENTION_BATCH,
+  MAX_RETENTION_MS,
+  MIN_RETENTION_MS,
 } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_LIFECYCLE_CONFIG } from '../config.js';
 import {
-  type ConformanceHarness,
-  expectContractError,
-  runTaskStoreConformance,
-} from './conformance.js';
+  type CompletionConformanceHarness,
+  runCompletionStoreConformance,
+  runRetentionStoreConformance,
+} from './completion-conformance.js';
+import { expectContractError, runTaskStoreConformance } from './conformance.js';
 import {
   acquireCommand,
   freshScope,
@@ -24,7 +30,7 @@ import { createMemoryTaskStore, type MemoryTaskStoreOptions } from './memory-sto
 /** 2026-11-29T00:00:00Z: a frozen store clock makes every timestamp exact. */
 const EPOCH = Date.UTC(2026, 10, 29);
 
-function harnessOf(options: MemoryTaskStoreOptions): () => Promise<ConformanceHarness> {
+function harnessOf(options: MemoryTaskStoreOptions): () => Promise<CompletionConformanceHarness> {
   return async () => {
     const store = createMemoryTaskStore(options);
     return {
@@ -55,6 +61,26 @@ runTaskStoreConformance(
   'memory store (lease beyond authority)',
   harnessOf({ config: { leaseDurationMs: 60_000, cleanupGraceMs: 2_000 } }),
 );
+
+// The completion and retention suites, on a frozen and on a running clock,
+// with short leases and the shortest retention the contract allows.
+for (const [clock, now] of [
+  ['frozen clock', () => EPOCH],
+  ['running clock', undefined],
+] as const) {
+  const options: MemoryTaskStoreOptions = {
+    ...(now === undefined ? {} : { now }),
+    config: {
+      leaseDurationMs: 1_000,
+      cleanupGraceMs: 500,
+      leaseSafetyMarginMs: 200,
+      sessionValidityMs: 5_000,
+      terminalRetentionMs: MIN_RETENTION_MS,
+    },
+  };
+  runCompletionStoreConformance(`memory completion store (${clock})`, harnessOf(options));
+  runRetentionStoreConformance(`memory retention store (${clock})`, harnessOf(options));
+}
 
 function assignmentOf(reply: AcquireReply): Assignment {
   if (reply.disposition !== 'assigned')
@@ -222,5 +248,88 @@ describe('createMemoryTaskStore', () => {
       typeof store.submit
     >[0];
     await expect(store.submitBatch([broken])).rejects.not.toBeInstanceOf(ContractError);
+  });
+});
+
+describe('createMemoryTaskStore: completions and retention', () => {
+  /** A store on a frozen clock with a cancelled task in a fresh scope. */
+  async function terminalStore() {
+    const store = createMemoryTaskStore({ now: () => EPOCH });
+    const scope = freshScope();
+    const { snapshot } = await store.submit(submitCommand(scope));
+    await store.cancel(scope, snapshot.task_id);
+    const subscribe = (key: string) =>
+      store.subscribe(scope, snapshot.task_id, { subscription_key: key, destination: 'billing' });
+    return { store, scope, taskId: snapshot.task_id, subscribe };
+  }
+
+  it('leases the longest-due delivery first, then by subscription id', async () => {
+    const { store, subscribe } = await terminalStore();
+    const older = await subscribe('a');
+    store.advance(1);
+    await subscribe('b');
+    const [first] = await store.leaseDeliveries(1, 1_000);
+    expect(first?.subscription_id).toBe(older.subscription.id);
+    // Same due time: the smaller id first.
+    const { store: tied, subscribe: subscribeTied } = await terminalStore();
+    const ids = [
+      (await subscribeTied('a')).subscription.id,
+      (await subscribeTied('b')).subscription.id,
+    ];
+    const leases = await tied.leaseDeliveries(2, 1_000);
+    expect(leases.map((lease) => lease.subscription_id)).toEqual([...ids].sort());
+  });
+
+  it('a delivery exhausted by its lease is not returned but uses up its place in the batch', async () => {
+    const { store, scope, taskId, subscribe } = await terminalStore();
+    const stuck = await subscribe('stuck');
+    for (let attempt = 1; attempt <= COMPLETION_MAX_ATTEMPTS; attempt += 1) {
+      expect(await store.leaseDeliveries(1, 1_000)).toHaveLength(1);
+      store.advance(1_000);
+    }
+    await subscribe('fresh');
+    expect(await store.leaseDeliveries(1, 1_000)).toEqual([]);
+    const [exhausted] = await store.listSubscriptions(scope, taskId);
+    expect(exhausted).toMatchObject({ id: stuck.subscription.id, state: 'exhausted' });
+    expect(await store.leaseDeliveries(1, 1_000)).toHaveLength(1);
+  });
+
+  it('replies with copies of subscriptions', async () => {
+    const { store, scope, taskId, subscribe } = await terminalStore();
+    const { subscription } = await subscribe('k');
+    subscription.state = 'delivered';
+    const [listed] = await store.listSubscriptions(scope, taskId);
+    expect(listed?.state).toBe('due');
+  });
+
+  it('rejects out-of-range limits, lease lengths and retention lengths as invalid_input', async () => {
+    const { store, scope } = await terminalStore();
+    for (const bad of [0, -1, 1.5, MAX_COMPLETION_BATCH + 1]) {
+      await expectContractError(store.leaseDeliveries(bad, 1_000), 'invalid_input');
+    }
+    await expectContractError(store.leaseDeliveries(1, 0), 'invalid_input');
+    await expectContractError(store.dueBacklog(0), 'invalid_input');
+    for (const bad of [0, MAX_RETENTION_BATCH + 1]) {
+      await expectContractError(store.previewRetention(scope, bad), 'invalid_input');
+      await expectContractError(store.collectRetired(scope, bad), 'invalid_input');
+      await expectContractError(store.retentionScopes(undefined, bad), 'invalid_input');
+    }
+    for (const retention_ms of [MIN_RETENTION_MS - 1, MAX_RETENTION_MS + 1]) {
+      await expectContractError(store.setRetentionPolicy(scope, { retention_ms }), 'invalid_input');
+    }
+    expect((await store.retentionPolicy(scope)).source).toBe('default');
+  });
+
+  it('collection forgets a removed task’s idempotency key, so the key submits anew', async () => {
+    const store = createMemoryTaskStore({ now: () => EPOCH });
+    const scope = freshScope();
+    const command = submitCommand(scope);
+    const { snapshot } = await store.submit(command);
+    await store.cancel(scope, snapshot.task_id);
+    store.advance(store.config.terminalRetentionMs + 1);
+    expect((await store.collectRetired(scope)).tasks_removed).toBe(1);
+    const again = await store.submit(command);
+    expect(again.created).toBe(true);
+    expect(again.snapshot.task_id).not.toBe(snapshot.task_id);
   });
 });

@@ -1,7 +1,7 @@
 /**
- * A complete in-memory `TaskStore`, built only from the core's pure
- * transitions: every operation loads the rows it needs, applies one
- * transition and writes what the transition returned. JavaScript runs each
+ * A complete in-memory `TaskStore`, `CompletionStore` and `RetentionStore`,
+ * built only from the core's pure transitions: every operation loads the rows
+ * it needs, applies one transition and writes what the transition returned. JavaScript runs each
  * operation to completion between awaits, so an operation is as atomic as a
  * PostgreSQL transaction under the task's row lock. No lifecycle rule lives
  * here; the store only decides what a database would: which rows to load,
@@ -11,17 +11,28 @@ import {
   type AcquireCommand,
   type AttemptSnapshot,
   type Authority,
+  type CompletionRetryCommand,
+  type CompletionSubscribeCommand,
+  type CompletionSubscription,
   ContractError,
   decodeTaskCursor,
   encodeTaskCursor,
   HISTORY_PAGE_LIMIT,
   type LeaseOwner,
+  MAX_COMPLETION_BATCH,
   MAX_RECOVERY_BATCH,
+  MAX_RETENTION_BATCH,
+  MAX_RETENTION_MS,
+  MIN_RETENTION_MS,
   type OpenSessionCommand,
   type RecordedHistoryEvent,
   type RecoveryProgress,
   type RenewCommand,
+  type RetentionPolicy,
+  type RetentionPreview,
+  type RetentionProgress,
   type Scope,
+  type SetRetentionPolicyCommand,
   type SettleCommand,
   type SettleReply,
   type SubmitCommand,
@@ -40,19 +51,44 @@ import {
 } from '@ledgence/contracts';
 import { claimTask, classifyPoll, emptyPoll, replayPoll } from '../acquire.js';
 import { cancelTask } from '../cancel.js';
+import {
+  completionSubscription,
+  type DeliveryReport,
+  deliveryLeasable,
+  isTerminalState,
+  leaseDelivery,
+  markDue,
+  redeliverSubscription,
+  reportDelivery as reportDeliveryOf,
+  subscribeTask,
+} from '../completion.js';
 import { type LifecycleConfig, lifecycleConfig } from '../config.js';
 import { commandDigest } from '../digest.js';
 import { newId } from '../ids.js';
+import { requireIntegerArgument, subscriptionNotFound, taskNotFound } from '../not-found.js';
 import type {
   AcquireOutcome,
   AcquireStoreOptions,
+  CompletionLease,
+  CompletionStore,
   ItemResult,
+  RetentionStore,
   SubmitOutcome,
+  SubscribeOutcome,
   TaskStore,
 } from '../ports.js';
 import { countRecovery, recoverExpiredLease, startRecoveryProgress } from '../recovery.js';
 import { renewLease } from '../renew.js';
-import type { AttemptRow, CursorRow, HistoryRow, SessionRow, TaskRow } from '../rows.js';
+import { retentionCandidate, retentionCutoff, retentionPolicyView, retired } from '../retention.js';
+import type {
+  AttemptRow,
+  CursorRow,
+  HistoryRow,
+  RetentionPolicyRow,
+  SessionRow,
+  SubscriptionRow,
+  TaskRow,
+} from '../rows.js';
 import {
   extendSession as extendSessionRow,
   openSession as openSessionRow,
@@ -81,8 +117,11 @@ export interface MemoryTaskStoreOptions {
   now?: () => Timestamp;
 }
 
-/** An in-memory {@link TaskStore} whose clock a test can move forward. */
-export interface MemoryTaskStore extends TaskStore {
+/**
+ * An in-memory {@link TaskStore}, {@link CompletionStore} and
+ * {@link RetentionStore} whose clock a test can move forward.
+ */
+export interface MemoryTaskStore extends TaskStore, CompletionStore, RetentionStore {
   /** The lease timings the store applies. */
   readonly config: LifecycleConfig;
   /**
@@ -102,8 +141,18 @@ function compareBytes(a: string, b: string): number {
   return Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
 }
 
-function taskNotFound(taskId: string): ContractError {
-  return new ContractError('not_found', `task ${taskId} was not found`);
+/** A batch limit: `1..max`. */
+const requireLimit = (limit: number, max: number): number =>
+  requireIntegerArgument(limit, 1, max, '$.limit');
+
+/** Oldest first: (created_at, subscription_id bytes), the listing order of a task's subscriptions. */
+function subscriptionOrder(a: SubscriptionRow, b: SubscriptionRow): number {
+  return a.created_at - b.created_at || compareBytes(a.subscription_id, b.subscription_id);
+}
+
+/** (tenant, namespace) in UTF-8 byte order: the retention walk's order. */
+function scopeOrder(a: Scope, b: Scope): number {
+  return compareBytes(a.tenant_id, b.tenant_id) || compareBytes(a.namespace, b.namespace);
 }
 
 function sameScope(row: { tenant_id: string; namespace: string }, scope: Scope): boolean {
@@ -194,6 +243,12 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
   const sessions = new Map<string, SessionRow>();
   const cursors = new Map<string, CursorRow>();
   const histories = new Map<string, HistoryRow[]>();
+  /** By `scopeKey(scope, subscription_id)`: a subscription id is only found in its own scope. */
+  const subscriptions = new Map<string, SubscriptionRow>();
+  /** Task key → the keys of its subscriptions, the index the terminal hook reads. */
+  const subscriptionsOfTask = new Map<string, Set<string>>();
+  /** By `scopeKey(scope)`: a namespace's own retention policy. */
+  const policies = new Map<string, RetentionPolicyRow>();
 
   // Rows are copied in and out, as a database would serialise them: neither
   // a transition's caller nor a test can reach into stored state.
@@ -217,6 +272,24 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     if (task === null) throw taskNotFound(taskId);
     return task;
   };
+  /** A task's subscriptions (copies), oldest first. */
+  const loadSubscriptions = (scope: Scope, taskId: string): SubscriptionRow[] => {
+    const keys = subscriptionsOfTask.get(taskKey(scope, taskId)) ?? new Set<string>();
+    const rows: SubscriptionRow[] = [];
+    for (const key of keys) {
+      const row = subscriptions.get(key);
+      if (row !== undefined) rows.push(copy(row));
+    }
+    return rows.sort(subscriptionOrder);
+  };
+  const writeSubscription = (row: SubscriptionRow): void => {
+    const key = scopeKey(scopeOf(row), row.subscription_id);
+    subscriptions.set(key, copy(row));
+    const owner = taskKey(scopeOf(row), row.task_id);
+    const keys = subscriptionsOfTask.get(owner) ?? new Set<string>();
+    keys.add(key);
+    subscriptionsOfTask.set(owner, keys);
+  };
   const loadAttempt = (scope: Scope, taskId: string, attemptId: string): AttemptRow | null => {
     const attempt = attempts.get(attemptKey(scope, taskId, attemptId));
     return attempt === undefined ? null : copy(attempt);
@@ -226,7 +299,14 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     attempt: loadAttempt(owner.scope, owner.task_id, owner.attempt_id),
   });
 
-  /** Writes what one transition returned, as one unit. */
+  /**
+   * Writes what one transition returned, as one unit. Every task row goes
+   * through here, so this is also the one place of the terminal hook (DESIGN
+   * §8): a task row that turns terminal makes the task's waiting
+   * subscriptions due in the same synchronous step, whichever transition
+   * (settle, confirmation, cancel, recovery) got it there. The hook's time is
+   * the row's `terminal_at`, which the transition set to its own `now`.
+   */
   const write = (rows: {
     task?: TaskRow;
     attempt?: AttemptRow;
@@ -234,7 +314,17 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     cursor?: CursorRow;
   }): void => {
     if (rows.task !== undefined) {
-      tasks.set(taskKey(scopeOf(rows.task), rows.task.task_id), copy(rows.task));
+      const task = rows.task;
+      const key = taskKey(scopeOf(task), task.task_id);
+      const before = tasks.get(key);
+      tasks.set(key, copy(task));
+      const becameTerminal =
+        isTerminalState(task.state) && (before === undefined || !isTerminalState(before.state));
+      if (becameTerminal && task.terminal_at !== null) {
+        for (const subscription of loadSubscriptions(scopeOf(task), task.task_id)) {
+          writeSubscription(markDue(subscription, task.terminal_at));
+        }
+      }
     }
     if (rows.attempt !== undefined) {
       const attempt = rows.attempt;
@@ -390,6 +480,217 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     return progress;
   };
 
+  const subscribe = async (
+    scope: Scope,
+    taskId: string,
+    command: CompletionSubscribeCommand,
+  ): Promise<SubscribeOutcome> => {
+    const now = clock();
+    const task = requireTask(scope, taskId);
+    const result = subscribeTask(task, loadSubscriptions(scope, taskId), command, now, {
+      subscription_id: newId('subscription'),
+      event_id: newId('event'),
+    });
+    if (result.created) writeSubscription(result.row);
+    return { created: result.created, subscription: copy(completionSubscription(result.row)) };
+  };
+
+  const redeliver = async (
+    scope: Scope,
+    subscriptionId: string,
+    command: CompletionRetryCommand,
+  ): Promise<CompletionSubscription> => {
+    const now = clock();
+    const stored = subscriptions.get(scopeKey(scope, subscriptionId));
+    if (stored === undefined) throw subscriptionNotFound(subscriptionId);
+    const result = redeliverSubscription(copy(stored), command, now);
+    if (result.changed) writeSubscription(result.row);
+    return copy(completionSubscription(result.row));
+  };
+
+  /** The lease of a row `leaseDelivery` just moved to `delivering`, with its terminal task's facts. */
+  const completionLease = (row: SubscriptionRow): CompletionLease => {
+    const task = tasks.get(taskKey(scopeOf(row), row.task_id));
+    // A delivery is only ever due once its task is terminal, and retention
+    // never removes a task whose delivery is pending: anything else is a bug.
+    if (task === undefined || !isTerminalState(task.state) || task.terminal_at === null) {
+      throw new Error(
+        `subscription ${row.subscription_id} is leasable but its task is not terminal`,
+      );
+    }
+    if (row.next_attempt_at === null) {
+      throw new Error(`leased subscription ${row.subscription_id} has no lease expiry`);
+    }
+    return {
+      scope: scopeOf(row),
+      subscription_id: row.subscription_id,
+      task_id: row.task_id,
+      destination: row.destination,
+      event_id: row.event_id,
+      generation: row.generation,
+      attempt: row.attempts,
+      lease_expires_at: row.next_attempt_at,
+      queue: task.queue,
+      run_id: task.run_id,
+      state: task.state,
+      terminal_at: task.terminal_at,
+    };
+  };
+
+  const leaseDeliveries = async (limit: number, leaseMs: number): Promise<CompletionLease[]> => {
+    requireLimit(limit, MAX_COMPLETION_BATCH);
+    requireIntegerArgument(leaseMs, 1, Number.MAX_SAFE_INTEGER, '$.lease_ms');
+    const now = clock();
+    const leasable: SubscriptionRow[] = [];
+    for (const row of subscriptions.values()) {
+      if (deliveryLeasable(row, now)) leasable.push(row);
+    }
+    // Oldest due first, as an index on next_attempt_at would yield them. Like
+    // a `LIMIT` in SQL, rows that turn out exhausted still use up the batch.
+    leasable.sort(
+      (a, b) =>
+        (a.next_attempt_at ?? 0) - (b.next_attempt_at ?? 0) ||
+        compareBytes(a.subscription_id, b.subscription_id),
+    );
+    const leases: CompletionLease[] = [];
+    for (const row of leasable.slice(0, limit)) {
+      const leased = leaseDelivery(copy(row), now, leaseMs);
+      writeSubscription(leased);
+      if (leased.state === 'delivering') leases.push(completionLease(leased));
+    }
+    return leases;
+  };
+
+  const reportDelivery = async (report: DeliveryReport): Promise<boolean> => {
+    const now = clock();
+    const stored = subscriptions.get(scopeKey(report.scope, report.subscription_id));
+    // A subscription that no longer exists makes the report as stale as one
+    // another sender overtook: it changes nothing.
+    if (stored === undefined) return false;
+    const next = reportDeliveryOf(copy(stored), report, now);
+    if (next === undefined) return false;
+    writeSubscription(next);
+    return true;
+  };
+
+  const dueBacklog = async (limit: number): Promise<number> => {
+    requireIntegerArgument(limit, 1, Number.MAX_SAFE_INTEGER, '$.limit');
+    const now = clock();
+    let count = 0;
+    for (const row of subscriptions.values()) {
+      if (count >= limit) break;
+      if (row.state === 'due' && row.next_attempt_at !== null && row.next_attempt_at <= now) {
+        count += 1;
+      }
+    }
+    return count;
+  };
+
+  const retentionPolicy = (scope: Scope): RetentionPolicy =>
+    retentionPolicyView(policies.get(scopeKey(scope)), config.terminalRetentionMs);
+
+  /** The namespace's terminal tasks, oldest terminal first (terminal_at, task_id bytes). */
+  const terminalTasks = (scope: Scope): TaskRow[] => {
+    const found: TaskRow[] = [];
+    for (const task of tasks.values()) {
+      if (sameScope(task, scope) && isTerminalState(task.state)) found.push(task);
+    }
+    return found.sort(
+      (a, b) => (a.terminal_at ?? 0) - (b.terminal_at ?? 0) || compareBytes(a.task_id, b.task_id),
+    );
+  };
+
+  const previewRetention = async (
+    scope: Scope,
+    limit: number = MAX_RETENTION_BATCH,
+  ): Promise<RetentionPreview> => {
+    requireLimit(limit, MAX_RETENTION_BATCH);
+    const now = clock();
+    const policy = retentionPolicy(scope);
+    const cutoff = retentionCutoff(now, policy.retention_ms);
+    const candidates = terminalTasks(scope).filter((task) => retentionCandidate(task, cutoff));
+    const preview: RetentionPreview = {
+      retention_ms: policy.retention_ms,
+      as_of: now,
+      cutoff,
+      candidates: Math.min(candidates.length, limit),
+      truncated: candidates.length > limit,
+    };
+    const oldest = candidates[0]?.terminal_at;
+    if (oldest != null) preview.oldest_terminal_at = oldest;
+    return preview;
+  };
+
+  const retentionScopes = async (after: Scope | undefined, limit: number): Promise<Scope[]> => {
+    requireLimit(limit, MAX_RETENTION_BATCH);
+    const found = new Map<string, Scope>();
+    for (const task of tasks.values()) {
+      if (isTerminalState(task.state)) found.set(scopeKey(task), scopeOf(task));
+    }
+    return [...found.values()]
+      .filter((scope) => after === undefined || scopeOrder(scope, after) > 0)
+      .sort(scopeOrder)
+      .slice(0, limit);
+  };
+
+  const collectRetired = async (
+    scope: Scope,
+    limit: number = MAX_RETENTION_BATCH,
+  ): Promise<RetentionProgress> => {
+    requireLimit(limit, MAX_RETENTION_BATCH);
+    const now = clock();
+    const cutoff = retentionCutoff(now, retentionPolicy(scope).retention_ms);
+    const progress: RetentionProgress = {
+      cutoff,
+      tasks_removed: 0,
+      attempts_removed: 0,
+      history_removed: 0,
+      subscriptions_removed: 0,
+      sessions_removed: 0,
+      has_more: false,
+    };
+
+    const removedTasks = new Set<string>();
+    for (const task of terminalTasks(scope)) {
+      if (removedTasks.size >= limit) break;
+      if (!retired(task, loadSubscriptions(scope, task.task_id), cutoff)) continue;
+      const key = taskKey(scope, task.task_id);
+      removedTasks.add(key);
+      tasks.delete(key);
+      taskByIdempotencyKey.delete(scopeKey(scope, task.idempotency_key));
+      progress.history_removed += histories.get(key)?.length ?? 0;
+      histories.delete(key);
+      for (const subscriptionKey of subscriptionsOfTask.get(key) ?? []) {
+        subscriptions.delete(subscriptionKey);
+        progress.subscriptions_removed += 1;
+      }
+      subscriptionsOfTask.delete(key);
+    }
+    // Attempts are keyed by (scope, task, attempt): one pass finds them all.
+    for (const [key, attempt] of attempts) {
+      if (removedTasks.has(taskKey(scopeOf(attempt), attempt.task_id))) {
+        attempts.delete(key);
+        progress.attempts_removed += 1;
+      }
+    }
+    progress.tasks_removed = removedTasks.size;
+
+    const expired = [...sessions.values()]
+      .filter((session) => sameScope(session, scope) && session.expires_at < cutoff)
+      .sort((a, b) => a.expires_at - b.expires_at || compareBytes(a.id, b.id))
+      .slice(0, limit);
+    const removedSessions = new Set(expired.map((session) => session.id));
+    for (const id of removedSessions) sessions.delete(id);
+    for (const [key, cursor] of cursors) {
+      if (removedSessions.has(cursor.worker_session_id)) cursors.delete(key);
+    }
+    progress.sessions_removed = removedSessions.size;
+
+    // A full pass may have left more behind; a short one found everything it could.
+    progress.has_more = progress.tasks_removed === limit || progress.sessions_removed === limit;
+    return progress;
+  };
+
   const store: MemoryTaskStore = {
     config,
 
@@ -529,6 +830,51 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     },
 
     recoverExpiredLeases,
+
+    subscribe,
+
+    async listSubscriptions(scope: Scope, taskId: string): Promise<CompletionSubscription[]> {
+      requireTask(scope, taskId);
+      return loadSubscriptions(scope, taskId).map((row) => copy(completionSubscription(row)));
+    },
+
+    redeliver,
+
+    leaseDeliveries,
+
+    reportDelivery,
+
+    dueBacklog,
+
+    async retentionPolicy(scope: Scope): Promise<RetentionPolicy> {
+      return copy(retentionPolicy(scope));
+    },
+
+    async setRetentionPolicy(
+      scope: Scope,
+      command: SetRetentionPolicyCommand,
+    ): Promise<RetentionPolicy> {
+      requireIntegerArgument(
+        command.retention_ms,
+        MIN_RETENTION_MS,
+        MAX_RETENTION_MS,
+        '$.retention_ms',
+      );
+      const row: RetentionPolicyRow = {
+        tenant_id: scope.tenant_id,
+        namespace: scope.namespace,
+        retention_ms: command.retention_ms,
+        updated_at: clock(),
+      };
+      policies.set(scopeKey(scope), copy(row));
+      return copy(retentionPolicyView(row, config.terminalRetentionMs));
+    },
+
+    previewRetention,
+
+    retentionScopes,
+
+    collectRetired,
   };
   return store;
 }

@@ -1,19 +1,28 @@
 /**
- * Test harness of the HTTP app: an app over the in-memory store, keys for
- * every role, a request helper, a service wrapper that counts calls, and a
- * full dump of what the store holds for some scopes (to prove that a
- * rejected request changed nothing).
+ * Test harness of the HTTP app: an app over the in-memory store (tasks,
+ * completion subscriptions and retention), keys for every role, a request
+ * helper, service wrappers that count calls, and a full dump of what the
+ * store holds for some scopes (to prove that a rejected request changed
+ * nothing).
  */
 import type {
   AcquireReply,
   Assignment,
+  CompletionSubscribeCommand,
+  CompletionSubscription,
   Scope,
   SubmitCommand,
   TaskPage,
   TaskSnapshot,
   WorkerSession,
 } from '@ledgence/contracts';
-import { createTaskService, type TaskService } from '@ledgence/core';
+import {
+  type CompletionService,
+  createCompletionService,
+  createTaskService,
+  type DeliveryNext,
+  type TaskService,
+} from '@ledgence/core';
 import { createMemoryTaskStore, type MemoryTaskStore } from '@ledgence/core/testing';
 import type { Hono } from 'hono';
 import {
@@ -45,6 +54,9 @@ export const KEY_CONFIG: ApiKeyConfig[] = [
   { key: KEYS.other, tenant: 'globex', namespaces: ['*'], roles: ['client', 'worker'] },
 ];
 
+/** The callback destination aliases the harness's completion service knows. */
+export const DESTINATIONS: ReadonlySet<string> = new Set(['billing', 'audit']);
+
 export const ACME_PROD: Scope = { tenant_id: 'acme', namespace: 'prod' };
 export const ACME_DEV: Scope = { tenant_id: 'acme', namespace: 'dev' };
 export const GLOBEX_PROD: Scope = { tenant_id: 'globex', namespace: 'prod' };
@@ -70,34 +82,47 @@ export interface CallOptions {
 /** Counts of service calls, by method. */
 export type CallCounts = Record<string, number>;
 
-/** A service wrapper counting every call, to prove a request never reached it. */
-export function countingService(service: TaskService): { service: TaskService; calls: CallCounts } {
-  const calls: CallCounts = {};
-  const wrapped = new Proxy(service, {
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
+/**
+ * A wrapper of `target` counting every method call into `calls` under
+ * `prefix + name`, to prove a request never reached it.
+ */
+export function countCalls<T extends object>(target: T, calls: CallCounts, prefix = ''): T {
+  return new Proxy(target, {
+    get(object, property, receiver) {
+      const value: unknown = Reflect.get(object, property, receiver);
       if (typeof value !== 'function' || typeof property !== 'string') return value;
       return (...args: unknown[]) => {
-        calls[property] = (calls[property] ?? 0) + 1;
-        return (value as (...a: unknown[]) => unknown).apply(target, args);
+        const name = `${prefix}${property}`;
+        calls[name] = (calls[name] ?? 0) + 1;
+        return (value as (...a: unknown[]) => unknown).apply(object, args);
       };
     },
   });
-  return { service: wrapped, calls };
 }
 
-/** What a test gets: the app, the store, the service and helpers. */
+/** What a test gets: the app, the store, the services and helpers. */
 export interface Harness {
   app: Hono<HttpAppEnv>;
+  /** The store; also the app's retention operations. */
   store: MemoryTaskStore;
   service: TaskService;
+  /** The completion service over {@link store} with {@link DESTINATIONS}. */
+  completions: CompletionService;
+  /**
+   * Calls that reached the services: task service methods by name,
+   * `completions.<name>` and `retention.<name>`.
+   */
   calls: CallCounts;
   call(path: string, options?: CallOptions): Promise<Response>;
   /** Everything the store holds for `scopes`, as comparable JSON. */
   dump(scopes: readonly Scope[]): Promise<string>;
 }
 
-/** Builds a harness; `options` override the app options (keys default to {@link KEY_CONFIG}). */
+/**
+ * Builds a harness; `options` override the app options (keys default to
+ * {@link KEY_CONFIG}; completions and retention are mounted unless set to
+ * `undefined`).
+ */
 export function createHarness(
   options: Partial<Omit<HttpAppOptions, 'service'>> & { rescanIntervalMs?: number } = {},
 ): Harness {
@@ -107,8 +132,15 @@ export function createHarness(
     longPollMaxMs: options.longPollMaxMs ?? 5_000,
     rescanIntervalMs: options.rescanIntervalMs ?? 10,
   });
-  const { service, calls } = countingService(base);
-  const app = createHttpApp({ auth: { keys: KEY_CONFIG }, ...options, service });
+  const completions = createCompletionService({ store, destinations: DESTINATIONS });
+  const calls: CallCounts = {};
+  const app = createHttpApp({
+    auth: { keys: KEY_CONFIG },
+    completions: countCalls(completions, calls, 'completions.'),
+    retention: countCalls(store, calls, 'retention.'),
+    ...options,
+    service: countCalls(base, calls),
+  });
   async function call(path: string, init: CallOptions = {}): Promise<Response> {
     const headers: Record<string, string> = { ...init.headers };
     if (init.key !== undefined) headers.authorization = `Bearer ${init.key}`;
@@ -140,14 +172,16 @@ export function createHarness(
           const snapshot = await base.inspect(scope, status.task_id);
           const history = await base.history(scope, status.task_id, 0);
           const result = await base.result(scope, status.task_id);
-          out.push({ status, snapshot, history, result });
+          const subscriptions = await completions.list(scope, status.task_id);
+          out.push({ status, snapshot, history, result, subscriptions });
         }
         cursor = page.next_cursor;
       } while (cursor !== undefined);
+      out.push({ scope, retention: await store.retentionPolicy(scope) });
     }
     return JSON.stringify(out);
   }
-  return { app, store, service: base, calls, call, dump };
+  return { app, store, service: base, completions, calls, call, dump };
 }
 
 /** A submit command in `scope` (queue `email`, program `send`). */
@@ -245,4 +279,50 @@ export function settleBody(
     quiescence,
     processing_trace: null,
   };
+}
+
+/** The completion subscriptions path of `taskId` in `scope`. */
+export function subscriptionsPath(scope: Scope, taskId: string): string {
+  return `${scopePath(scope)}/tasks/${encodeURIComponent(taskId)}/completion-subscriptions`;
+}
+
+/** The redeliver path of subscription `id` in `scope`. */
+export function redeliverPath(scope: Scope, id: string): string {
+  return `${scopePath(scope)}/completion-subscriptions/${encodeURIComponent(id)}/redeliver`;
+}
+
+/** The retention policy path of `scope` (admin). */
+export function policyPath(scope: Scope): string {
+  return `${scopePath(scope)}/retention-policy`;
+}
+
+/** A subscribe command for `key` (destination `billing` unless given). */
+export function subscribeBody(key: string, destination = 'billing'): CompletionSubscribeCommand {
+  return { subscription_key: key, destination };
+}
+
+/**
+ * Plays the callback sender once: leases every due delivery and reports
+ * `next` for each (a delivery becomes due when its task is terminal).
+ * Returns the subscriptions as they are afterwards, by id.
+ */
+export async function deliverDue(
+  h: Harness,
+  next: DeliveryNext,
+): Promise<Map<string, CompletionSubscription>> {
+  const leases = await h.store.leaseDeliveries(100, 30_000);
+  const out = new Map<string, CompletionSubscription>();
+  for (const lease of leases) {
+    await h.store.reportDelivery({
+      scope: lease.scope,
+      subscription_id: lease.subscription_id,
+      generation: lease.generation,
+      attempt: lease.attempt,
+      next,
+      ...(next.state === 'delivered' ? { status_code: 204 } : { status_code: 500 }),
+    });
+    const list = await h.completions.list(lease.scope, lease.task_id);
+    for (const subscription of list) out.set(subscription.id, subscription);
+  }
+  return out;
 }

@@ -1,0 +1,110 @@
+/**
+ * The sender's pure parts and the paths that need no receiver: the event a
+ * lease encodes, the bound on recorded errors, option checks, and hooks or
+ * loggers that throw. Deliveries over real sockets are in sender.e2e.test.ts.
+ */
+import { MAX_COMPLETION_BATCH, MESSAGE_MAX_BYTES, utf8ByteLength } from '@ledgence/contracts';
+import { createMemoryTaskStore, freshScope } from '@ledgence/core/testing';
+import { describe, expect, it } from 'vitest';
+import { boundMessage, createCompletionSender, encodeLeaseEvent } from './sender.js';
+import { finishTask, subscribe } from './testdata/tasks.js';
+
+describe('encodeLeaseEvent', () => {
+  it('encodes identical bytes from every lease of a subscription, across tries and generations', async () => {
+    const store = createMemoryTaskStore();
+    const scope = freshScope();
+    const taskId = await finishTask(store, scope, 'failed');
+    const subscription = await subscribe(store, scope, taskId, 'billing');
+
+    const leaseOne = async () => {
+      const [lease] = await store.leaseDeliveries(1, 60_000);
+      if (lease === undefined) throw new Error('nothing was due');
+      return lease;
+    };
+    const report = (lease: Awaited<ReturnType<typeof leaseOne>>, state: 'due' | 'delivered') =>
+      store.reportDelivery({
+        scope,
+        subscription_id: lease.subscription_id,
+        generation: lease.generation,
+        attempt: lease.attempt,
+        next: state === 'due' ? { state, delay_ms: 0 } : { state },
+      });
+
+    const first = await leaseOne();
+    await report(first, 'due');
+    const second = await leaseOne();
+    await report(second, 'delivered');
+    await store.redeliver(scope, subscription.id, { generation: 1 });
+    const third = await leaseOne();
+
+    expect([first, second, third].map((lease) => [lease.generation, lease.attempt])).toEqual([
+      [1, 1],
+      [1, 2],
+      [2, 1],
+    ]);
+    const [a, b, c] = [first, second, third].map(encodeLeaseEvent);
+    expect(a?.id).toBe(subscription.event_id);
+    expect(b?.body.equals(a?.body ?? Buffer.alloc(0))).toBe(true);
+    expect(c?.body.equals(a?.body ?? Buffer.alloc(0))).toBe(true);
+    expect(JSON.parse(a?.body.toString('utf8') ?? '')).toMatchObject({
+      id: subscription.event_id,
+      subject: taskId,
+      data: { task_id: taskId, state: 'failed' },
+    });
+  });
+});
+
+describe('boundMessage', () => {
+  it('keeps a short message as it is', () => {
+    expect(boundMessage('status 500')).toBe('status 500');
+  });
+
+  it('cuts a long message at a character boundary within MESSAGE_MAX_BYTES', () => {
+    const cut = boundMessage('é'.repeat(MESSAGE_MAX_BYTES));
+    expect(utf8ByteLength(cut)).toBeLessThanOrEqual(MESSAGE_MAX_BYTES);
+    expect(cut.endsWith('é…')).toBe(true);
+    expect(boundMessage('abcdef', 5)).toBe('ab…');
+  });
+
+  it('replaces a lone surrogate, which cannot be stored as UTF-8', () => {
+    expect(boundMessage('bad \ud800 text')).toBe('bad \ufffd text');
+  });
+});
+
+describe('createCompletionSender', () => {
+  const store = createMemoryTaskStore();
+  const destinations = new Map();
+
+  it.each([
+    ['batchSize', 0],
+    ['batchSize', MAX_COMPLETION_BATCH + 1],
+    ['retryBaseMs', 0],
+    ['leaseMs', -1],
+    ['idleIntervalMs', 0.5],
+  ])('refuses %s = %s', (name, value) => {
+    expect(() => createCompletionSender({ store, destinations, [name]: value })).toThrow(
+      RangeError,
+    );
+  });
+
+  it('survives a throwing onDelivery hook and a throwing logger', async () => {
+    const scope = freshScope();
+    const subscription = await subscribe(store, scope, await finishTask(store, scope), 'nowhere');
+    const fail = (): never => {
+      throw new Error('boom');
+    };
+    const sender = createCompletionSender({
+      store,
+      destinations,
+      onDelivery: fail,
+      logger: { info: fail, warn: fail, error: fail },
+    });
+
+    const { records } = await sender.runOnce();
+
+    expect(records).toMatchObject([
+      { subscriptionId: subscription.id, outcome: 'retry', reason: 'unconfigured' },
+    ]);
+    await sender.stop();
+  });
+});

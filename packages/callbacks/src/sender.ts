@@ -1,0 +1,578 @@
+/**
+ * The completion sender (DESIGN §8): the loop that leases due deliveries from
+ * a `CompletionStore`, POSTs each one's event with {@link deliverEvent} and
+ * reports the outcome back, one store call per lease batch and one per try.
+ *
+ * No store call spans network I/O: leasing is one transaction that ends
+ * before the first byte is sent, and each report is its own transaction after
+ * the try. A crash between the two is what the lease is for — the row becomes
+ * leasable again when the lease runs out, and the try counts (the core counts
+ * tries at lease time), so deliveries are at least once and never endless.
+ */
+import {
+  buildCompletionEvent,
+  COMPLETION_LEASE_MS,
+  COMPLETION_MAX_RETRY_DELAY_MS,
+  COMPLETION_RETRY_BASE_MS,
+  MAX_COMPLETION_BATCH,
+  MESSAGE_MAX_BYTES,
+  utf8ByteLength,
+} from '@ledgence/contracts';
+import type {
+  CompletionLease,
+  CompletionStore,
+  DeliveryNext,
+  DeliveryReport,
+} from '@ledgence/core';
+import {
+  isExhausted,
+  type NextDeliveryState,
+  nextDeliveryDelayMs,
+  nextDeliveryState,
+} from './backoff.js';
+import {
+  type DeliveryOutcome,
+  deliverEvent,
+  type EncodedEvent,
+  encodeCompletionEvent,
+  type RetryReason,
+} from './deliver.js';
+import type { Destinations } from './destinations.js';
+
+/**
+ * How long the sender waits before looking again when a lease call found
+ * fewer deliveries than it asked for. Nothing wakes the sender when a task
+ * becomes terminal or a retry falls due (both are rows changing in the store),
+ * so it polls: 250 ms keeps a callback within about a quarter second of the
+ * task's end, and an idle poll is one small indexed query — four a second per
+ * replica is noise for PostgreSQL.
+ */
+export const DEFAULT_IDLE_INTERVAL_MS = 250;
+
+/**
+ * Time a try's report needs after its deadline, added to the longest
+ * destination timeout when choosing the lease (see
+ * {@link CompletionSenderOptions.leaseMs}).
+ */
+export const REPORT_MARGIN_MS = 5_000;
+
+/** The longest pause after consecutive store failures: a recovered database is used within it. */
+const STORE_RETRY_MAX_MS = 5_000;
+
+/** Structured fields of a log line. */
+export type LogFields = Record<string, unknown>;
+
+/**
+ * The logger the sender writes to: fields first, message second, which is
+ * pino's order (the server passes its pino logger as it is); `console` fits
+ * too. Lines carry ids, the destination alias, status and error text — never
+ * a URL or a secret.
+ */
+export interface SenderLogger {
+  info(fields: LogFields, message: string): void;
+  warn(fields: LogFields, message: string): void;
+  error(fields: LogFields, message: string): void;
+}
+
+/**
+ * What became of one try, a fixed set fit for a metrics label: the store
+ * recorded it as `delivered`, `retry` (due again after a backoff), `gone`
+ * (the receiver answered 410; the delivery is exhausted) or `exhausted` (the
+ * generation's last try failed, or the event cannot be built); or the store
+ * refused the report as `stale` (the lease ran out and the row moved on), or
+ * the report failed and the try is `unreported` (the row is tried again when
+ * its lease runs out).
+ */
+export type DeliveryRecordOutcome =
+  | 'delivered'
+  | 'retry'
+  | 'gone'
+  | 'exhausted'
+  | 'stale'
+  | 'unreported';
+
+/**
+ * Why a try failed: a {@link RetryReason} from the try itself, or a reason
+ * the sender found before sending — the alias is `unconfigured` (the
+ * destinations changed since the task subscribed), the event is
+ * `invalid_event` (it cannot be encoded; no retry can fix that), or the
+ * destination was `unusable` (e.g. a non-http URL).
+ */
+export type DeliveryFailureReason = RetryReason | 'unconfigured' | 'invalid_event' | 'unusable';
+
+/** One try as the sender saw it: what `onDelivery` receives and `runOnce` returns. */
+export interface DeliveryRecord {
+  /** What became of the try. */
+  readonly outcome: DeliveryRecordOutcome;
+  /** The destination alias (never its URL). */
+  readonly destination: string;
+  /** The subscription the try belongs to. */
+  readonly subscriptionId: string;
+  /** The event id, also the webhook id. */
+  readonly eventId: string;
+  /** The subscription's generation. */
+  readonly generation: number;
+  /** The try's 1-based ordinal within the generation. */
+  readonly attempt: number;
+  /** How long the try took, leasing and reporting excluded, in ms (process clock). */
+  readonly durationMs: number;
+  /** The receiver's status, when it answered. */
+  readonly status?: number;
+  /** Why the try failed, when it did. */
+  readonly reason?: DeliveryFailureReason;
+}
+
+/** The result of {@link CompletionSender.runOnce}. */
+export interface SenderPassResult {
+  /** How many deliveries the pass leased. */
+  readonly leased: number;
+  /** One record per leased delivery, in lease order. */
+  readonly records: readonly DeliveryRecord[];
+}
+
+/** Options of {@link createCompletionSender}. */
+export interface CompletionSenderOptions {
+  /** Where deliveries are leased and their outcomes recorded. */
+  store: Pick<CompletionStore, 'leaseDeliveries' | 'reportDelivery'>;
+  /** The operator's destinations; a lease naming another alias is a failed try. */
+  destinations: Destinations;
+  /**
+   * The first backoff cap, `LEDGENCE_COMPLETION_RETRY_BASE_MS`
+   * (1..COMPLETION_MAX_RETRY_DELAY_MS); COMPLETION_RETRY_BASE_MS by default.
+   */
+  retryBaseMs?: number;
+  /**
+   * Deliveries leased per store call and in flight at once
+   * (1..MAX_COMPLETION_BATCH); MAX_COMPLETION_BATCH by default.
+   */
+  batchSize?: number;
+  /**
+   * How long a leased delivery is held, COMPLETION_LEASE_MS by default —
+   * raised to the longest destination timeout plus REPORT_MARGIN_MS, so a
+   * try always reports within its lease. (A shorter lease would let a slow
+   * but successful receiver's every report go stale while the row is leased
+   * and posted again, until it exhausts.)
+   */
+  leaseMs?: number;
+  /** The pause when nothing more was due; DEFAULT_IDLE_INTERVAL_MS by default. */
+  idleIntervalMs?: number;
+  /** Where the sender logs; nowhere by default. */
+  logger?: SenderLogger;
+  /** Called once per try (metrics); a throwing hook is logged and ignored. */
+  onDelivery?: (record: DeliveryRecord) => void;
+}
+
+/** A completion sender. */
+export interface CompletionSender {
+  /**
+   * Starts the loop: lease, deliver, report, again at once while leases come
+   * back full and after `idleIntervalMs` otherwise; a failing store is logged
+   * and retried with a growing pause. Up to `batchSize` deliveries are in
+   * flight, so a hanging receiver holds one slot, not the loop. Calling it
+   * again, or after {@link stop}, does nothing.
+   */
+  start(): void;
+  /**
+   * Stops leasing and resolves once every in-flight try has finished (each is
+   * bounded by its destination's timeout) and been reported. Safe to call
+   * more than once; every call resolves together.
+   */
+  stop(): Promise<void>;
+  /**
+   * One pass outside the loop: leases up to `batchSize` deliveries, tries
+   * them all at once and resolves when every try is reported. Rejects only
+   * if leasing fails; after {@link stop} it leases nothing.
+   */
+  runOnce(): Promise<SenderPassResult>;
+}
+
+/**
+ * The completion sender over a store and the operator's destinations. Each
+ * try builds the event from the lease's immutable task facts (the same bytes
+ * on every try and generation), POSTs it with {@link deliverEvent} and
+ * reports the state {@link nextDeliveryState} decides. Nothing it meets —
+ * an unknown alias, a receiver misbehaving, a store failing — escapes as an
+ * exception; each is a recorded outcome or a log line. Throws a `RangeError`
+ * for options out of range.
+ *
+ * @example
+ * const sender = createCompletionSender({ store, destinations, logger });
+ * sender.start();
+ * process.once('SIGTERM', () => void sender.stop());
+ */
+export function createCompletionSender(options: CompletionSenderOptions): CompletionSender {
+  const { store, destinations } = options;
+  const baseMs = integerOption('retryBaseMs', options.retryBaseMs, COMPLETION_RETRY_BASE_MS, {
+    max: COMPLETION_MAX_RETRY_DELAY_MS,
+  });
+  const batchSize = integerOption('batchSize', options.batchSize, MAX_COMPLETION_BATCH, {
+    max: MAX_COMPLETION_BATCH,
+  });
+  const idleIntervalMs = integerOption(
+    'idleIntervalMs',
+    options.idleIntervalMs,
+    DEFAULT_IDLE_INTERVAL_MS,
+  );
+  const leaseMs = Math.max(
+    integerOption('leaseMs', options.leaseMs, COMPLETION_LEASE_MS),
+    longestTimeoutMs(destinations) + REPORT_MARGIN_MS,
+  );
+  // Refill once half the window is free: under load that leases in batches
+  // rather than one row per finished try, and a hanging try still holds one slot.
+  const refillAt = Math.ceil(batchSize / 2);
+  const logger = safeLogger(options.logger);
+
+  const inFlight = new Set<Promise<DeliveryRecord>>();
+  const leasing = new Set<Promise<unknown>>();
+  let loop: Promise<void> | undefined;
+  let stopping = false;
+  let stopped: Promise<void> | undefined;
+  let interrupt: (() => void) | undefined;
+
+  /** Waits `ms`, or less if {@link stop} is called meanwhile. */
+  function pause(ms: number): Promise<void> {
+    if (stopping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        interrupt = undefined;
+        resolve();
+      };
+      // Unref'd like the server's other loops: the sender alone never keeps a process alive.
+      const timer = setTimeout(done, ms).unref();
+      interrupt = done;
+    });
+  }
+
+  /** Starts one try; the promise never rejects and leaves the window when it settles. */
+  function dispatch(lease: CompletionLease): Promise<DeliveryRecord> {
+    const running = tryDelivery(lease).catch((error: unknown): DeliveryRecord => {
+      // Unreachable by design (every step above catches its own failures); kept so
+      // that a bug costs one try, recovered when its lease runs out, never the loop.
+      logger.error(
+        { err: error, event_id: lease.event_id },
+        'a completion try failed unexpectedly',
+      );
+      return { ...identityOf(lease), outcome: 'unreported', durationMs: 0 };
+    });
+    inFlight.add(running);
+    void running.finally(() => inFlight.delete(running));
+    return running;
+  }
+
+  async function tryDelivery(lease: CompletionLease): Promise<DeliveryRecord> {
+    const started = performance.now();
+    const decided = await decide(lease);
+    const durationMs = Math.round(performance.now() - started);
+    const report: DeliveryReport = {
+      scope: lease.scope,
+      subscription_id: lease.subscription_id,
+      generation: lease.generation,
+      attempt: lease.attempt,
+      next: decided.next,
+    };
+    if (decided.status !== undefined) report.status_code = decided.status;
+    if (decided.error !== undefined) report.error = boundMessage(decided.error);
+
+    let outcome: DeliveryRecordOutcome = decided.outcome;
+    let reportError: unknown;
+    try {
+      if (!(await store.reportDelivery(report))) outcome = 'stale';
+    } catch (error) {
+      outcome = 'unreported';
+      reportError = error;
+    }
+    const record: DeliveryRecord = {
+      ...identityOf(lease),
+      outcome,
+      durationMs,
+      ...(decided.status === undefined ? {} : { status: decided.status }),
+      ...(decided.reason === undefined ? {} : { reason: decided.reason }),
+    };
+    logRecord(record, report.error, reportError);
+    try {
+      options.onDelivery?.(record);
+    } catch (error) {
+      logger.warn({ err: error, event_id: record.eventId }, 'the onDelivery hook threw');
+    }
+    return record;
+  }
+
+  /** Makes the try and decides what the subscription becomes; never rejects. */
+  async function decide(lease: CompletionLease): Promise<Decision> {
+    const destination = destinations.get(lease.destination);
+    if (destination === undefined) {
+      return failedBeforeSending(lease, 'unconfigured', 'destination not configured');
+    }
+    let event: EncodedEvent;
+    try {
+      event = encodeLeaseEvent(lease);
+    } catch (error) {
+      // Built from immutable facts only, so no later try could encode it: stop now.
+      return {
+        outcome: 'exhausted',
+        next: { state: 'exhausted' },
+        reason: 'invalid_event',
+        error: `the completion event cannot be built: ${messageOf(error)}`,
+      };
+    }
+    let delivery: DeliveryOutcome;
+    try {
+      delivery = await deliverEvent({ destination, event });
+    } catch (error) {
+      // deliverEvent rejects only for a destination it cannot use at all (its own
+      // messages name no URL); retried, so fixing the configuration resumes delivery.
+      return failedBeforeSending(lease, 'unusable', `destination unusable: ${messageOf(error)}`);
+    }
+    switch (delivery.kind) {
+      case 'delivered':
+        return { outcome: 'delivered', next: { state: 'delivered' }, status: delivery.status };
+      case 'gone':
+        return {
+          outcome: 'gone',
+          next: { state: 'exhausted' },
+          status: delivery.status,
+          error: 'the receiver answered 410 Gone',
+        };
+      case 'retry':
+        return {
+          ...failed(
+            nextDeliveryState({
+              outcome: delivery,
+              attempt: lease.attempt,
+              eventId: lease.event_id,
+              baseMs,
+            }),
+          ),
+          reason: delivery.reason,
+          error: delivery.error,
+          ...(delivery.status === undefined ? {} : { status: delivery.status }),
+        };
+    }
+  }
+
+  function failedBeforeSending(
+    lease: CompletionLease,
+    reason: DeliveryFailureReason,
+    error: string,
+  ): Decision {
+    // The same schedule as a failed POST, without a receiver's Retry-After.
+    const next: NextDeliveryState = isExhausted(lease.attempt)
+      ? { state: 'exhausted' }
+      : {
+          state: 'due',
+          delayMs: nextDeliveryDelayMs({ attempt: lease.attempt, eventId: lease.event_id, baseMs }),
+        };
+    return { ...failed(next), reason, error };
+  }
+
+  function logRecord(record: DeliveryRecord, error?: string, reportError?: unknown): void {
+    const fields: LogFields = {
+      event_id: record.eventId,
+      subscription_id: record.subscriptionId,
+      destination: record.destination,
+      generation: record.generation,
+      attempt: record.attempt,
+      outcome: record.outcome,
+      duration_ms: record.durationMs,
+    };
+    if (record.status !== undefined) fields.status = record.status;
+    if (record.reason !== undefined) fields.reason = record.reason;
+    if (error !== undefined) fields.error = error;
+    const [level, message] = LOG_LINES[record.outcome];
+    if (reportError !== undefined) fields.err = reportError;
+    logger[level](fields, message);
+  }
+
+  async function run(): Promise<void> {
+    let failures = 0;
+    while (!stopping) {
+      const free = batchSize - inFlight.size;
+      if (free < refillAt) {
+        // Tries never reject, and the window is not empty while fewer than refillAt slots are free.
+        await Promise.race(inFlight);
+        continue;
+      }
+      let leases: CompletionLease[];
+      try {
+        leases = await store.leaseDeliveries(free, leaseMs);
+        failures = 0;
+      } catch (error) {
+        failures += 1;
+        const retryInMs = Math.min(idleIntervalMs * 2 ** (failures - 1), STORE_RETRY_MAX_MS);
+        logger.error(
+          { err: error, failures, retry_in_ms: retryInMs },
+          'leasing completion deliveries failed; retrying',
+        );
+        await pause(retryInMs);
+        continue;
+      }
+      // Leased rows are tried even if stop() came meanwhile: their leases are taken.
+      for (const lease of leases) dispatch(lease);
+      if (leases.length < free) await pause(idleIntervalMs);
+    }
+  }
+
+  return {
+    start() {
+      if (loop !== undefined || stopping) return;
+      logger.info(
+        { batch_size: batchSize, lease_ms: leaseMs, destinations: destinations.size },
+        'completion sender started',
+      );
+      loop = run();
+    },
+    stop() {
+      stopped ??= (async () => {
+        stopping = true;
+        interrupt?.();
+        await loop;
+        // A runOnce may be between its lease and its tries: wait for both to drain.
+        while (leasing.size + inFlight.size > 0) {
+          await Promise.allSettled([...leasing, ...inFlight]);
+        }
+      })();
+      return stopped;
+    },
+    async runOnce() {
+      if (stopping) return { leased: 0, records: [] };
+      const call = store.leaseDeliveries(batchSize, leaseMs);
+      leasing.add(call);
+      let leases: CompletionLease[];
+      try {
+        leases = await call;
+      } finally {
+        leasing.delete(call);
+      }
+      const records = await Promise.all(leases.map(dispatch));
+      return { leased: leases.length, records };
+    },
+  };
+}
+
+/** The level and message of each outcome's log line. */
+const LOG_LINES: Readonly<Record<DeliveryRecordOutcome, [keyof SenderLogger, string]>> = {
+  delivered: ['info', 'completion delivered'],
+  retry: ['info', 'completion delivery failed; retrying later'],
+  gone: ['warn', 'completion receiver answered 410 Gone; delivery exhausted'],
+  exhausted: ['warn', 'completion delivery exhausted'],
+  stale: ['warn', 'completion report was stale: the lease had run out'],
+  unreported: [
+    'error',
+    'recording a completion delivery failed; it is tried again when its lease runs out',
+  ],
+};
+
+/** What one try decided, before the store has a say. */
+interface Decision {
+  outcome: 'delivered' | 'retry' | 'gone' | 'exhausted';
+  next: DeliveryNext;
+  status?: number;
+  reason?: DeliveryFailureReason;
+  error?: string;
+}
+
+/** The fields of a record that name the try. */
+function identityOf(
+  lease: CompletionLease,
+): Pick<DeliveryRecord, 'destination' | 'subscriptionId' | 'eventId' | 'generation' | 'attempt'> {
+  return {
+    destination: lease.destination,
+    subscriptionId: lease.subscription_id,
+    eventId: lease.event_id,
+    generation: lease.generation,
+    attempt: lease.attempt,
+  };
+}
+
+/** The decision of a failed try, from the backoff's next state. */
+function failed(next: NextDeliveryState): Pick<Decision, 'outcome' | 'next'> {
+  // A failed try's next state is `due` or `exhausted`, never `delivered`.
+  return next.state === 'due'
+    ? { outcome: 'retry', next: { state: 'due', delay_ms: next.delayMs } }
+    : { outcome: 'exhausted', next: { state: 'exhausted' } };
+}
+
+/**
+ * The exact event a lease posts: built from the terminal task's facts the
+ * lease carries, which never change, so every try and every generation of a
+ * subscription sends the same bytes under the same webhook id. Throws a
+ * `ContractError` if the facts do not make a valid event.
+ */
+export function encodeLeaseEvent(lease: CompletionLease): EncodedEvent {
+  return encodeCompletionEvent(
+    buildCompletionEvent({
+      scope: lease.scope,
+      queue: lease.queue,
+      task_id: lease.task_id,
+      run_id: lease.run_id,
+      state: lease.state,
+      event_id: lease.event_id,
+      time: lease.terminal_at,
+    }),
+  );
+}
+
+const TRUNCATED = '…';
+
+/**
+ * `text` fit for `last_error`: well-formed (a lone surrogate becomes U+FFFD)
+ * and at most MESSAGE_MAX_BYTES UTF-8 bytes, cut at a character boundary and
+ * marked with an ellipsis when longer.
+ */
+export function boundMessage(text: string, maxBytes: number = MESSAGE_MAX_BYTES): string {
+  const wellFormed = text.replace(/\p{Cs}/gu, '\uFFFD');
+  if (utf8ByteLength(wellFormed) <= maxBytes) return wellFormed;
+  const budget = maxBytes - utf8ByteLength(TRUNCATED);
+  let bytes = 0;
+  let end = 0;
+  for (const char of wellFormed) {
+    const size = utf8ByteLength(char);
+    if (bytes + size > budget) break;
+    bytes += size;
+    end += char.length;
+  }
+  return `${wellFormed.slice(0, end)}${TRUNCATED}`;
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function longestTimeoutMs(destinations: Destinations): number {
+  let longest = 0;
+  for (const destination of destinations.values()) {
+    longest = Math.max(longest, destination.timeoutMs);
+  }
+  return longest;
+}
+
+function integerOption(
+  name: string,
+  value: number | undefined,
+  fallback: number,
+  { max = Number.MAX_SAFE_INTEGER }: { max?: number } = {},
+): number {
+  const chosen = value ?? fallback;
+  if (!Number.isSafeInteger(chosen) || chosen < 1 || chosen > max) {
+    throw new RangeError(`${name} must be an integer from 1 to ${max}`);
+  }
+  return chosen;
+}
+
+const noop = (): void => {};
+const SILENT: SenderLogger = { info: noop, warn: noop, error: noop };
+
+/** The caller's logger behind a guard: a throwing logger must not lose a report or the loop. */
+function safeLogger(logger: SenderLogger = SILENT): SenderLogger {
+  const guard =
+    (level: keyof SenderLogger) =>
+    (fields: LogFields, message: string): void => {
+      try {
+        logger[level](fields, message);
+      } catch {
+        // Logging is best effort.
+      }
+    };
+  return { info: guard('info'), warn: guard('warn'), error: guard('error') };
+}

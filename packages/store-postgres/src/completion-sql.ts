@@ -1,0 +1,302 @@
+/**
+ * The completion-callback SQL of the store (DESIGN §8), kept beside `hot-sql.ts` for the same
+ * review: each statement with its locking choice and the index it relies on.
+ *
+ * Locks (seed `CompletionStore`): registration and the terminal hook run under the task's row
+ * lock, so no subscription can slip in between a task turning terminal and its deliveries
+ * becoming due. Leasing and reporting lock only delivery rows, and never lock a task afterwards.
+ * Every path that locks both takes the task first (tasks → deliveries), as retention does.
+ *
+ * The lease and report statements apply the core's `leaseDelivery` and `reportDelivery` set-based
+ * in SQL (one statement each, on the sender's hot path); `completion.int.test.ts` checks them
+ * against the core functions row by row.
+ */
+import { COMPLETION_MAX_ATTEMPTS, type Scope, type TerminalTaskState } from '@ledgence/contracts';
+import {
+  type CompletionLease,
+  DELIVERY_LEASE_EXPIRED_ERROR,
+  type DeliveryNext,
+  type SubscriptionRow,
+} from '@ledgence/core';
+import { type DbRow, num } from './codec.js';
+import type { TaskRef, Tx } from './hot-sql.js';
+
+/** A task that just became terminal, with the time it did (the hook's `now`). */
+export interface TerminalTaskRef extends TaskRef {
+  terminal_at: number;
+}
+
+/**
+ * The terminal hook (core `markDue`): the waiting deliveries of tasks that became terminal in
+ * this transaction become due at the task's `terminal_at` (the transition's own store time).
+ * One statement per transaction, whatever the batch size. Lock: the delivery rows, without a
+ * wait in practice — the caller holds each task's row lock (which registration and redelivery
+ * also take first), and senders never lock waiting rows. Index: `completion_deliveries_task`
+ * (tenant_id, namespace, task_id), one probe per task; `state = 'waiting'` filters the few rows.
+ */
+export async function markDeliveriesDue(tx: Tx, tasks: readonly TerminalTaskRef[]): Promise<void> {
+  await tx`
+    update completion_deliveries d set state = 'due', next_attempt_at = v.terminal_at
+    from unnest(${tasks.map((t) => t.tenant_id)}::text[], ${tasks.map((t) => t.namespace)}::text[],
+                ${tasks.map((t) => t.task_id)}::text[], ${tasks.map((t) => t.terminal_at)}::bigint[])
+      as v(tenant_id, namespace, task_id, terminal_at)
+    where d.tenant_id = v.tenant_id and d.namespace = v.namespace and d.task_id = v.task_id
+      and d.state = 'waiting'`;
+}
+
+/**
+ * A task's subscriptions with their deliveries, oldest first. No lock of its own: the caller
+ * holds the task's row lock, under which every subscription of the task is created.
+ * Index: the unique `completion_subscriptions_key` (its prefix is the task), then the
+ * deliveries' primary key.
+ */
+export async function loadSubscriptions(tx: Tx, task: TaskRef): Promise<DbRow[]> {
+  return tx`
+    select s.*, d.state, d.generation, d.attempts, d.next_attempt_at, d.delivered_at,
+      d.finished_at, d.last_status_code, d.last_error
+    from completion_subscriptions s
+    join completion_deliveries d on d.tenant_id = s.tenant_id and d.namespace = s.namespace
+      and d.subscription_id = s.subscription_id
+    where s.tenant_id = ${task.tenant_id} and s.namespace = ${task.namespace}
+      and s.task_id = ${task.task_id}
+    order by s.created_at, s.subscription_id`;
+}
+
+/**
+ * A task's subscriptions for the list route, from one snapshot: one row with `task_found` and
+ * no subscription columns when the task has none, no row at all when there is no such task.
+ * No locks (a read). Indexes: the tasks primary key, then as {@link loadSubscriptions}.
+ */
+export async function listSubscriptionRows(tx: Tx, task: TaskRef): Promise<DbRow[]> {
+  return tx`
+    select s.*, d.state, d.generation, d.attempts, d.next_attempt_at, d.delivered_at,
+      d.finished_at, d.last_status_code, d.last_error
+    from tasks t
+    left join (
+      completion_subscriptions s
+      join completion_deliveries d on d.tenant_id = s.tenant_id and d.namespace = s.namespace
+        and d.subscription_id = s.subscription_id
+    ) on s.tenant_id = t.tenant_id and s.namespace = t.namespace and s.task_id = t.task_id
+    where t.tenant_id = ${task.tenant_id} and t.namespace = ${task.namespace}
+      and t.task_id = ${task.task_id}
+    order by s.created_at, s.subscription_id`;
+}
+
+/**
+ * A new subscription and its delivery, in one statement. The caller holds the task's row lock,
+ * so the key check and the per-task limit it applied cannot race; the unique
+ * `completion_subscriptions_key` stays as a backstop.
+ */
+export async function insertSubscription(tx: Tx, row: SubscriptionRow): Promise<void> {
+  await tx`
+    with subscription as (
+      insert into completion_subscriptions (tenant_id, namespace, subscription_id, task_id,
+        subscription_key, destination, event_id, created_at)
+      values (${row.tenant_id}, ${row.namespace}, ${row.subscription_id}, ${row.task_id},
+        ${row.subscription_key}, ${row.destination}, ${row.event_id}, ${row.created_at})
+    )
+    insert into completion_deliveries (tenant_id, namespace, subscription_id, task_id, state,
+      generation, attempts, next_attempt_at, delivered_at, finished_at, last_status_code,
+      last_error)
+    values (${row.tenant_id}, ${row.namespace}, ${row.subscription_id}, ${row.task_id},
+      ${row.state}, ${row.generation}, ${row.attempts}, ${row.next_attempt_at}::bigint,
+      ${row.delivered_at}::bigint, ${row.finished_at}::bigint, ${row.last_status_code}::int,
+      ${row.last_error}::text)`;
+}
+
+/**
+ * Locks the task a subscription belongs to, found through the immutable subscription row:
+ * redelivery takes the task lock first (tasks → deliveries, as everywhere). Lock: `FOR UPDATE OF
+ * t`, waiting (a terminal task's row is never hot). Index: both primary keys.
+ */
+export async function lockSubscriptionTask(
+  tx: Tx,
+  scope: Scope,
+  subscriptionId: string,
+): Promise<DbRow[]> {
+  return tx`
+    select t.task_id from completion_subscriptions s
+    join tasks t on t.tenant_id = s.tenant_id and t.namespace = s.namespace
+      and t.task_id = s.task_id
+    where s.tenant_id = ${scope.tenant_id} and s.namespace = ${scope.namespace}
+      and s.subscription_id = ${subscriptionId}
+    for update of t`;
+}
+
+/**
+ * One subscription with its delivery, the delivery row locked (after its task's, which the
+ * caller holds). Lock: `FOR UPDATE OF d`, waiting — a sender's lease or report holds it for one
+ * statement at most. Index: both primary keys.
+ */
+export async function lockSubscription(
+  tx: Tx,
+  scope: Scope,
+  subscriptionId: string,
+): Promise<DbRow[]> {
+  return tx`
+    select s.*, d.state, d.generation, d.attempts, d.next_attempt_at, d.delivered_at,
+      d.finished_at, d.last_status_code, d.last_error
+    from completion_subscriptions s
+    join completion_deliveries d on d.tenant_id = s.tenant_id and d.namespace = s.namespace
+      and d.subscription_id = s.subscription_id
+    where s.tenant_id = ${scope.tenant_id} and s.namespace = ${scope.namespace}
+      and s.subscription_id = ${subscriptionId}
+    for update of d`;
+}
+
+/** Every mutable column of one delivery (redelivery). The caller holds the row. Index: PK. */
+export async function writeDelivery(tx: Tx, row: SubscriptionRow): Promise<void> {
+  await tx`
+    update completion_deliveries set state = ${row.state}, generation = ${row.generation},
+      attempts = ${row.attempts}, next_attempt_at = ${row.next_attempt_at}::bigint,
+      delivered_at = ${row.delivered_at}::bigint, finished_at = ${row.finished_at}::bigint,
+      last_status_code = ${row.last_status_code}::int, last_error = ${row.last_error}::text
+    where tenant_id = ${row.tenant_id} and namespace = ${row.namespace}
+      and subscription_id = ${row.subscription_id}`;
+}
+
+/**
+ * Leases up to `limit` leasable deliveries (core `deliveryLeasable` + `leaseDelivery`), oldest
+ * first, in ONE statement, and returns the leases that start a try with their terminal task's
+ * facts. A delivering row whose sender's lease ran out after the generation's last try becomes
+ * `exhausted` instead (it uses up its place in the batch and is not returned).
+ *
+ * Lock: `FOR UPDATE OF d SKIP LOCKED` on delivery rows only — concurrent senders (every replica
+ * runs one) take disjoint rows and never wait. The CASEs read the locked row's current version.
+ * The task facts come from a plain join afterwards: no task lock (seed `CompletionStore`), and
+ * they are immutable once the task is terminal. A due delivery's task always exists (retention
+ * never removes a task with an unfinished delivery), so the inner join drops nothing.
+ * Index: the partial `completion_deliveries_lease` (next_attempt_at, subscription_id) WHERE
+ * state IN ('due', 'delivering'), walked in order and stopped by LIMIT; then the primary keys
+ * of deliveries, subscriptions and tasks.
+ */
+export async function leaseDeliveryRows(
+  tx: Tx,
+  clockOffsetMs: number,
+  limit: number,
+  leaseMs: number,
+): Promise<CompletionLease[]> {
+  const rows = await tx`
+    with clock as materialized (
+      select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint as now
+    ), picked as (
+      -- lost: a sender's lease ran out after the generation's last try (computed from the
+      -- locked version: LockRows re-projects a row that changed after the snapshot).
+      select d.tenant_id, d.namespace, d.subscription_id,
+        d.state = 'delivering' and d.attempts >= ${COMPLETION_MAX_ATTEMPTS}::int as lost
+      from completion_deliveries d
+      where d.state in ('due', 'delivering') and d.next_attempt_at <= (select now from clock)
+      order by d.next_attempt_at, d.subscription_id
+      limit ${limit}
+      for update of d skip locked
+    ), leased as (
+      update completion_deliveries d set
+        state = case when p.lost then 'exhausted' else 'delivering' end,
+        attempts = case when p.lost then d.attempts else d.attempts + 1 end,
+        next_attempt_at = case when p.lost then null else c.now + ${leaseMs}::bigint end,
+        finished_at = case when p.lost then c.now else d.finished_at end,
+        -- The lost try got no answer: an earlier try's status would misdescribe it.
+        last_status_code = case when p.lost then null else d.last_status_code end,
+        last_error = case when p.lost then ${DELIVERY_LEASE_EXPIRED_ERROR}::text else d.last_error end
+      from picked p, clock c
+      where d.tenant_id = p.tenant_id and d.namespace = p.namespace
+        and d.subscription_id = p.subscription_id
+      returning d.tenant_id, d.namespace, d.subscription_id, d.task_id, d.state, d.generation,
+        d.attempts, d.next_attempt_at
+    )
+    select l.*, s.destination, s.event_id, t.queue, t.run_id, t.state as task_state,
+      t.terminal_at
+    from leased l
+    join completion_subscriptions s on s.tenant_id = l.tenant_id and s.namespace = l.namespace
+      and s.subscription_id = l.subscription_id
+    join tasks t on t.tenant_id = l.tenant_id and t.namespace = l.namespace
+      and t.task_id = l.task_id
+    where l.state = 'delivering'
+    order by l.next_attempt_at, l.subscription_id`;
+  return rows.map((row) => ({
+    scope: { tenant_id: String(row.tenant_id), namespace: String(row.namespace) },
+    subscription_id: String(row.subscription_id),
+    task_id: String(row.task_id),
+    destination: String(row.destination),
+    event_id: String(row.event_id),
+    generation: num(row.generation),
+    attempt: num(row.attempts),
+    lease_expires_at: num(row.next_attempt_at),
+    queue: String(row.queue),
+    run_id: String(row.run_id),
+    state: row.task_state as TerminalTaskState,
+    terminal_at: num(row.terminal_at),
+  }));
+}
+
+/** One try's outcome as the report statement takes it. */
+export interface DeliveryOutcome {
+  scope: Scope;
+  subscription_id: string;
+  generation: number;
+  attempt: number;
+  next: DeliveryNext;
+  status_code: number | null;
+  error: string | null;
+}
+
+/**
+ * Records one try's outcome (core `reportDelivery`) in ONE statement, fenced: it changes the row
+ * only while it is `delivering` the reported generation's try `attempt`, so a stale report (the
+ * lease ran out and another sender took the row, or a redelivery moved on) matches nothing.
+ * A `due` report of the generation's last try exhausts the delivery instead (no try beyond
+ * COMPLETION_MAX_ATTEMPTS). Returns whether the row changed.
+ *
+ * Lock: the delivery row, by the UPDATE itself; it waits only for another sender's statement on
+ * the same row. No task lock. Index: the deliveries' primary key.
+ */
+export async function reportDeliveryRow(
+  tx: Tx,
+  clockOffsetMs: number,
+  outcome: DeliveryOutcome,
+): Promise<boolean> {
+  const delay = outcome.next.state === 'due' ? Math.max(0, outcome.next.delay_ms) : 0;
+  const rows = await tx`
+    with clock as (
+      select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint as now
+    ), decided as (
+      select case when ${outcome.next.state}::text = 'due'
+          and ${outcome.attempt}::int >= ${COMPLETION_MAX_ATTEMPTS}::int
+        then 'exhausted' else ${outcome.next.state}::text end as state, now
+      from clock
+    )
+    update completion_deliveries d set
+      state = x.state,
+      next_attempt_at = case when x.state = 'due' then x.now + ${delay}::bigint end,
+      delivered_at = case when x.state = 'delivered' then x.now else d.delivered_at end,
+      finished_at = case when x.state = 'due' then d.finished_at else x.now end,
+      last_status_code = ${outcome.status_code}::int,
+      last_error = ${outcome.error}::text
+    from decided x
+    where d.tenant_id = ${outcome.scope.tenant_id} and d.namespace = ${outcome.scope.namespace}
+      and d.subscription_id = ${outcome.subscription_id} and d.state = 'delivering'
+      and d.generation = ${outcome.generation}::int and d.attempts = ${outcome.attempt}::int
+    returning 1`;
+  return rows.length === 1;
+}
+
+/**
+ * Deliveries due now and not leased, counted up to `limit` (the LIMIT inside the subquery stops
+ * the walk, so a huge backlog costs no more than `limit` index entries). No locks (a metrics
+ * read). Index: the partial `completion_deliveries_lease`, range `next_attempt_at <= now`, with
+ * `state = 'due'` as a filter (expired sender leases are `delivering`, not backlog).
+ */
+export async function countDueBacklog(
+  tx: Tx,
+  clockOffsetMs: number,
+  limit: number,
+): Promise<number> {
+  const [row] = await tx`
+    select count(*)::int as n from (
+      select 1 from completion_deliveries d
+      where d.state = 'due' and d.next_attempt_at <= (
+        select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint)
+      limit ${limit}
+    ) as due`;
+  return num(row?.n);
+}

@@ -1,0 +1,388 @@
+/**
+ * Completion subscriptions on PostgreSQL (DESIGN §8, seed `CompletionStore`): the terminal hook
+ * runs in the terminal transition's transaction (never a committed terminal task with a waiting
+ * subscription, checked from a second connection while settles and subscribes race), concurrent
+ * senders lease disjoint rows, stale reports change nothing, expired leases are leased again, and
+ * the set-based lease and report statements agree with the core's pure transitions row by row.
+ */
+import {
+  type Assignment,
+  COMPLETION_MAX_ATTEMPTS,
+  ContractError,
+  MESSAGE_MAX_BYTES,
+  type Scope,
+} from '@ledgence/contracts';
+import {
+  type CompletionLease,
+  leaseDelivery,
+  reportDelivery,
+  type SubscriptionRow,
+} from '@ledgence/core';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { subscriptionFromDb } from './codec.js';
+import {
+  acquireCommand,
+  failureCommand,
+  type Harness,
+  harness,
+  SCOPE,
+  submitCommand,
+  successCommand,
+} from './testdata/fixtures.js';
+
+let h: Harness;
+beforeAll(async () => {
+  h = await harness('completion');
+});
+afterAll(() => h.close());
+
+// Leasing is global (every scope), so each test starts with no leasable delivery left behind.
+beforeEach(async () => {
+  await h.sql`
+    update completion_deliveries set state = 'delivered', next_attempt_at = null,
+      finished_at = 0, delivered_at = 0
+    where state in ('due', 'delivering')`;
+});
+
+const subscribeTo = (key: string, destination = 'billing') => ({
+  subscription_key: key,
+  destination,
+});
+
+async function submitted(key: string, scope: Scope = SCOPE): Promise<string> {
+  const { snapshot } = await h.store.submit(
+    submitCommand(key, { tenant_id: scope.tenant_id, namespace: scope.namespace }),
+  );
+  return snapshot.task_id;
+}
+
+/** A task that is terminal (cancelled while queued), through the store. */
+async function terminalTask(key: string): Promise<string> {
+  const taskId = await submitted(key);
+  await h.store.cancel(SCOPE, taskId);
+  return taskId;
+}
+
+/** Claims `count` tasks of `queue` with one session; returns their assignments. */
+async function claimAll(queue: string, count: number): Promise<Assignment[]> {
+  const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: count });
+  const replies = await h.store.acquireBatch(
+    Array.from({ length: count }, (_, slot) => acquireCommand(session.id, slot, 1, queue)),
+    { recordEmpty: true },
+  );
+  return replies.map((r) => {
+    if (!r.ok || r.value.reply.disposition !== 'assigned') throw new Error('expected a claim');
+    return r.value.reply.assignment;
+  });
+}
+
+async function row(subscriptionId: string): Promise<SubscriptionRow> {
+  const [found] = await h.sql`
+    select s.*, d.state, d.generation, d.attempts, d.next_attempt_at, d.delivered_at,
+      d.finished_at, d.last_status_code, d.last_error
+    from completion_subscriptions s join completion_deliveries d using (tenant_id, namespace,
+      subscription_id)
+    where s.subscription_id = ${subscriptionId}`;
+  if (found === undefined) throw new Error(`no subscription ${subscriptionId}`);
+  return subscriptionFromDb(found);
+}
+
+/** `count` terminal tasks each with one due delivery, seeded set-based (fast). */
+async function seedDue(prefix: string, count: number, dueAt = 0): Promise<void> {
+  await h.sql`
+    insert into tasks (tenant_id, namespace, task_id, run_id, idempotency_key, command_digest,
+      input, queue, program, retry, timeout_ms, priority, labels, state, submitted_at,
+      available_at, terminal_at, attempt_count, dispatch_count, outcome, history_sequence)
+    select ${SCOPE.tenant_id}, ${SCOPE.namespace}, ${prefix} || g, 'run_' || ${prefix} || g,
+      ${prefix} || g, 'x', '{}', 'q', '{"name":"p"}', '{"max_attempts":3,"delay_ms":1000}',
+      300000, 0, '{}', 'succeeded', 1, 1, 2, 1, 1, '{"state":"succeeded"}', 3
+    from generate_series(1, ${count}::int) as g`;
+  await h.sql`
+    insert into completion_subscriptions (tenant_id, namespace, subscription_id, task_id,
+      subscription_key, destination, event_id, created_at)
+    select ${SCOPE.tenant_id}, ${SCOPE.namespace}, 'sub_' || ${prefix} || g, ${prefix} || g,
+      'k', 'billing', 'evt_' || ${prefix} || g, 2
+    from generate_series(1, ${count}::int) as g`;
+  await h.sql`
+    insert into completion_deliveries (tenant_id, namespace, subscription_id, task_id, state,
+      generation, attempts, next_attempt_at)
+    select ${SCOPE.tenant_id}, ${SCOPE.namespace}, 'sub_' || ${prefix} || g, ${prefix} || g,
+      'due', 1, 0, ${dueAt}::bigint
+    from generate_series(1, ${count}::int) as g`;
+}
+
+function expectCode(error: unknown, code: string): void {
+  expect(error).toBeInstanceOf(ContractError);
+  expect((error as ContractError).code).toBe(code);
+}
+
+describe('subscribe, list and the terminal hook', () => {
+  it('a waiting subscription becomes due in the transaction that settles its task', async () => {
+    await h.store.submit(submitCommand('hook-settle', { queue: 'hook' }));
+    const [assignment] = await claimAll('hook', 1);
+    if (assignment === undefined) throw new Error('no claim');
+    const taskId = assignment.lease.owner.task_id;
+    const first = await h.store.subscribe(SCOPE, taskId, subscribeTo('a'));
+    expect(first.created).toBe(true);
+    expect(first.subscription).toMatchObject({ state: 'waiting', generation: 1, attempts: 0 });
+    expect(first.subscription.next_attempt_at).toBeUndefined();
+    await h.store.settle(successCommand(assignment, 'op'));
+    const status = await h.store.status(SCOPE, taskId);
+    const [listed] = await h.store.listSubscriptions(SCOPE, taskId);
+    expect(listed).toMatchObject({ id: first.subscription.id, state: 'due' });
+    // markDue's time is the transition's own: the task's terminal_at.
+    expect(listed?.next_attempt_at).toBe(status.terminal_at);
+  });
+
+  it('subscribing to a terminal task is due at once; a key is idempotent and bound', async () => {
+    const taskId = await terminalTask('hook-terminal');
+    const created = await h.store.subscribe(SCOPE, taskId, subscribeTo('k1'));
+    expect(created.created).toBe(true);
+    expect(created.subscription.state).toBe('due');
+    expect(created.subscription.next_attempt_at).toBeTypeOf('number');
+    const again = await h.store.subscribe(SCOPE, taskId, subscribeTo('k1'));
+    expect(again).toEqual({ created: false, subscription: created.subscription });
+    const conflict = await h.store
+      .subscribe(SCOPE, taskId, subscribeTo('k1', 'other'))
+      .catch((e) => e);
+    expectCode(conflict, 'conflict');
+    const second = await h.store.subscribe(SCOPE, taskId, subscribeTo('k2'));
+    const list = await h.store.listSubscriptions(SCOPE, taskId);
+    expect(list.map((s) => s.id)).toEqual([created.subscription.id, second.subscription.id]);
+    expect(created.subscription.event_id).not.toBe(second.subscription.event_id);
+  });
+
+  it('answers not_found for a missing task or subscription, and limit_exceeded past 16', async () => {
+    expectCode(
+      await h.store.subscribe(SCOPE, 'tsk_nope', subscribeTo('x')).catch((e) => e),
+      'not_found',
+    );
+    expectCode(await h.store.listSubscriptions(SCOPE, 'tsk_nope').catch((e) => e), 'not_found');
+    expectCode(
+      await h.store.redeliver(SCOPE, 'sub_nope', { generation: 1 }).catch((e) => e),
+      'not_found',
+    );
+    const taskId = await submitted('limit');
+    expect(await h.store.listSubscriptions(SCOPE, taskId)).toEqual([]);
+    // Another scope does not see the task.
+    const elsewhere = { tenant_id: SCOPE.tenant_id, namespace: 'other' };
+    expectCode(await h.store.listSubscriptions(elsewhere, taskId).catch((e) => e), 'not_found');
+    for (let i = 0; i < 16; i += 1) await h.store.subscribe(SCOPE, taskId, subscribeTo(`s${i}`));
+    expectCode(
+      await h.store.subscribe(SCOPE, taskId, subscribeTo('s16')).catch((e) => e),
+      'limit_exceeded',
+    );
+  });
+
+  it('never commits a terminal task with a waiting subscription (settles race subscribes)', async () => {
+    const count = 40;
+    for (let i = 0; i < count; i += 1)
+      await h.store.submit(submitCommand(`race-${i}`, { queue: 'race' }));
+    const assignments = await claimAll('race', count);
+    const settler = h.makeStore(4);
+    const subscriber = h.makeStore(4);
+    let done = false;
+    let samples = 0;
+    let violations = 0;
+    // A second connection samples committed state while the race runs.
+    const checker = (async () => {
+      while (!done) {
+        const [found] = await h.sql`
+          select count(*)::int as n from completion_deliveries d
+          join tasks t on t.tenant_id = d.tenant_id and t.namespace = d.namespace
+            and t.task_id = d.task_id
+          where t.terminal_at is not null and d.state = 'waiting'`;
+        violations += found?.n ?? 0;
+        samples += 1;
+      }
+    })();
+    const work: Promise<unknown>[] = [];
+    assignments.forEach((assignment, i) => {
+      const taskId = assignment.lease.owner.task_id;
+      // Interleave: some subscribe before the settle is sent, some after, some both.
+      if (i % 3 !== 0) work.push(subscriber.subscribe(SCOPE, taskId, subscribeTo('before')));
+      work.push(
+        i % 2 === 0
+          ? settler.settle(successCommand(assignment, `op-${i}`))
+          : settler.settle(failureCommand(assignment, `op-${i}`, false)),
+      );
+      work.push(subscriber.subscribe(SCOPE, taskId, subscribeTo('after')));
+    });
+    await Promise.all(work);
+    done = true;
+    await checker;
+    const [left] = await h.sql`
+      select count(*) filter (where d.state = 'waiting')::int as waiting,
+        count(*) filter (where d.state = 'due')::int as due
+      from completion_deliveries d
+      where d.task_id = any(${assignments.map((a) => a.lease.owner.task_id)}::text[])`;
+    console.log(
+      `[completion] hook race: ${samples} committed-state samples, ${violations} violations`,
+    );
+    expect(violations).toBe(0);
+    const subscribed = count + assignments.filter((_, i) => i % 3 !== 0).length;
+    expect(left).toEqual({ waiting: 0, due: subscribed });
+  });
+});
+
+describe('leasing and reporting', () => {
+  it('4 concurrent senders over 500 due rows: each row leased exactly once per lease period', async () => {
+    await seedDue('tsk_many_', 500);
+    const senders = Array.from({ length: 4 }, () => h.makeStore(2));
+    const leased: CompletionLease[] = [];
+    const started = performance.now();
+    await Promise.all(
+      senders.map(async (sender) => {
+        for (;;) {
+          const batch = await sender.leaseDeliveries(50, 60_000);
+          if (batch.length === 0) return;
+          leased.push(...batch);
+        }
+      }),
+    );
+    const elapsed = performance.now() - started;
+    const ids = leased.map((l) => l.subscription_id);
+    expect(ids).toHaveLength(500);
+    expect(new Set(ids).size).toBe(500);
+    expect(leased.every((l) => l.attempt === 1 && l.generation === 1)).toBe(true);
+    expect(leased[0]).toMatchObject({ queue: 'q', state: 'succeeded', terminal_at: 2 });
+    expect(await h.store.leaseDeliveries(100, 60_000)).toEqual([]);
+    console.log(
+      `[completion] 4 senders leased 500 deliveries in ${elapsed.toFixed(0)} ms ` +
+        `(${((500 / elapsed) * 1000).toFixed(0)}/s)`,
+    );
+    // After the lease period the rows are leasable again, once each, as try 2.
+    h.advance(60_001);
+    const again = (await Promise.all(senders.map((s) => s.leaseDeliveries(100, 60_000)))).flat();
+    const more = await h.store.leaseDeliveries(100, 60_000);
+    const second = [...again, ...more];
+    expect(second.length).toBeLessThanOrEqual(500);
+    expect(new Set(second.map((l) => l.subscription_id)).size).toBe(second.length);
+    expect(second.every((l) => l.attempt === 2)).toBe(true);
+  });
+
+  it('a stale report changes nothing; the current one does', async () => {
+    const taskId = await terminalTask('stale');
+    const { subscription } = await h.store.subscribe(SCOPE, taskId, subscribeTo('s'));
+    const [first] = await h.store.leaseDeliveries(10, 1_000);
+    expect(first).toMatchObject({ subscription_id: subscription.id, attempt: 1, task_id: taskId });
+    h.advance(1_001);
+    const [second] = await h.store.leaseDeliveries(10, 1_000);
+    expect(second).toMatchObject({ subscription_id: subscription.id, attempt: 2 });
+    const before = await row(subscription.id);
+    const report = {
+      scope: SCOPE,
+      subscription_id: subscription.id,
+      generation: 1,
+      next: { state: 'delivered' as const },
+      status_code: 200,
+    };
+    expect(await h.store.reportDelivery({ ...report, attempt: 1 })).toBe(false);
+    expect(await h.store.reportDelivery({ ...report, attempt: 2, generation: 2 })).toBe(false);
+    expect(await row(subscription.id)).toEqual(before);
+    expect(await h.store.reportDelivery({ ...report, attempt: 2 })).toBe(true);
+    const after = await row(subscription.id);
+    expect(after).toMatchObject({ state: 'delivered', attempts: 2, last_status_code: 200 });
+    expect(after.delivered_at).toBe(after.finished_at);
+    // Once delivered, the same report is stale.
+    expect(await h.store.reportDelivery({ ...report, attempt: 2 })).toBe(false);
+    expect(
+      await h.store.reportDelivery({ ...report, subscription_id: 'sub_gone', attempt: 1 }),
+    ).toBe(false);
+  });
+
+  it('lease and report statements agree with the core transitions, through exhaustion', async () => {
+    const taskId = await terminalTask('agree');
+    const { subscription } = await h.store.subscribe(SCOPE, taskId, subscribeTo('s'));
+    const leaseMs = 500;
+    const longError = `é${'x'.repeat(MESSAGE_MAX_BYTES)}`;
+    for (let attempt = 1; attempt <= COMPLETION_MAX_ATTEMPTS; attempt += 1) {
+      const before = await row(subscription.id);
+      const [lease] = await h.store.leaseDeliveries(10, leaseMs);
+      if (lease === undefined) throw new Error(`try ${attempt} was not leased`);
+      const now = lease.lease_expires_at - leaseMs;
+      const leased = await row(subscription.id);
+      expect(leased).toEqual(leaseDelivery(before, now, leaseMs));
+      expect(lease.attempt).toBe(attempt);
+      if (attempt % 2 === 1) {
+        // A failed try reported as due in 100 ms (the last one is exhausted by the report).
+        const t0 = await h.store.now();
+        const report = {
+          scope: SCOPE,
+          subscription_id: subscription.id,
+          generation: 1,
+          attempt,
+          next: { state: 'due' as const, delay_ms: 100 },
+          status_code: 503,
+          error: longError,
+        };
+        expect(await h.store.reportDelivery(report)).toBe(true);
+        const reported = await row(subscription.id);
+        const at =
+          reported.next_attempt_at !== null ? reported.next_attempt_at - 100 : reported.finished_at;
+        expect(at).toBeGreaterThanOrEqual(t0);
+        const clipped = { ...report, error: reported.last_error ?? '' };
+        expect(Buffer.byteLength(clipped.error)).toBeLessThanOrEqual(MESSAGE_MAX_BYTES);
+        expect(longError.startsWith(clipped.error)).toBe(true);
+        expect(reported).toEqual(reportDelivery(leased, clipped, at ?? 0));
+        h.advance(100);
+      } else {
+        // The sender crashed mid-try: its lease runs out and the row is leasable again.
+        h.advance(leaseMs);
+      }
+    }
+    const last = await row(subscription.id);
+    // The last try (12) crashed: the next lease finds the lease expired after the last try.
+    expect(last).toMatchObject({ state: 'delivering', attempts: COMPLETION_MAX_ATTEMPTS });
+    const t0 = await h.store.now();
+    expect(await h.store.leaseDeliveries(10, leaseMs)).toEqual([]);
+    const exhausted = await row(subscription.id);
+    expect(exhausted.finished_at).toBeGreaterThanOrEqual(t0);
+    expect(exhausted).toEqual(leaseDelivery(last, exhausted.finished_at ?? 0, leaseMs));
+    expect(exhausted.state).toBe('exhausted');
+
+    // Redelivery: generation 2 from try 0, the same event; a repeat answers it unchanged.
+    const next = await h.store.redeliver(SCOPE, subscription.id, { generation: 1 });
+    expect(next).toMatchObject({ state: 'due', generation: 2, attempts: 0 });
+    expect(next.event_id).toBe(subscription.event_id);
+    expect(await h.store.redeliver(SCOPE, subscription.id, { generation: 1 })).toEqual(next);
+    expectCode(
+      await h.store.redeliver(SCOPE, subscription.id, { generation: 2 }).catch((e) => e),
+      'conflict',
+    );
+    const [lease] = await h.store.leaseDeliveries(10, leaseMs);
+    expect(lease).toMatchObject({ generation: 2, attempt: 1, event_id: subscription.event_id });
+  });
+
+  it('a due report of the last try exhausts the delivery', async () => {
+    const taskId = await terminalTask('last-due');
+    const { subscription } = await h.store.subscribe(SCOPE, taskId, subscribeTo('s'));
+    await h.sql`
+      update completion_deliveries set state = 'delivering',
+        attempts = ${COMPLETION_MAX_ATTEMPTS}, next_attempt_at = 1e15
+      where subscription_id = ${subscription.id}`;
+    const report = {
+      scope: SCOPE,
+      subscription_id: subscription.id,
+      generation: 1,
+      attempt: COMPLETION_MAX_ATTEMPTS,
+      next: { state: 'due' as const, delay_ms: 1 },
+    };
+    expect(await h.store.reportDelivery(report)).toBe(true);
+    expect(await row(subscription.id)).toMatchObject({
+      state: 'exhausted',
+      next_attempt_at: null,
+      attempts: COMPLETION_MAX_ATTEMPTS,
+    });
+  });
+
+  it('counts the due backlog up to a limit, without leased rows', async () => {
+    await seedDue('tsk_backlog_', 30);
+    expect(await h.store.dueBacklog(1_000)).toBe(30);
+    expect(await h.store.dueBacklog(10)).toBe(10);
+    await h.store.leaseDeliveries(20, 60_000);
+    expect(await h.store.dueBacklog(1_000)).toBe(10);
+    expectCode(await h.store.leaseDeliveries(0, 1).catch((e) => e), 'invalid_input');
+    expectCode(await h.store.leaseDeliveries(101, 1).catch((e) => e), 'invalid_input');
+  });
+});

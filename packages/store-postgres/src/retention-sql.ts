@@ -1,0 +1,270 @@
+/**
+ * The retention SQL of the store (seed `RetentionPolicy`, `RetentionProgress`), kept beside
+ * `hot-sql.ts` for the same review: each statement with its locking choice and the index it
+ * relies on.
+ *
+ * Retention shares tables with the hot path, so it must never queue behind a hot row: it locks
+ * tasks with `SKIP LOCKED` (a task another transaction holds is simply left for a later pass),
+ * locks tasks before their deliveries (the order every other path uses), and runs under a short
+ * transaction-local `lock_timeout` as a second guard. The retirement rule is core
+ * `retired(task, subscriptions, cutoff)`: terminal before the cutoff, and no subscription
+ * protects it (`subscriptionProtects`: unfinished, or finished at or after the cutoff).
+ *
+ * Scope columns are compared `COLLATE "C"`, matching the `tasks_retention` index, so the walk
+ * over namespaces is in byte order whatever the database's default collation.
+ */
+import type { Scope } from '@ledgence/contracts';
+import type { RetentionPolicyRow } from '@ledgence/core';
+import { type DbRow, num } from './codec.js';
+import type { Tx } from './hot-sql.js';
+
+/** Store time and the namespace's own policy row (absent: the default applies). */
+export interface PolicyAt {
+  now: number;
+  policy: RetentionPolicyRow | undefined;
+}
+
+/**
+ * Store time and the namespace's policy row, in one round trip. `lockTimeoutMs`, when given,
+ * also sets this transaction's `lock_timeout` (`set_config(…, true)` is `SET LOCAL`), so a
+ * collection fails fast rather than queue behind a hot row it did not expect to meet.
+ * No row lock (a policy change between passes only moves the next pass's cutoff).
+ * Index: the `retention_policies` primary key.
+ */
+export async function loadPolicyAt(
+  tx: Tx,
+  scope: Scope,
+  clockOffsetMs: number,
+  lockTimeoutMs?: number,
+): Promise<PolicyAt> {
+  const timeout = lockTimeoutMs === undefined ? null : `${lockTimeoutMs}ms`;
+  const [row] = await tx`
+    select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint as now,
+      p.retention_ms, p.updated_at,
+      case when ${timeout}::text is not null
+        then set_config('lock_timeout', ${timeout}::text, true) end as lock_timeout
+    from (select 1) as one
+    left join retention_policies p on p.tenant_id = ${scope.tenant_id}
+      and p.namespace = ${scope.namespace}`;
+  return {
+    now: num(row?.now),
+    policy: row?.retention_ms == null ? undefined : policyRow(scope, row),
+  };
+}
+
+function policyRow(scope: Scope, row: DbRow): RetentionPolicyRow {
+  return {
+    tenant_id: scope.tenant_id,
+    namespace: scope.namespace,
+    retention_ms: num(row.retention_ms),
+    updated_at: num(row.updated_at),
+  };
+}
+
+/**
+ * Sets a namespace's policy (upsert), stamped with store time; returns the stored row.
+ * Lock: the policy row (concurrent setters serialise; last writer wins). Index: primary key.
+ */
+export async function upsertPolicy(
+  tx: Tx,
+  scope: Scope,
+  retentionMs: number,
+  clockOffsetMs: number,
+): Promise<RetentionPolicyRow> {
+  const [row] = await tx`
+    insert into retention_policies (tenant_id, namespace, retention_ms, updated_at)
+    values (${scope.tenant_id}, ${scope.namespace}, ${retentionMs}::bigint,
+      (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint)
+    on conflict (tenant_id, namespace) do update
+      set retention_ms = excluded.retention_ms, updated_at = excluded.updated_at
+    returning retention_ms, updated_at`;
+  return policyRow(scope, row ?? {});
+}
+
+/**
+ * Age candidates of a namespace (terminal before `cutoff`), counted up to `limit` (the caller
+ * asks one more than it reports, to answer `truncated`), with the oldest terminal time.
+ * No locks (a read). Index: `tasks_retention` (tenant C, namespace C, terminal_at, task_id)
+ * WHERE terminal_at IS NOT NULL, range `terminal_at < cutoff`, stopped by the inner LIMIT.
+ */
+export async function countCandidates(
+  tx: Tx,
+  scope: Scope,
+  cutoff: number,
+  limit: number,
+): Promise<{ count: number; oldest: number | null }> {
+  const [row] = await tx`
+    select count(*)::int as n, min(terminal_at) as oldest from (
+      select t.terminal_at from tasks t
+      where t.tenant_id collate "C" = ${scope.tenant_id} and t.namespace collate "C" = ${scope.namespace}
+        and t.terminal_at is not null and t.terminal_at < ${cutoff}::bigint
+      order by t.terminal_at, t.task_id
+      limit ${limit}
+    ) as candidates`;
+  return { count: num(row?.n), oldest: row?.oldest == null ? null : num(row.oldest) };
+}
+
+/**
+ * Namespaces holding terminal tasks, in (tenant, namespace) byte order after `after`
+ * (exclusive), at most `limit`: a loose index scan — a recursive CTE whose every step is one
+ * descent of `tasks_retention` to the next distinct (tenant, namespace) — so its cost is
+ * `limit` descents, not the number of terminal tasks. Without `after`, the walk starts past
+ * ('', ''), below every valid scope (scope text is never empty). No locks (a read).
+ */
+export async function selectRetentionScopes(
+  tx: Tx,
+  after: Scope | undefined,
+  limit: number,
+): Promise<Scope[]> {
+  const rows = await tx`
+    with recursive walk(tenant_id, namespace) as (
+      (select t.tenant_id collate "C", t.namespace collate "C" from tasks t
+       where t.terminal_at is not null
+         and (t.tenant_id collate "C", t.namespace collate "C")
+           > (${after?.tenant_id ?? ''}::text collate "C", ${after?.namespace ?? ''}::text collate "C")
+       order by 1, 2
+       limit 1)
+      union all
+      (select n.tenant_id, n.namespace from walk w
+       cross join lateral (
+         select t.tenant_id collate "C" as tenant_id, t.namespace collate "C" as namespace
+         from tasks t
+         where t.terminal_at is not null
+           and (t.tenant_id collate "C", t.namespace collate "C") > (w.tenant_id, w.namespace)
+         order by 1, 2
+         limit 1) as n)
+    )
+    select tenant_id, namespace from walk limit ${limit}`;
+  return rows.map((row) => ({
+    tenant_id: String(row.tenant_id),
+    namespace: String(row.namespace),
+  }));
+}
+
+/** Exact counts of one collection statement. */
+export interface CollectedCounts {
+  tasks: number;
+  attempts: number;
+  history: number;
+  subscriptions: number;
+  sessions: number;
+}
+
+/**
+ * One collection of a namespace, in ONE statement of data-modifying CTEs (they share one
+ * snapshot; every delete names the victims it removes):
+ *
+ * - `victims`: up to `limit` retired tasks — terminal before `cutoff`, oldest first, with no
+ *   delivery that protects them (core `subscriptionProtects`). Lock: `FOR UPDATE OF t SKIP
+ *   LOCKED` — a task another transaction holds (a subscribe or redelivery, both of which lock
+ *   the task first) is skipped, never waited for. Index: `tasks_retention`, walked in order
+ *   from the oldest and stopped by LIMIT. The protection check is `NOT EXISTS (… OFFSET 0)`:
+ *   the OFFSET keeps the planner from turning it into an anti join, which would read every
+ *   candidate (and every unfinished delivery) and sort them before the LIMIT; as a per-row
+ *   check it probes `completion_deliveries_task` only for the rows the walk reaches.
+ * - their attempts, history, payloads, deliveries and subscriptions, then the tasks, each by
+ *   `task_id = ANY(<the victims' ids>)` within the scope: an index scan of each table's
+ *   primary key or task index (the primary keys of attempts, task_history and task_payloads,
+ *   `completion_deliveries_task`, `completion_subscriptions_key`) — a join on the CTE would
+ *   let the planner hash-join against a sequential scan of the whole table. Lock: rows of
+ *   tasks this statement holds; every writer of them takes the task lock first, and a finished
+ *   delivery is never locked by a sender (it leases only due/delivering rows).
+ * - `expired`: up to `limit` sessions of the namespace that expired before `cutoff`, oldest
+ *   first, `FOR UPDATE SKIP LOCKED`, with their consumer cursors. Index: the primary keys of
+ *   worker_sessions (its scope prefix; a namespace's sessions are its live workers plus the
+ *   expired ones retention has not reached yet) and consumer_cursors.
+ */
+export async function collectRetiredRows(
+  tx: Tx,
+  scope: Scope,
+  cutoff: number,
+  limit: number,
+): Promise<CollectedCounts> {
+  const { tenant_id: tenant, namespace } = scope;
+  const [row] = await tx`
+    with victims as (
+      select t.task_id from tasks t
+      where t.tenant_id collate "C" = ${tenant} and t.namespace collate "C" = ${namespace}
+        and t.terminal_at is not null and t.terminal_at < ${cutoff}::bigint
+        and not exists (
+          select 1 from completion_deliveries d
+          -- "default": tasks.task_id is "C", which would win the comparison and miss the index.
+          where d.tenant_id = t.tenant_id and d.namespace = t.namespace
+            and d.task_id = t.task_id collate "default"
+            and (d.state not in ('delivered', 'exhausted') or d.finished_at is null
+              or d.finished_at >= ${cutoff}::bigint)
+          offset 0)
+      order by t.terminal_at, t.task_id
+      limit ${limit}
+      for update of t skip locked
+    ), ids as (
+      -- Default collation, the collation of every task_id index but the tasks primary key's
+      -- (where the column's own "C" wins the comparison).
+      select coalesce(array_agg(task_id collate "default"), '{}') as task_ids from victims
+    ), attempts_gone as (
+      delete from attempts a
+      where a.tenant_id = ${tenant} and a.namespace = ${namespace}
+        and a.task_id = any((select task_ids from ids)::text[])
+      returning 1
+    ), history_gone as (
+      delete from task_history h
+      where h.tenant_id = ${tenant} and h.namespace = ${namespace}
+        and h.task_id = any((select task_ids from ids)::text[])
+      returning 1
+    ), payloads_gone as (
+      delete from task_payloads p
+      where p.tenant_id = ${tenant} and p.namespace = ${namespace}
+        and p.task_id = any((select task_ids from ids)::text[])
+      returning 1
+    ), deliveries_gone as (
+      delete from completion_deliveries d
+      where d.tenant_id = ${tenant} and d.namespace = ${namespace}
+        and d.task_id = any((select task_ids from ids)::text[])
+      returning 1
+    ), subscriptions_gone as (
+      delete from completion_subscriptions s
+      where s.tenant_id = ${tenant} and s.namespace = ${namespace}
+        and s.task_id = any((select task_ids from ids)::text[])
+      returning 1
+    ), tasks_gone as (
+      delete from tasks t
+      where t.tenant_id = ${tenant} and t.namespace = ${namespace}
+        and t.task_id = any((select task_ids from ids)::text[])
+      returning 1
+    ), expired as (
+      select coalesce(array_agg(session_id), '{}') as session_ids from (
+        select w.session_id from worker_sessions w
+        where w.tenant_id = ${tenant} and w.namespace = ${namespace}
+          and w.expires_at < ${cutoff}::bigint
+        order by w.expires_at, w.session_id
+        limit ${limit}
+        for update of w skip locked
+      ) as locked
+    ), cursors_gone as (
+      delete from consumer_cursors c
+      where c.tenant_id = ${tenant} and c.namespace = ${namespace}
+        and c.worker_session_id = any((select session_ids from expired)::text[])
+      returning 1
+    ), sessions_gone as (
+      delete from worker_sessions w
+      where w.tenant_id = ${tenant} and w.namespace = ${namespace}
+        and w.session_id = any((select session_ids from expired)::text[])
+      returning 1
+    )
+    select (select count(*) from tasks_gone)::int as tasks,
+      (select count(*) from attempts_gone)::int as attempts,
+      (select count(*) from history_gone)::int as history,
+      (select count(*) from payloads_gone)::int as payloads,
+      (select count(*) from deliveries_gone)::int as deliveries,
+      (select count(*) from subscriptions_gone)::int as subscriptions,
+      (select count(*) from sessions_gone)::int as sessions,
+      (select count(*) from cursors_gone)::int as cursors`;
+  const counts = row as DbRow | undefined;
+  return {
+    tasks: num(counts?.tasks),
+    attempts: num(counts?.attempts),
+    history: num(counts?.history),
+    subscriptions: num(counts?.subscriptions),
+    sessions: num(counts?.sessions),
+  };
+}
