@@ -54,6 +54,21 @@ export default defineConfig({
           hookTimeout: 120_000,
         },
       },
+      {
+        ...shared,
+        // `pnpm test:chaos`: crash, fault and bad-input suites with real processes. Run on their
+        // own (not by `pnpm test`): they load the machine, and must not starve other tests.
+        test: {
+          name: 'chaos',
+          include: ['reliability/**/*.chaos.test.ts'],
+          exclude: ['**/node_modules/**', '**/dist/**'],
+          globalSetup: [pgSetup],
+          testTimeout: 420_000,
+          hookTimeout: 180_000,
+          // One suite at a time: each measures its own figures on a quiet machine.
+          fileParallelism: false,
+        },
+      },
     ],
   },
 });

@@ -25,10 +25,10 @@ function walk(dir, base = dir) {
 }
 
 const workspace = [];
-// Every package and app, and the private end-to-end and benchmark workspaces.
+// Every package and app, and the private end-to-end, reliability and benchmark workspaces.
 const packageDirs = ['packages', 'apps']
   .flatMap((group) => readdirSync(join(root, group)).map((name) => `${group}/${name}`))
-  .concat(['e2e', 'bench']);
+  .concat(['e2e', 'reliability', 'bench']);
 for (const dir of packageDirs) {
   let manifest;
   try {

@@ -24,6 +24,16 @@ export const ALLOWED_WORKSPACE_IMPORTS = {
   // Private end-to-end tests: they spawn the server as a process (never import it)
   // and drive it with the SDK, on test databases from the store's testing helpers.
   '@ledgence/e2e': ['@ledgence/worker', '@ledgence/store-postgres', '@ledgence/contracts'],
+  // Private reliability suites: like e2e (whose process harness they reuse), they spawn
+  // servers as processes (never import them); lease-race tests also drive the core and the
+  // store directly on test databases.
+  '@ledgence/reliability': [
+    '@ledgence/e2e',
+    '@ledgence/worker',
+    '@ledgence/store-postgres',
+    '@ledgence/core',
+    '@ledgence/contracts',
+  ],
   // Private benchmarks: like e2e, they spawn the server as a process (never import it),
   // drive it with the SDK, and start one embedded PostgreSQL through the store.
   '@ledgence/bench': ['@ledgence/worker', '@ledgence/store-postgres', '@ledgence/contracts'],

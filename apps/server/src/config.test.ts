@@ -39,6 +39,7 @@ describe('loadConfig', () => {
       renewIntervalMs: 10_000,
       longPollWaitMs: 20_000,
       shutdownTimeoutMs: 10_000,
+      failpoints: [],
     });
   });
 
@@ -63,6 +64,7 @@ describe('loadConfig', () => {
         LEDGENCE_RESCAN_INTERVAL_MS: '50',
         LEDGENCE_MAINTENANCE_INTERVAL_MS: '200',
         LEDGENCE_SHUTDOWN_TIMEOUT_MS: '3000',
+        LEDGENCE_FAILPOINTS: 'settle.after_commit=crash, submit.before_commit=error*2',
       },
       noFiles,
     );
@@ -88,7 +90,19 @@ describe('loadConfig', () => {
       rescanIntervalMs: 50,
       maintenanceIntervalMs: 200,
       shutdownTimeoutMs: 3000,
+      failpoints: [
+        { name: 'settle.after_commit', action: 'crash', count: undefined },
+        { name: 'submit.before_commit', action: 'error', count: 2 },
+      ],
     });
+  });
+
+  it('refuses to start with an unknown failpoint, naming the variable and the known points', () => {
+    const [problem] = problemsOf({ LEDGENCE_FAILPOINTS: 'settle.after_comit=crash' });
+    expect(problem).toMatch(
+      /^LEDGENCE_FAILPOINTS \(test only\): unknown failpoint "settle\.after_comit"/,
+    );
+    expect(problem).toContain('settle.after_commit');
   });
 
   it('reads callback destinations, inline or from a file, without keeping the secret in sight', () => {

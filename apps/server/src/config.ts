@@ -18,6 +18,7 @@ import {
   SESSION_VALIDITY_MS,
   TERMINAL_RETENTION_MS,
 } from '@ledgence/contracts';
+import { type FailpointSetting, FailpointSpecError, parseFailpoints } from '@ledgence/core';
 
 /** One API key as the operator configures it (DESIGN §6). */
 export interface ApiKeySetting {
@@ -83,6 +84,12 @@ export interface ServerConfig {
   maintenanceIntervalMs: number;
   /** `LEDGENCE_SHUTDOWN_TIMEOUT_MS`: graceful shutdown budget (default 10 s). */
   shutdownTimeoutMs: number;
+  /**
+   * `LEDGENCE_FAILPOINTS` — TEST ONLY, never set in production: crash points armed for the
+   * reliability suites, e.g. `settle.after_commit=crash` (grammar and names: `FAILPOINTS` in
+   * `@ledgence/core`). Empty (the default) arms nothing; an unknown name stops the start.
+   */
+  failpoints: FailpointSetting[];
 }
 
 /** The configuration could not be used; `problems` name each variable and what is wrong. */
@@ -135,6 +142,7 @@ export const CONFIG_VARIABLES = [
   'LEDGENCE_RESCAN_INTERVAL_MS',
   'LEDGENCE_MAINTENANCE_INTERVAL_MS',
   'LEDGENCE_SHUTDOWN_TIMEOUT_MS',
+  'LEDGENCE_FAILPOINTS',
 ] as const;
 
 /** Whether `host` binds the loopback interface only. */
@@ -201,6 +209,14 @@ export function loadConfig(
     problems,
   );
 
+  let failpoints: FailpointSetting[] = [];
+  try {
+    failpoints = parseFailpoints(text('LEDGENCE_FAILPOINTS') ?? '');
+  } catch (error) {
+    if (!(error instanceof FailpointSpecError)) throw error;
+    problems.push(`LEDGENCE_FAILPOINTS (test only): ${error.message}`);
+  }
+
   const second = 1_000;
   const hour = 3_600_000;
   const config: ServerConfig = {
@@ -244,6 +260,7 @@ export function loadConfig(
     rescanIntervalMs: integer('LEDGENCE_RESCAN_INTERVAL_MS', 1_000, 10, hour),
     maintenanceIntervalMs: integer('LEDGENCE_MAINTENANCE_INTERVAL_MS', 1_000, 10, hour),
     shutdownTimeoutMs: integer('LEDGENCE_SHUTDOWN_TIMEOUT_MS', 10_000, 100, 5 * 60 * second),
+    failpoints,
   };
   // A renewal must fit inside the lease with room for one to be lost.
   if (config.renewIntervalMs * 2 > config.leaseDurationMs) {

@@ -1,7 +1,7 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
-import { serve } from '@hono/node-server';
+import { type HttpBindings, serve } from '@hono/node-server';
 import { createCompletionSender } from '@ledgence/callbacks';
 import {
   createCompletionService,
@@ -21,6 +21,7 @@ import {
 import pino, { type Logger } from 'pino';
 import postgres from 'postgres';
 import type { ServerConfig } from './config.js';
+import { armAfterReply, serverFailpoints } from './failpoints.js';
 import { startRecoveryLoop, startRetentionLoop } from './maintenance.js';
 import { createServerMetrics } from './metrics.js';
 
@@ -91,7 +92,9 @@ export async function startServer(
       sessionValidityMs: config.sessionValidityMs,
       terminalRetentionMs: config.terminalRetentionMs,
     });
-    const store = createPostgresTaskStore({ url, config: lifecycle });
+    // TEST ONLY (LEDGENCE_FAILPOINTS); none armed in any normal run.
+    const failpoints = serverFailpoints(config.failpoints);
+    const store = createPostgresTaskStore({ url, config: lifecycle, failpoints });
     cleanups.push(() => store.close());
     const wake = createPostgresWakeSource({ url });
     cleanups.push(() => wake.close());
@@ -155,6 +158,7 @@ export async function startServer(
       leaseMs: config.completionLeaseMs,
       logger,
       onDelivery: (record) => metrics.recordDelivery(record),
+      failpoints,
     });
     sender.start();
     cleanups.push(() => sender.stop());
@@ -165,6 +169,9 @@ export async function startServer(
       // connections drain with their last request instead of lingering until the timeout.
       const fetch = async (request: Request, env: unknown): Promise<Response> => {
         const response = await app.fetch(request, env);
+        if (failpoints.enabled) {
+          await armAfterReply(failpoints, request, response, (env as HttpBindings).outgoing);
+        }
         if (!accepting) {
           try {
             response.headers.set('connection', 'close');

@@ -18,11 +18,13 @@ import {
   MESSAGE_MAX_BYTES,
   utf8ByteLength,
 } from '@ledgence/contracts';
-import type {
-  CompletionLease,
-  CompletionStore,
-  DeliveryNext,
-  DeliveryReport,
+import {
+  type CompletionLease,
+  type CompletionStore,
+  type DeliveryNext,
+  type DeliveryReport,
+  type Failpoints,
+  NO_FAILPOINTS,
 } from '@ledgence/core';
 import {
   isExhausted,
@@ -160,6 +162,11 @@ export interface CompletionSenderOptions {
   logger?: SenderLogger;
   /** Called once per try (metrics); a throwing hook is logged and ignored. */
   onDelivery?: (record: DeliveryRecord) => void;
+  /**
+   * TEST ONLY: crash points of a try (`delivery.before_send`, `delivery.after_send`,
+   * `delivery.after_report`; see `FAILPOINTS` in `@ledgence/core`). Default: none armed.
+   */
+  failpoints?: Failpoints;
 }
 
 /** A completion sender. */
@@ -221,6 +228,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
   // rather than one row per finished try, and a hanging try still holds one slot.
   const refillAt = Math.ceil(batchSize / 2);
   const logger = safeLogger(options.logger);
+  const failpoints = options.failpoints ?? NO_FAILPOINTS;
 
   const inFlight = new Set<Promise<DeliveryRecord>>();
   const leasing = new Set<Promise<unknown>>();
@@ -277,7 +285,11 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     let outcome: DeliveryRecordOutcome = decided.outcome;
     let reportError: unknown;
     try {
+      // Between the receiver's answer and the report: the receiver has the event, the store
+      // does not know yet, so the lease running out must lead to a redelivery of the same id.
+      if (failpoints.enabled) failpoints.hit('delivery.after_send');
       if (!(await store.reportDelivery(report))) outcome = 'stale';
+      if (failpoints.enabled) failpoints.hit('delivery.after_report');
     } catch (error) {
       outcome = 'unreported';
       reportError = error;
@@ -318,6 +330,8 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     }
     let delivery: DeliveryOutcome;
     try {
+      // Leased (the try already counts), nothing sent: a crash here must cost one try, no event.
+      if (failpoints.enabled) failpoints.hit('delivery.before_send');
       delivery = await deliverEvent({ destination, event });
     } catch (error) {
       // deliverEvent rejects only for a destination it cannot use at all (its own

@@ -59,6 +59,23 @@ export {
 } from './completion-service.js';
 export { DEFAULT_LIFECYCLE_CONFIG, type LifecycleConfig, lifecycleConfig } from './config.js';
 export { commandDigest } from './digest.js';
+export {
+  createFailpoints,
+  FAILPOINT_NAMES,
+  FAILPOINT_STORE_OPERATIONS,
+  FAILPOINTS,
+  type FailpointAction,
+  FailpointError,
+  type FailpointName,
+  type FailpointRouteOperation,
+  type FailpointSetting,
+  FailpointSpecError,
+  type FailpointStoreOperation,
+  type Failpoints,
+  type FailpointsOptions,
+  NO_FAILPOINTS,
+  parseFailpoints,
+} from './failpoints.js';
 export { type GroupCommitOptions, withGroupCommit } from './group-commit.js';
 export { type HistoryEntry, recordHistory } from './history.js';
 export { type IdKind, newId } from './ids.js';

@@ -5,7 +5,9 @@
  * scope and role (403), then what the service says (404/409/410). Errors are
  * mapped to problem+json in one place (`onError`/`notFound`). The completion
  * subscription routes (DESIGN §8) and the admin retention routes are mounted
- * only when their service is given.
+ * only when their service is given. Every route declares who may call it
+ * (`documentRoute(<operation id>)`, policy.ts), the role checks read that
+ * declaration, and the app refuses to be built with a route that lacks one.
  */
 import { randomUUID } from 'node:crypto';
 import {
@@ -58,6 +60,7 @@ import {
 import { CancelBodySchema, ExtendSessionBodySchema } from './bodies.js';
 import { readBody } from './body.js';
 import { createOpenApiDocument, documentRoute } from './openapi.js';
+import { checkRoutePolicies, type PolicyVariables } from './policy.js';
 import { genericError, PROBLEM_CONTENT_TYPE, problemOf } from './problem.js';
 import {
   parseAfterSequence,
@@ -146,7 +149,7 @@ export interface HttpResponseInfo {
 }
 
 /** The per-request values the app's middleware shares with the routes. */
-export interface HttpAppVariables {
+export interface HttpAppVariables extends PolicyVariables {
   /** The request's id: the caller's when well formed, else a fresh UUID. */
   requestId: string;
   /** Who the request acts as, once authenticated. */
@@ -230,13 +233,26 @@ function principalOf(c: AppContext): Principal {
 }
 
 /**
- * The role and binding checks of a route (403), made once its path, query and
- * body have been decoded (DESIGN §4.1's order). `path` names where the scope
- * came from when a body supplied it.
+ * The role the matched route's declared policy requires (policy.ts). The
+ * startup check guarantees every route declares one; a keyed route reaching
+ * here without one is a bug, refused rather than let through.
  */
-function authorize(c: AppContext, role: Role, scope: Scope, path?: string): void {
+function routeRole(c: AppContext): Role {
+  const access = c.get('access');
+  if (access === undefined || access === 'public') {
+    throw new Error(`the route ${c.req.method} ${c.req.path} declares no role to authorize`);
+  }
+  return access;
+}
+
+/**
+ * The role and binding checks of a route (403), made once its path, query and
+ * body have been decoded (DESIGN §4.1's order). The role is the one the route's
+ * policy declares; `path` names where the scope came from when a body supplied it.
+ */
+function authorize(c: AppContext, scope: Scope, path?: string): void {
   const principal = principalOf(c);
-  requireRole(principal, role);
+  requireRole(principal, routeRole(c));
   requireScope(principal, scope, path);
 }
 
@@ -386,6 +402,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     c.set('supplied', []);
     c.set('inService', false);
     c.set('principal', undefined);
+    c.set('access', undefined);
     c.header(requestIdHeader, requestId);
     await next();
     c.res.headers.set(requestIdHeader, requestId);
@@ -462,7 +479,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     noQuery(c);
     const scope = pathScope(c);
     checkSubmitScope(command, scope, '$');
-    authorize(c, 'client', scope);
+    authorize(c, scope);
     const outcome = await svc(c).submit(command);
     if (outcome.created) {
       const location = `/v1/tenants/${encodeURIComponent(scope.tenant_id)}/namespaces/${encodeURIComponent(scope.namespace)}/tasks/${encodeURIComponent(outcome.snapshot.task_id)}`;
@@ -475,7 +492,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const items = decodeSubmitBatch(await requiredBody(c, BATCH_MAX_BYTES));
     noQuery(c);
     const scope = pathScope(c);
-    authorize(c, 'client', scope);
+    authorize(c, scope);
     const results = await answerBatch(
       items,
       (command, index) => checkSubmitScope(command, scope, `$.commands[${index}]`),
@@ -490,7 +507,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     supply(c, ...url.searchParams.values());
     const query = parseListQuery(url);
     const scope = pathScope(c);
-    authorize(c, 'client', scope);
+    authorize(c, scope);
     return c.json(await svc(c).listTasks(scope, query));
   });
 
@@ -498,7 +515,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   function taskRoute(c: AppContext): { scope: Scope; taskId: string } {
     const scope = pathScope(c);
     const taskId = pathText(c, 'task_id', NAME_MAX_BYTES);
-    authorize(c, 'client', scope);
+    authorize(c, scope);
     return { scope, taskId };
   }
 
@@ -587,7 +604,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
         noQuery(c);
         const scope = pathScope(c);
         const subscriptionId = pathText(c, 'subscription_id', NAME_MAX_BYTES);
-        authorize(c, 'client', scope);
+        authorize(c, scope);
         return c.json(await entered(c, completions).redeliver(scope, subscriptionId, command));
       },
     );
@@ -602,7 +619,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     /** The head of an admin route: the path's scope, for an admin key bound to it. */
     const adminScope = (c: AppContext): Scope => {
       const scope = pathScope(c);
-      authorize(c, 'admin', scope);
+      authorize(c, scope);
       return scope;
     };
 
@@ -635,7 +652,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const command = decodeOpenSessionCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
     supply(c, command);
     noQuery(c);
-    authorize(c, 'worker', command.scope, '$.scope');
+    authorize(c, command.scope, '$.scope');
     return c.json(await svc(c).openSession(command));
   });
 
@@ -655,7 +672,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
         { reason: 'scope_required', path: '$.scope' },
       );
     }
-    authorize(c, 'worker', scope, '$.scope');
+    authorize(c, scope, '$.scope');
     return c.json(await svc(c).extendSession(scope, sessionId));
   });
 
@@ -663,7 +680,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const command = decodeAcquireCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
     supply(c, command);
     const waitMs = parseWaitMs(queryOf(c, ['wait_ms']).get('wait_ms'), longPollMaxMs);
-    authorize(c, 'worker', command.scope, '$.scope');
+    authorize(c, command.scope, '$.scope');
     return c.json(await svc(c).acquire(command, { waitMs, signal: c.req.raw.signal }));
   });
 
@@ -671,7 +688,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const items = decodeAcquireBatch(await requiredBody(c, BATCH_MAX_BYTES));
     const waitMs = parseWaitMs(queryOf(c, ['wait_ms']).get('wait_ms'), longPollMaxMs);
     const principal = principalOf(c);
-    requireRole(principal, 'worker');
+    requireRole(principal, routeRole(c));
     const replies = await answerBatch(
       items,
       (command, index) => requireScope(principal, command.scope, `$.commands[${index}].scope`),
@@ -685,7 +702,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const command = decodeRenewCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
     supply(c, command);
     noQuery(c);
-    authorize(c, 'worker', command.owner.scope, '$.owner.scope');
+    authorize(c, command.owner.scope, '$.owner.scope');
     return c.json(await svc(c).renew(command));
   });
 
@@ -693,7 +710,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const items = decodeRenewBatch(await requiredBody(c, BATCH_MAX_BYTES));
     noQuery(c);
     const principal = principalOf(c);
-    requireRole(principal, 'worker');
+    requireRole(principal, routeRole(c));
     const results = await answerBatch(
       items,
       (command, index) =>
@@ -708,7 +725,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const command = decodeSettleCommand(await requiredBody(c, SETTLEMENT_MAX_BYTES));
     supply(c, command);
     noQuery(c);
-    authorize(c, 'worker', command.owner.scope, '$.owner.scope');
+    authorize(c, command.owner.scope, '$.owner.scope');
     return c.json(await svc(c).settle(command));
   });
 
@@ -716,7 +733,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const items = decodeSettleBatch(await requiredBody(c, BATCH_MAX_BYTES));
     noQuery(c);
     const principal = principalOf(c);
-    requireRole(principal, 'worker');
+    requireRole(principal, routeRole(c));
     const results = await answerBatch(
       items,
       (command, index) =>
@@ -731,7 +748,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const owner = decodeLeaseOwner(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
     supply(c, owner);
     noQuery(c);
-    authorize(c, 'worker', owner.scope, '$.scope');
+    authorize(c, owner.scope, '$.scope');
     return c.json({ task_state: await svc(c).confirmQuiescence(owner) });
   });
 
@@ -772,5 +789,8 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     return c.json(await document);
   });
 
+  // Last, over everything mounted above: a route without a declared policy
+  // fails here, at start, rather than serving requests nobody authorizes.
+  checkRoutePolicies(app.routes);
   return app;
 }

@@ -58,4 +58,5 @@ export {
 export { type ExtendSessionBody, ExtendSessionBodySchema } from './bodies.js';
 export { isJsonContentType, readBody } from './body.js';
 export { createOpenApiDocument } from './openapi.js';
+export type { PolicyVariables, RouteAccess } from './policy.js';
 export { PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE, problemOf } from './problem.js';

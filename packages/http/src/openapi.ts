@@ -65,6 +65,7 @@ import type { Env, Hono, MiddlewareHandler } from 'hono';
 import { type DescribeRouteOptions, describeRoute, generateSpecs } from 'hono-openapi';
 import type * as v from 'valibot';
 import { CancelBodySchema, ExtendSessionBodySchema } from './bodies.js';
+import { type PolicyEnv, type RouteAccess, withPolicy } from './policy.js';
 import { PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE } from './problem.js';
 
 /** A JSON Schema object as the document holds it. */
@@ -218,8 +219,12 @@ interface RouteDoc {
   summary: string;
   description?: string;
   tags: string[];
-  /** `none`: no authentication (health, metrics, the document itself). */
-  security: 'bearer' | 'none';
+  /**
+   * The route's authorization policy: the role a key must hold, or `public`
+   * (no authentication: health, metrics, the document itself). Declared here,
+   * beside the route's documentation, so no route can be mounted without one.
+   */
+  access: RouteAccess;
   body?: { schema: JsonSchema; required: boolean; description?: string };
   query?: QueryParameter[];
   headers?: QueryParameter[];
@@ -246,7 +251,7 @@ const ROUTES = {
       '`Idempotency-Key` header, `{input, origin_trace?}`. 201 when created, 200 when an ' +
       'identical submission already exists; the same key with other content is 409.',
     tags: ['tasks'],
-    security: 'bearer',
+    access: 'client',
     body: { schema: { oneOf: [ref('SubmitCommand'), ref('SubmitRequestBody')] }, required: true },
     headers: [
       {
@@ -265,7 +270,7 @@ const ROUTES = {
     summary: 'Submit many tasks',
     description: 'Each command is validated and answered on its own, in request order.',
     tags: ['tasks'],
-    security: 'bearer',
+    access: 'client',
     body: { schema: ref('SubmitBatchRequest'), required: true },
     success: { 200: json(ref('SubmitBatchReply'), 'One result or problem per command.') },
     errors: [],
@@ -276,7 +281,7 @@ const ROUTES = {
       'Newest first. Label filters are `label.<key>=<value>` parameters (repeatable with ' +
       'different keys; all must match). A cursor is bound to the scope and filters.',
     tags: ['tasks'],
-    security: 'bearer',
+    access: 'client',
     query: [
       {
         name: 'state',
@@ -312,7 +317,7 @@ const ROUTES = {
   getTaskStatus: {
     summary: 'Task status',
     tags: ['tasks'],
-    security: 'bearer',
+    access: 'client',
     success: { 200: json(ref('TaskStatus'), 'Scheduling metadata without payloads.') },
     errors: ['not_found'],
   },
@@ -320,7 +325,7 @@ const ROUTES = {
     summary: 'Task result',
     description: 'With `wait_ms`, waits for a terminal state first.',
     tags: ['tasks'],
-    security: 'bearer',
+    access: 'client',
     query: [WAIT_MS],
     success: { 200: json(ref('TaskResult'), 'The status and the outcome (or pending).') },
     errors: ['not_found'],
@@ -328,21 +333,21 @@ const ROUTES = {
   getTaskSnapshot: {
     summary: 'Task snapshot',
     tags: ['tasks'],
-    security: 'bearer',
+    access: 'client',
     success: { 200: json(ref('TaskSnapshot'), 'The full scheduling record.') },
     errors: ['not_found'],
   },
   getAttempt: {
     summary: 'One attempt',
     tags: ['tasks'],
-    security: 'bearer',
+    access: 'client',
     success: { 200: json(ref('AttemptSnapshot'), 'The attempt as recorded.') },
     errors: ['not_found'],
   },
   getTaskHistory: {
     summary: 'Task history',
     tags: ['tasks'],
-    security: 'bearer',
+    access: 'client',
     query: [
       {
         name: 'after_sequence',
@@ -357,7 +362,7 @@ const ROUTES = {
     summary: 'Cancel a task',
     description: 'No body is needed; a body, when sent, must be `{}`.',
     tags: ['tasks'],
-    security: 'bearer',
+    access: 'client',
     body: { schema: ref('CancelBody'), required: false },
     success: { 200: json(ref('TaskStateReply'), 'The task state afterwards.') },
     errors: ['not_found'],
@@ -371,7 +376,7 @@ const ROUTES = {
       `A task has at most ${MAX_COMPLETION_SUBSCRIPTIONS} subscriptions (409 \`limit_exceeded\`). ` +
       'Subscribing to a terminal task makes its delivery due at once.',
     tags: ['completions'],
-    security: 'bearer',
+    access: 'client',
     body: { schema: ref('CompletionSubscribeCommand'), required: true },
     success: {
       201: json(ref('CompletionSubscription'), 'The subscription was created.'),
@@ -382,7 +387,7 @@ const ROUTES = {
   listCompletionSubscriptions: {
     summary: "A task's completion subscriptions",
     tags: ['completions'],
-    security: 'bearer',
+    access: 'client',
     success: {
       200: json(ref('CompletionSubscriptionList'), 'Oldest first, with their delivery state.'),
     },
@@ -396,7 +401,7 @@ const ROUTES = {
       'subscription unchanged, so a repeated request starts nothing twice; anything else is ' +
       '409 `conflict`. Beyond the last generation allowed is 409 `limit_exceeded`.',
     tags: ['completions'],
-    security: 'bearer',
+    access: 'client',
     body: { schema: ref('CompletionRetryCommand'), required: true },
     success: { 200: json(ref('CompletionSubscription'), 'The subscription afterwards.') },
     errors: ['not_found', 'conflict', 'limit_exceeded'],
@@ -405,7 +410,7 @@ const ROUTES = {
     summary: "The namespace's retention policy (admin)",
     description: "Its own policy, or the server's default (`source`).",
     tags: ['retention'],
-    security: 'bearer',
+    access: 'admin',
     success: { 200: json(ref('RetentionPolicy'), 'The policy in force.') },
     errors: [],
   },
@@ -415,7 +420,7 @@ const ROUTES = {
       'A terminal task is kept `retention_ms` after it became terminal and after its latest ' +
       `callback activity, whichever is later: ${MIN_RETENTION_MS}..${MAX_RETENTION_MS} ms.`,
     tags: ['retention'],
-    security: 'bearer',
+    access: 'admin',
     body: { schema: ref('SetRetentionPolicyCommand'), required: true },
     success: { 200: json(ref('RetentionPolicy'), 'The policy now in force.') },
     errors: [],
@@ -426,7 +431,7 @@ const ROUTES = {
       'Counts the age candidates of the next collection, up to `limit`. Pending or recent ' +
       'callbacks can defer a candidate, so a candidate is not a promise of removal.',
     tags: ['retention'],
-    security: 'bearer',
+    access: 'admin',
     query: [
       {
         name: 'limit',
@@ -440,7 +445,7 @@ const ROUTES = {
   openSession: {
     summary: 'Open a worker session',
     tags: ['worker'],
-    security: 'bearer',
+    access: 'worker',
     body: { schema: ref('OpenSessionCommand'), required: true },
     success: { 200: json(ref('WorkerSession'), 'The new session.') },
     errors: [],
@@ -451,7 +456,7 @@ const ROUTES = {
       "The body `{scope}` names the session's scope; it may be left out when the API key is " +
       'bound to exactly one namespace.',
     tags: ['worker'],
-    security: 'bearer',
+    access: 'worker',
     body: { schema: ref('ExtendSessionBody'), required: false },
     success: { 200: json(ref('WorkerSession'), 'The session with its new expiry.') },
     errors: ['session_not_found', 'session_expired'],
@@ -459,7 +464,7 @@ const ROUTES = {
   acquire: {
     summary: 'Acquire a task (long poll)',
     tags: ['worker'],
-    security: 'bearer',
+    access: 'worker',
     query: [WAIT_MS],
     body: { schema: ref('AcquireCommand'), required: true },
     success: { 200: json(ref('AcquireReply'), 'empty, assigned or ownership_lost.') },
@@ -468,7 +473,7 @@ const ROUTES = {
   acquireBatch: {
     summary: 'Acquire for many slots of one session',
     tags: ['worker'],
-    security: 'bearer',
+    access: 'worker',
     query: [WAIT_MS],
     body: { schema: ref('AcquireBatchRequest'), required: true },
     success: { 200: json(ref('AcquireBatchReply'), 'One reply or problem per command.') },
@@ -477,7 +482,7 @@ const ROUTES = {
   renew: {
     summary: 'Renew a lease',
     tags: ['worker'],
-    security: 'bearer',
+    access: 'worker',
     body: { schema: ref('RenewCommand'), required: true },
     success: { 200: json(ref('Authority'), 'The current authority.') },
     errors: ['not_found', 'sequence_conflict', 'ownership_lost'],
@@ -485,7 +490,7 @@ const ROUTES = {
   renewBatch: {
     summary: 'Renew many leases',
     tags: ['worker'],
-    security: 'bearer',
+    access: 'worker',
     body: { schema: ref('RenewBatchRequest'), required: true },
     success: { 200: json(ref('RenewBatchReply'), 'One authority or problem per command.') },
     errors: [],
@@ -493,7 +498,7 @@ const ROUTES = {
   settle: {
     summary: 'Settle an attempt',
     tags: ['worker'],
-    security: 'bearer',
+    access: 'worker',
     body: { schema: ref('SettleCommand'), required: true },
     success: { 200: json(ref('SettleReply'), 'The receipt (already_accepted on replay).') },
     errors: ['not_found', 'conflict', 'ownership_lost'],
@@ -501,7 +506,7 @@ const ROUTES = {
   settleBatch: {
     summary: 'Settle many attempts',
     tags: ['worker'],
-    security: 'bearer',
+    access: 'worker',
     body: { schema: ref('SettleBatchRequest'), required: true },
     success: { 200: json(ref('SettleBatchReply'), 'One reply or problem per command.') },
     errors: [],
@@ -509,7 +514,7 @@ const ROUTES = {
   confirmQuiescence: {
     summary: 'Confirm cleanup of a settled attempt',
     tags: ['worker'],
-    security: 'bearer',
+    access: 'worker',
     body: { schema: ref('LeaseOwner'), required: true },
     success: { 200: json(ref('TaskStateReply'), 'The task state afterwards.') },
     errors: ['not_found', 'conflict', 'ownership_lost'],
@@ -517,7 +522,7 @@ const ROUTES = {
   health: {
     summary: 'Liveness',
     tags: ['operations'],
-    security: 'none',
+    access: 'public',
     success: {
       200: json(
         { type: 'object', properties: { status: { const: 'ok' } }, required: ['status'] },
@@ -529,7 +534,7 @@ const ROUTES = {
   ready: {
     summary: 'Readiness (database reachable, migrations current)',
     tags: ['operations'],
-    security: 'none',
+    access: 'public',
     success: {
       200: json(
         { type: 'object', properties: { status: { const: 'ready' } }, required: ['status'] },
@@ -541,7 +546,7 @@ const ROUTES = {
   metrics: {
     summary: 'Prometheus metrics',
     tags: ['operations'],
-    security: 'none',
+    access: 'public',
     success: {
       200: {
         description: 'Prometheus text exposition.',
@@ -554,7 +559,7 @@ const ROUTES = {
   openapi: {
     summary: 'This OpenAPI document',
     tags: ['operations'],
-    security: 'none',
+    access: 'public',
     success: { 200: json({ type: 'object' }, 'OpenAPI 3.1.') },
     errors: [],
   },
@@ -576,7 +581,7 @@ const BODY_ERRORS: readonly ErrorCode[] = ['payload_too_large', 'unsupported_med
 /** The error codes a route may answer, in status order. */
 export function routeErrors(id: OperationId): ErrorCode[] {
   const doc: RouteDoc = ROUTES[id];
-  const codes = new Set<ErrorCode>(doc.security === 'bearer' ? COMMON_ERRORS : []);
+  const codes = new Set<ErrorCode>(doc.access === 'public' ? [] : COMMON_ERRORS);
   if (doc.body !== undefined) for (const code of BODY_ERRORS) codes.add(code);
   for (const code of doc.errors) codes.add(code);
   return [...codes].sort((a, b) => ERROR_STATUS[a] - ERROR_STATUS[b] || a.localeCompare(b));
@@ -631,7 +636,9 @@ function describeOptions(id: OperationId): DescribeRouteOptions {
     responses,
   };
   if (doc.description !== undefined) options.description = doc.description;
-  if (doc.security === 'none') options.security = [];
+  if (doc.access === 'public') options.security = [];
+  // Which role a key needs, for clients (and suites) reading the document.
+  options[ACCESS_EXTENSION] = doc.access;
   if (parameters.length > 0) options.parameters = parameters;
   if (doc.body !== undefined) {
     options.requestBody = {
@@ -642,9 +649,23 @@ function describeOptions(id: OperationId): DescribeRouteOptions {
   return options as DescribeRouteOptions;
 }
 
-/** The documentation middleware of a route (a no-op at request time). */
-export function documentRoute(id: OperationId): MiddlewareHandler {
-  return describeRoute(describeOptions(id));
+/** The operation extension naming a route's access (`client`, `worker`, `admin` or `public`). */
+export const ACCESS_EXTENSION = 'x-ledgence-access';
+
+/** The access policy the route of operation `id` declares. */
+export function routeAccess(id: OperationId): RouteAccess {
+  return ROUTES[id].access;
+}
+
+/**
+ * The first middleware of every route: its OpenAPI description and its
+ * authorization policy in one value, so documenting a route and declaring who
+ * may call it cannot be separated. At request time it records the route's
+ * access for `authorize` (see policy.ts); `createHttpApp` refuses to build an
+ * app with a route that lacks it.
+ */
+export function documentRoute(id: OperationId): MiddlewareHandler<PolicyEnv> {
+  return withPolicy(routeAccess(id), describeRoute(describeOptions(id)));
 }
 
 /** The security scheme name of API keys in the document. */

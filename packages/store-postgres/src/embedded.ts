@@ -39,8 +39,10 @@ export interface EmbeddedPostgresOptions {
   onLog?: (line: string) => void;
   /**
    * `'full'` (default) keeps PostgreSQL's crash safety. `'fast'` turns off `fsync`,
-   * `synchronous_commit` and `full_page_writes` (and syncing in initdb): committed data may be
-   * lost or the folder corrupted if the machine (not just the process) crashes. Tests use it.
+   * `synchronous_commit` and `full_page_writes` (and syncing in initdb): a crash of PostgreSQL
+   * itself (SIGKILL, immediate shutdown) loses the last acknowledged commits (their WAL was not
+   * flushed yet), and a machine crash may corrupt the folder. Tests that never crash PostgreSQL
+   * use it; a test that does (the chaos suite) must use `'full'`.
    */
   durability?: 'full' | 'fast';
 }

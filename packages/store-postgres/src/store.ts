@@ -71,9 +71,12 @@ import {
   type DeliveryReport,
   emptyPoll,
   extendSession,
+  type FailpointStoreOperation,
+  type Failpoints,
   type HistoryRow,
   type ItemResult,
   type LifecycleConfig,
+  NO_FAILPOINTS,
   newId,
   openSession,
   type RetentionPolicyRow,
@@ -203,6 +206,22 @@ export interface PostgresTaskStoreOptions {
    * pass tries again).
    */
   retentionLockTimeoutMs?: number;
+  /**
+   * TEST ONLY: crash points around the commit of submit, acquire, renew, settle and recovery
+   * (`<op>.before_commit`, `<op>.after_commit`; see `FAILPOINTS` in `@ledgence/core`). Default:
+   * none armed, which costs one branch per transaction.
+   */
+  failpoints?: Failpoints;
+}
+
+/**
+ * Names the operation a transaction runs for its failpoints; `when` (default: always) says
+ * whether this run counts, so an empty recovery pass or an empty poll does not use up a point
+ * armed for a transaction that changed something.
+ */
+interface TxFailpoint<T> {
+  op: FailpointStoreOperation;
+  when?: (result: T) => boolean;
 }
 
 /**
@@ -266,6 +285,22 @@ function clipUtf8(text: string, maxBytes: number): string {
   while (end > 0 && ((bytes[end] ?? 0) & 0xc0) === 0x80) end -= 1;
   return bytes.subarray(0, end).toString('utf8');
 }
+
+// The failpoints of the transactions that have them (see TxFailpoint). Acquire and recovery
+// count only runs that claimed or recovered something: empty polls and idle recovery passes run
+// all the time and would fire a point before the transition it is armed for.
+const SUBMIT_POINT: TxFailpoint<unknown> = { op: 'submit' };
+const RENEW_POINT: TxFailpoint<unknown> = { op: 'renew' };
+const SETTLE_POINT: TxFailpoint<unknown> = { op: 'settle' };
+const ACQUIRE_POINT: TxFailpoint<ItemResult<AcquireOutcome>[]> = {
+  op: 'acquire',
+  when: (results) =>
+    results.some((r) => r.ok && r.value.recorded && r.value.reply.disposition === 'assigned'),
+};
+const RECOVERY_POINT: TxFailpoint<RecoveryProgress> = {
+  op: 'recovery',
+  when: (progress) => progress.scanned > 0,
+};
 
 /** Thrown inside a transaction when a concurrent submit of the same key won the insert. */
 class SubmitRaceLost extends Error {}
@@ -376,6 +411,7 @@ class PgTaskStore implements PostgresTaskStore {
   private readonly config: LifecycleConfig;
   private readonly offset: () => number;
   private readonly retentionLockTimeoutMs: number;
+  private readonly failpoints: Failpoints;
 
   constructor(options: PostgresTaskStoreOptions) {
     if (options.sql !== undefined) {
@@ -403,6 +439,7 @@ class PgTaskStore implements PostgresTaskStore {
     this.config = options.config ?? DEFAULT_LIFECYCLE_CONFIG;
     this.offset = options.clockOffsetMs ?? (() => 0);
     this.retentionLockTimeoutMs = options.retentionLockTimeoutMs ?? 200;
+    this.failpoints = options.failpoints ?? NO_FAILPOINTS;
   }
 
   async close(): Promise<void> {
@@ -419,8 +456,16 @@ class PgTaskStore implements PostgresTaskStore {
    * PR #1168, unmerged). Here a lost connection gets no further statement (the server rolls the
    * transaction back when the session ends), is never returned to the pool, and an owned pool is
    * replaced (see {@link replacePool}).
+   *
+   * `failpoint` names the operation for the crash points just before COMMIT and just after it
+   * (DESIGN §5 operations; issue #8 T2): the two moments where a dying process leaves the
+   * caller without an answer although the outcome is, respectively, rolled back or durable.
    */
-  private async transact<T>(body: (tx: Tx) => Promise<T>, isolation?: string): Promise<T> {
+  private async transact<T>(
+    body: (tx: Tx) => Promise<T>,
+    isolation?: string,
+    failpoint?: TxFailpoint<T>,
+  ): Promise<T> {
     let connection: postgres.ReservedSql;
     try {
       connection = await this.sql.reserve();
@@ -429,11 +474,16 @@ class PgTaskStore implements PostgresTaskStore {
       throw unavailable(error);
     }
     let lost = false;
+    let result: T;
+    // One branch when no failpoint is armed (every production run).
+    const point = failpoint !== undefined && this.failpoints.enabled ? failpoint : undefined;
     try {
       await connection.unsafe(isolation === undefined ? 'begin' : `begin ${isolation}`);
-      const result = await body(connection);
+      result = await body(connection);
+      if (point !== undefined && (point.when?.(result) ?? true)) {
+        this.failpoints.hit(`${point.op}.before_commit`);
+      }
       await connection.unsafe('commit');
-      return result;
     } catch (error) {
       lost = isConnectionLoss(error);
       if (!lost) {
@@ -451,6 +501,16 @@ class PgTaskStore implements PostgresTaskStore {
       if (lost) this.replacePool();
       else connection.release();
     }
+    if (point !== undefined && (point.when?.(result) ?? true)) {
+      try {
+        this.failpoints.hit(`${point.op}.after_commit`);
+      } catch (error) {
+        // An `error` failpoint here is a lost reply: committed, yet the caller sees a retryable
+        // failure and must converge by retrying (idempotency keys, operation ids, replays).
+        throw unavailable(error);
+      }
+    }
+    return result;
   }
 
   /**
@@ -486,17 +546,18 @@ class PgTaskStore implements PostgresTaskStore {
   private async batch<C, R>(
     commands: readonly C[],
     body: (tx: Tx, items: readonly C[]) => Promise<ItemResult<R>[]>,
+    failpoint?: TxFailpoint<ItemResult<R>[]>,
   ): Promise<ItemResult<R>[]> {
     if (commands.length === 0) return [];
     try {
-      return await this.transact((tx) => body(tx, commands));
+      return await this.transact((tx) => body(tx, commands), undefined, failpoint);
     } catch (error) {
       if (commands.length === 1) return [{ ok: false, error: asContractError(error) }];
     }
     const results: ItemResult<R>[] = [];
     for (const command of commands) {
       try {
-        const [one] = await this.transact((tx) => body(tx, [command]));
+        const [one] = await this.transact((tx) => body(tx, [command]), undefined, failpoint);
         results.push(one ?? { ok: false, error: unavailable(new Error('no result')) });
       } catch (error) {
         results.push({ ok: false, error: asContractError(error) });
@@ -508,8 +569,9 @@ class PgTaskStore implements PostgresTaskStore {
   private async single<C, R>(
     command: C,
     body: (tx: Tx, items: readonly C[]) => Promise<ItemResult<R>[]>,
+    failpoint?: TxFailpoint<ItemResult<R>[]>,
   ): Promise<R> {
-    const [result] = await this.transact((tx) => body(tx, [command]));
+    const [result] = await this.transact((tx) => body(tx, [command]), undefined, failpoint);
     if (result === undefined) throw unavailable(new Error('no result'));
     if (!result.ok) throw result.error;
     return result.value;
@@ -603,7 +665,7 @@ class PgTaskStore implements PostgresTaskStore {
     // retry then finds that task and answers from it (replay or conflict).
     for (let round = 0; ; round += 1) {
       try {
-        return await this.single(command, (tx, items) => this.submitTx(tx, items));
+        return await this.single(command, (tx, items) => this.submitTx(tx, items), SUBMIT_POINT);
       } catch (error) {
         if (error instanceof SubmitRaceLost && round < 2) continue;
         throw asContractError(error);
@@ -614,7 +676,7 @@ class PgTaskStore implements PostgresTaskStore {
   async submitBatch(commands: readonly SubmitCommand[]): Promise<ItemResult<SubmitOutcome>[]> {
     if (commands.length === 0) return [];
     try {
-      return await this.transact((tx) => this.submitTx(tx, commands));
+      return await this.transact((tx) => this.submitTx(tx, commands), undefined, SUBMIT_POINT);
     } catch {
       // One by one, each with the single path's race handling.
       const results: ItemResult<SubmitOutcome>[] = [];
@@ -752,7 +814,7 @@ class PgTaskStore implements PostgresTaskStore {
   // ---- acquire ------------------------------------------------------------------------------
 
   async acquire(command: AcquireCommand, options: AcquireStoreOptions): Promise<AcquireOutcome> {
-    return this.single(command, (tx, items) => this.acquireTx(tx, items, options));
+    return this.single(command, (tx, items) => this.acquireTx(tx, items, options), ACQUIRE_POINT);
   }
 
   async acquireBatch(
@@ -772,7 +834,7 @@ class PgTaskStore implements PostgresTaskStore {
       }
       return results;
     }
-    return this.batch(commands, (tx, items) => this.acquireTx(tx, items, options));
+    return this.batch(commands, (tx, items) => this.acquireTx(tx, items, options), ACQUIRE_POINT);
   }
 
   private async acquireTx(
@@ -971,11 +1033,11 @@ class PgTaskStore implements PostgresTaskStore {
   // ---- renew / settle / confirm -------------------------------------------------------------
 
   async renew(command: RenewCommand): Promise<Authority> {
-    return this.single(command, (tx, items) => this.renewTx(tx, items));
+    return this.single(command, (tx, items) => this.renewTx(tx, items), RENEW_POINT);
   }
 
   async renewBatch(commands: readonly RenewCommand[]): Promise<ItemResult<Authority>[]> {
-    return this.batch(commands, (tx, items) => this.renewTx(tx, items));
+    return this.batch(commands, (tx, items) => this.renewTx(tx, items), RENEW_POINT);
   }
 
   private renewTx(tx: Tx, commands: readonly RenewCommand[]): Promise<ItemResult<Authority>[]> {
@@ -989,11 +1051,11 @@ class PgTaskStore implements PostgresTaskStore {
   }
 
   async settle(command: SettleCommand): Promise<SettleReply> {
-    return this.single(command, (tx, items) => this.settleTx(tx, items));
+    return this.single(command, (tx, items) => this.settleTx(tx, items), SETTLE_POINT);
   }
 
   async settleBatch(commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]> {
-    return this.batch(commands, (tx, items) => this.settleTx(tx, items));
+    return this.batch(commands, (tx, items) => this.settleTx(tx, items), SETTLE_POINT);
   }
 
   private settleTx(tx: Tx, commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]> {
@@ -1244,39 +1306,43 @@ class PgTaskStore implements PostgresTaskStore {
     }
     // One bounded transaction: at most MAX_RECOVERY_BATCH leases per call (DESIGN §1.5).
     const bounded = Math.min(MAX_RECOVERY_BATCH, limit);
-    return this.transact(async (tx) => {
-      const now = await this.time(tx);
-      // One row past the bound answers `has_more` exactly; it is locked until commit, not touched.
-      const found = await lockExpiredLeases(tx, now, bounded + 1);
-      const rows = found.slice(0, bounded);
-      const progress = startRecoveryProgress(rows.length, found.length > bounded);
-      if (rows.length === 0) return progress;
-      const tasks = rows.map((row) => taskFromDb(row));
-      // Re-read the attempts under the task locks: the select's attempt rows are from its
-      // snapshot, and a settle or renew may have committed just before the lock was granted.
-      const refs = rows.map((row, i) => ({
-        ...refOf(tasks[i] as TaskRow),
-        attempt_id: String(row.expired_attempt_id),
-      }));
-      const attempts = new Map<string, AttemptRow>();
-      for (const row of await loadAttempts(tx, refs)) {
-        const attempt = attemptFromDb(row);
-        attempts.set(attemptKeyOf(attempt), attempt);
-      }
-      const changes = new Changes();
-      tasks.forEach((task, i) => {
-        const attempt = attempts.get(attemptKeyOf(refs[i] as AttemptKeyRef));
-        if (attempt === undefined) return;
-        const result = recoverExpiredLease(task, attempt, now);
-        countRecovery(progress, result);
-        if (result === null) return; // a late settle or renew won the race
-        changes.task(task, result.task);
-        changes.updated.set(attemptKeyOf(attempt), result.attempt);
-        changes.history.push(...result.history);
-      });
-      await this.flush(tx, changes);
-      return progress;
-    });
+    return this.transact(
+      async (tx) => {
+        const now = await this.time(tx);
+        // One row past the bound answers `has_more` exactly; it is locked until commit, not touched.
+        const found = await lockExpiredLeases(tx, now, bounded + 1);
+        const rows = found.slice(0, bounded);
+        const progress = startRecoveryProgress(rows.length, found.length > bounded);
+        if (rows.length === 0) return progress;
+        const tasks = rows.map((row) => taskFromDb(row));
+        // Re-read the attempts under the task locks: the select's attempt rows are from its
+        // snapshot, and a settle or renew may have committed just before the lock was granted.
+        const refs = rows.map((row, i) => ({
+          ...refOf(tasks[i] as TaskRow),
+          attempt_id: String(row.expired_attempt_id),
+        }));
+        const attempts = new Map<string, AttemptRow>();
+        for (const row of await loadAttempts(tx, refs)) {
+          const attempt = attemptFromDb(row);
+          attempts.set(attemptKeyOf(attempt), attempt);
+        }
+        const changes = new Changes();
+        tasks.forEach((task, i) => {
+          const attempt = attempts.get(attemptKeyOf(refs[i] as AttemptKeyRef));
+          if (attempt === undefined) return;
+          const result = recoverExpiredLease(task, attempt, now);
+          countRecovery(progress, result);
+          if (result === null) return; // a late settle or renew won the race
+          changes.task(task, result.task);
+          changes.updated.set(attemptKeyOf(attempt), result.attempt);
+          changes.history.push(...result.history);
+        });
+        await this.flush(tx, changes);
+        return progress;
+      },
+      undefined,
+      RECOVERY_POINT,
+    );
   }
 
   // ---- completion subscriptions (DESIGN §8) --------------------------------------------------

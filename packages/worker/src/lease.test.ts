@@ -150,6 +150,33 @@ describe('lease protocol', () => {
     expect(maySettle(step.lease)).toBe(true);
   });
 
+  it('waits for an in-flight dispatch answer past the local expiry, then follows it', () => {
+    // The local estimate starts at the acquire's send: after a long poll it can run out
+    // before the dispatch answer arrives. Nothing runs before that answer, so it decides.
+    const asked = send(initialLease(assignment, 0), 'dispatch').lease;
+    expect(clockTick(asked, 30_000).effect).toEqual({ kind: 'none' });
+    const granted = renewReplied(
+      asked,
+      authority({ renew_sequence: 1, dispatch_allowed: true, remaining_ms: 30_000 }),
+      29_000,
+    );
+    expect(granted.lease).toMatchObject({
+      lost: null,
+      dispatchAllowed: true,
+      expiresAtLocal: 59_000,
+    });
+    expect(clockTick(granted.lease, 58_999).effect).toEqual({ kind: 'none' });
+    expect(clockTick(granted.lease, 59_000).effect).toEqual({ kind: 'lost', why: 'expired' });
+    // The server's own word still ends it.
+    expect(renewFailed(asked, problem('ownership_lost')).effect).toEqual({
+      kind: 'lost',
+      why: 'ownership_lost',
+    });
+    // A keep-alive in flight does not hold the clock: user code may be running.
+    const running = send(granted.lease, 'keep_alive').lease;
+    expect(clockTick(running, 59_000).effect).toEqual({ kind: 'lost', why: 'expired' });
+  });
+
   it('is due for renewal halfway through the time the lease has left', () => {
     // A 1 s lease granted at local time 0: due at 500 ms, whatever the heartbeat period.
     const lease = initialLease({ authority: authority({ remaining_ms: 1_000 }) } as Assignment, 0);

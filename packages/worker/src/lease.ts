@@ -21,7 +21,12 @@
  *   handler is aborted, but its settlement is still attempted while the
  *   lease may be live.
  * - The lease is lost locally when its estimated expiry passes without a
- *   successful renewal.
+ *   successful renewal — except while the dispatch renew is unanswered: no
+ *   user code runs before that answer, and the answer is the server's own
+ *   word on the lease (granted with a fresh expiry, or `ownership_lost`).
+ *   The local estimate starts when the acquire was *sent*, so after a long
+ *   poll it can run out before a granted dispatch arrives; giving up then
+ *   would waste an attempt the server counted.
  * - The heartbeat period is the worker's setting, the lease duration the
  *   server's: a lease is renewed at the latest halfway through the time it
  *   has left, even when that comes before the next periodic heartbeat (a
@@ -46,9 +51,12 @@ export interface LeaseState {
   readonly acknowledged: number;
   /** A renew sent without an answer, to be re-sent verbatim. */
   readonly pending: { readonly sequence: number; readonly intent: RenewIntent } | null;
-  /** Local clock (ms) by which the lease has surely not expired on the server. */
+  /**
+   * Local monotonic clock (ms, `performance.now()`) by which the lease has surely not expired on
+   * the server: a wall-clock step can neither stretch nor shorten it.
+   */
   readonly expiresAtLocal: number;
-  /** Local clock (ms) when the execution budget ends; known after a renew reply. */
+  /** Local monotonic clock (ms) when the execution budget ends; known after a renew reply. */
   readonly executionEndsAtLocal: number;
   readonly cancelRequested: boolean;
   readonly dispatchAllowed: boolean;
@@ -149,9 +157,15 @@ export function renewFailed(lease: LeaseState, error: unknown): LeaseStep {
   return lost(lease, 'renew_conflict');
 }
 
-/** The clock moved: past the local expiry without a renewal, the lease is lost. */
+/**
+ * The clock moved: past the local expiry without a renewal, the lease is
+ * lost — unless the dispatch renew is in flight (see the module rules).
+ */
 export function clockTick(lease: LeaseState, now: number): LeaseStep {
-  if (lease.lost === null && now >= lease.expiresAtLocal) return lost(lease, 'expired');
+  const awaitingDispatch = !lease.dispatchAnswered && lease.pending?.intent === 'dispatch';
+  if (lease.lost === null && !awaitingDispatch && now >= lease.expiresAtLocal) {
+    return lost(lease, 'expired');
+  }
   return { lease, effect: { kind: 'none' } };
 }
 

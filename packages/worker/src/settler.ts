@@ -65,7 +65,7 @@ export class Settler {
     };
     this.#backoff = options.backoff ?? DEFAULT_BACKOFF;
     this.#random = options.random ?? Math.random;
-    this.#now = options.now ?? Date.now;
+    this.#now = options.now ?? (() => performance.now());
   }
 
   /** Queues a settlement; resolves when it is accepted, rejected or abandoned. Never rejects. */

@@ -63,6 +63,12 @@ import {
 } from './slot.js';
 import { issuePath, type StandardSchemaV1 } from './standard-schema.js';
 
+/**
+ * Lease, backoff and deadline timing: a monotonic clock, so a wall-clock step (NTP) can neither
+ * stretch a lease past the server's nor cut it short. `Date.now()` is kept for reported timestamps.
+ */
+const monotonicNow = (): number => performance.now();
+
 /** Options of a {@link Worker}. */
 export interface WorkerOptions extends HttpOptions {
   /** The tenant the worker serves. */
@@ -503,7 +509,7 @@ export class Worker {
     while (this.#state === 'running') {
       const session = await this.#ensureSession();
       if (session === null || this.#state !== 'running') break;
-      const wait = this.#pollNotBefore - Date.now();
+      const wait = this.#pollNotBefore - monotonicNow();
       if (wait > 0) {
         await this.#notifier.wait(wait);
         continue;
@@ -552,7 +558,7 @@ export class Worker {
   async #poll(commands: PollCommand[], waitMs: number): Promise<void> {
     const controller = new AbortController();
     this.#pollAborts.add(controller);
-    const sentAt = Date.now();
+    const sentAt = monotonicNow();
     try {
       const replies = await this.#api.acquireBatch(
         commands.map((command) => ({
@@ -618,7 +624,7 @@ export class Worker {
         break;
       case 'backoff': {
         this.#pollFailures = Math.max(this.#pollFailures, effect.failures);
-        this.#pollNotBefore = Date.now() + backoffDelay(this.#pollFailures, this.#backoff);
+        this.#pollNotBefore = monotonicNow() + backoffDelay(this.#pollFailures, this.#backoff);
         break;
       }
       case 'new_session':
@@ -666,9 +672,11 @@ export class Worker {
       }
       const decision = dispatchDecision(held.lease);
       const registration = this.#handlers.get(assignment.descriptor.name);
-      if (decision.kind === 'refuse' || !held.lease.dispatchAnswered) {
+      if (!held.lease.dispatchAnswered || decision.kind === 'refuse') {
+        // Unanswered first: without an answer `dispatchAllowed` is merely unknown, and
+        // reporting it as a budget refusal would misstate what the server said.
         const refusal =
-          decision.kind === 'refuse'
+          decision.kind === 'refuse' && held.lease.dispatchAnswered
             ? failureReport(decision.failure, decision.message, decision.retryable)
             : failureReport('rejected', 'the dispatch request was not answered', true);
         this.#logger.info('dispatch refused', { ...fields, report: refusal.report });
@@ -775,7 +783,7 @@ export class Worker {
     const startedAt = Date.now();
     held.budgetTimer = setTimeout(
       () => this.#abortHeld(held, 'timeout'),
-      Math.max(0, held.lease.executionEndsAtLocal - startedAt),
+      Math.max(0, held.lease.executionEndsAtLocal - monotonicNow()),
     );
     const ctx = this.#context(held);
     held.handlerRunning = true;
@@ -921,7 +929,7 @@ export class Worker {
     helds: Held[],
     commands: Parameters<WorkerApi['renewBatch']>[0],
   ): Promise<void> {
-    const sentAt = Date.now();
+    const sentAt = monotonicNow();
     let results: unknown[] | undefined;
     let failure: unknown;
     try {
@@ -986,10 +994,10 @@ export class Worker {
   }
 
   #armExpiry(held: Held): void {
-    const now = Date.now();
+    const now = monotonicNow();
     clearTimeout(held.expiryTimer);
     held.expiryTimer = setTimeout(
-      () => this.#applyLease(held, clockTick(held.lease, Date.now())),
+      () => this.#applyLease(held, clockTick(held.lease, monotonicNow())),
       Math.max(0, held.lease.expiresAtLocal - now) + 1,
     );
     // The periodic heartbeat renews first whenever its period is shorter than
@@ -1024,7 +1032,7 @@ export class Worker {
   }
 
   async #drain(loop: Promise<void>, graceMs: number): Promise<void> {
-    const deadline = Date.now() + graceMs;
+    const deadline = monotonicNow() + graceMs;
     await loop;
     await Promise.allSettled([...this.#polls]);
     // Polls cut short may have claimed a task whose reply never came: replay
@@ -1032,9 +1040,9 @@ export class Worker {
     const replays = this.#startPolls(null);
     if (replays.length > 0) {
       this.#sendPolls(replays, 0);
-      await within(Promise.allSettled([...this.#polls]), deadline - Date.now());
+      await within(Promise.allSettled([...this.#polls]), deadline - monotonicNow());
     }
-    await within(Promise.allSettled([...this.#executions]), deadline - Date.now());
+    await within(Promise.allSettled([...this.#executions]), deadline - monotonicNow());
     if (this.#executions.size > 0) {
       for (const held of this.#held.values()) {
         if (held.handlerRunning) this.#abortHeld(held, 'shutdown');
