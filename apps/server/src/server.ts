@@ -15,7 +15,6 @@ import {
   createPostgresWakeSource,
   type EmbeddedPostgres,
   migrate,
-  migrationStatus,
   startEmbeddedPostgres,
 } from '@ledgence/store-postgres';
 import pino, { type Logger } from 'pino';
@@ -128,7 +127,7 @@ export async function startServer(
       health: {
         async ready() {
           if (!accepting) return { ok: false, detail: 'shutting down' };
-          const status = await migrationStatus(store.sql);
+          const status = await store.migrationStatus();
           return status.current
             ? true
             : { ok: false, detail: `${status.pending.length} migrations pending` };

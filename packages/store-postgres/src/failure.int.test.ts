@@ -179,3 +179,31 @@ it('a settle that waited on the task lock past its lease decides at the time it 
     'retry_scheduled',
   ]);
 });
+
+it('a readiness read killed mid-query leaves no poisoned connection in the pool', async () => {
+  // Readiness probes keep coming while PostgreSQL restarts. A probe on the pool directly would
+  // leave its connection poisoned (postgres.js #1208) for the next operation to hang on; the
+  // store reads it through its transaction runner, which replaces the pool instead.
+  const store = h.makeStore(1);
+  expect(await store.migrationStatus()).toMatchObject({ current: true, pending: [] });
+  const blocker = await h.sql.reserve();
+  try {
+    await blocker`begin`;
+    await blocker`lock table drizzle.__drizzle_migrations in access exclusive mode`;
+    const pending = store.migrationStatus().then(
+      () => 'read',
+      (error: unknown) => error,
+    );
+    const pid = await waitForLockWaiter();
+    await h.sql`select pg_terminate_backend(${pid})`;
+    const failure = await pending;
+    expect(failure).toBeInstanceOf(ContractError);
+    expect((failure as ContractError).code).toBe('unavailable');
+    await blocker`rollback`;
+  } finally {
+    blocker.release();
+  }
+  // The pool's only connection was the killed one: these would hang on a poisoned one.
+  expect(await store.migrationStatus()).toMatchObject({ current: true });
+  expect(Number.isSafeInteger(await store.now())).toBe(true);
+});

@@ -163,6 +163,7 @@ import {
   upsertCursors,
   writeOutputs,
 } from './hot-sql.js';
+import { type MigrationStatus, migrationStatus } from './migrate.js';
 import {
   collectRetiredRows,
   countCandidates,
@@ -229,8 +230,20 @@ interface TxFailpoint<T> {
  * client and a way to release it.
  */
 export interface PostgresTaskStore extends TaskStore, CompletionStore, RetentionStore {
-  /** The postgres.js client the store runs on now (an owned pool is replaced after a lost connection). */
+  /**
+   * The postgres.js client the store runs on now (an owned pool is replaced after a lost
+   * connection). For tests and tools: a query sent on it directly bypasses the store's
+   * lost-connection handling, so a connection it loses mid-query stays in the pool poisoned
+   * (postgres.js #1208) — the store's own reads ({@link PostgresTaskStore.migrationStatus},
+   * `now`) never use it that way.
+   */
   readonly sql: postgres.Sql;
+  /**
+   * Which migrations the database has and lacks (readiness), read through the store's
+   * transaction runner: a readiness probe answered while PostgreSQL restarts must not leave a
+   * poisoned connection in the pool for the next operation to hang on.
+   */
+  migrationStatus(): Promise<MigrationStatus>;
   /** Ends the pool if the store created it; a caller-supplied client is left open. */
   close(): Promise<void>;
   /**
@@ -532,11 +545,12 @@ class PgTaskStore implements PostgresTaskStore {
   }
 
   async now(): Promise<Timestamp> {
-    try {
-      return (await storeNow(this.sql)) + this.offset();
-    } catch (error) {
-      throw unavailable(error);
-    }
+    // Through `transact` for its lost-connection handling (see PostgresTaskStore.sql).
+    return this.transact((tx) => this.time(tx), 'read only');
+  }
+
+  async migrationStatus(): Promise<MigrationStatus> {
+    return this.transact((tx) => migrationStatus(tx as postgres.Sql), 'read only');
   }
 
   /**
