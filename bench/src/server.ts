@@ -29,7 +29,12 @@ export function serverEntry(root: string): string {
 
 /** Starts the server on a free port with `env` added; resolves once it is listening. */
 export function startServer(main: string, env: Record<string, string>): Promise<ServerProcess> {
-  const child: ChildProcess = spawn(process.execPath, [main], {
+  // LEDGENCE_BENCH_SERVER_NODE_OPTIONS: node flags for the server process only (for example
+  // `--cpu-prof --cpu-prof-dir=/tmp/prof`; the profile is written when the server exits on SIGTERM).
+  const nodeFlags = (process.env.LEDGENCE_BENCH_SERVER_NODE_OPTIONS ?? '')
+    .split(' ')
+    .filter((flag) => flag.length > 0);
+  const child: ChildProcess = spawn(process.execPath, [...nodeFlags, main], {
     env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

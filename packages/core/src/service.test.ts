@@ -67,6 +67,25 @@ describe('withGroupCommit', () => {
     expect(calls.acquireBatch).toBe(2);
   });
 
+  it('groups concurrent submits of one scope, each answered as alone', async () => {
+    const memory = createMemoryTaskStore();
+    const scope = freshScope();
+    const { store: observed, calls } = counting(memory);
+    const grouped = withGroupCommit(observed, { maxBatch: 8, maxInFlight: 1 });
+    const outcomes = await Promise.allSettled([
+      grouped.submit(submitCommand(scope, { idempotency_key: 'a' })),
+      grouped.submit(submitCommand(scope, { idempotency_key: 'b' })),
+      grouped.submit(submitCommand(scope, { idempotency_key: 'b' })),
+      grouped.submit(submitCommand(scope, { idempotency_key: 'c' })),
+    ]);
+    const values = outcomes.map((o) => (o.status === 'fulfilled' ? o.value : null));
+    expect(values.map((v) => v?.created)).toEqual([true, true, false, true]);
+    // The same key in one batch is a replay of the first: the same task.
+    expect(values[2]?.snapshot.task_id).toBe(values[1]?.snapshot.task_id);
+    expect(calls.submit).toBe(1);
+    expect(calls.submitBatch).toBe(1);
+  });
+
   it('answers each item of a batch with its own error', async () => {
     const memory = createMemoryTaskStore();
     const scope = freshScope();

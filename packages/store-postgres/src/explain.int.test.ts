@@ -156,6 +156,38 @@ describe('EXPLAIN of the hot statements', () => {
     );
   });
 
+  it('submit: one insert statement, the idempotency lookup only for a held key', async () => {
+    const start = captured.length;
+    capturing = true;
+    const first = await store.submit(submitCommand('explain-submit'));
+    const fresh = captured.slice(start);
+    const replayStart = captured.length;
+    const again = await store.submit(submitCommand('explain-submit'));
+    capturing = false;
+    const replay = captured.slice(replayStart);
+    expect(first.created).toBe(true);
+    expect(again.created).toBe(false);
+    const lookup = /t\.idempotency_key = k\.key/;
+    // begin + store time (pipelined), the insert, commit; no lookup for a new key.
+    expect(fresh.map((c) => c.query.trim().split(/\s+/)[0]?.toLowerCase())).toEqual([
+      'begin',
+      'select',
+      'with',
+      'commit',
+    ]);
+    expect(fresh.some((c) => lookup.test(c.query))).toBe(false);
+    const insert = fresh[2];
+    const insertPlan = await explain(insert?.query ?? '', insert?.params ?? []);
+    expect(insertPlan).toMatch(/Conflict Arbiter Indexes: tasks_idempotency_key/);
+    expect(insertPlan).not.toMatch(/Seq Scan on tasks/);
+    // A held key: the insert skips it, then one lookup through the unique index.
+    const held = replay.find((c) => lookup.test(c.query));
+    expect(held).toBeDefined();
+    const lookupPlan = await explain(held?.query ?? '', held?.params ?? []);
+    expect(lookupPlan).toMatch(/tasks_idempotency_key/);
+    expect(lookupPlan).not.toMatch(/Seq Scan on tasks/);
+  });
+
   it('plans use indexes, never a sequential scan of tasks or attempts', async () => {
     const session = await store.openSession({ scope: SCOPE, queue: 'q', concurrency: 1 });
     const claimStart = captured.length;

@@ -446,67 +446,91 @@ export async function loadTasksByIdempotencyKey(
 }
 
 /**
- * New tasks (bulk submit). `ON CONFLICT DO NOTHING` on the idempotency key: a concurrent submit
- * of the same key that committed first makes this insert skip the row instead of failing, and
- * the caller answers from that task. Returns the keys actually inserted.
+ * New tasks with their payload and history rows, and the wake NOTIFY, in ONE round trip (a
+ * statement of data-modifying CTEs). Measured before (bench/README.md, "Changes and their
+ * measured effect"): a submit sent begin, an idempotency lookup, store time, three INSERTs, a
+ * NOTIFY and commit — 8 round trips for a lone task; now begin, store time, this, commit.
+ *
+ * Insert first, look up only on conflict: `ON CONFLICT DO NOTHING` on the unique
+ * `tasks_idempotency_key` skips a key that is already held (waiting, if another transaction is
+ * inserting it, for that one to end), so the usual all-new submit never runs the idempotency
+ * lookup. The caller then looks up only the skipped keys ({@link loadTasksByIdempotencyKey}) and
+ * answers them as replays or conflicts. Payload and history rows are inserted only for the tasks
+ * `ins` returned (joined on the fresh task id), so a skipped task leaves no rows behind.
+ *
+ * `wake` is the NOTIFY payload (a JSON array of hints), or null when the caller sends it itself;
+ * it is sent only if at least one task was inserted (a replay wakes nobody). Returns the scopes
+ * and idempotency keys actually inserted. Locks: the new rows only (and the wait above). Index:
+ * the unique `tasks_idempotency_key` as the conflict arbiter.
  */
-export async function insertTasks(tx: Tx, rows: readonly TaskRow[]): Promise<string[]> {
-  const inserted = await tx`
-    insert into tasks (tenant_id, namespace, task_id, run_id, idempotency_key, command_digest,
-      input, origin_trace, queue, program, retry, timeout_ms, priority, concurrency_key,
-      concurrency_limit, labels, state, submitted_at, available_at, terminal_at, attempt_count,
-      dispatch_count, current_attempt_id, cancel_requested_at, outcome, history_sequence)
-    select v.tenant_id, v.namespace, v.task_id, v.run_id, v.idempotency_key, v.command_digest,
-      v.input::jsonb, v.origin_trace::jsonb, v.queue, v.program::jsonb, v.retry::jsonb,
-      v.timeout_ms, v.priority, v.concurrency_key, v.concurrency_limit, v.labels::jsonb, v.state,
-      v.submitted_at, v.available_at, v.terminal_at, v.attempt_count, v.dispatch_count,
-      v.current_attempt_id, v.cancel_requested_at, v.outcome::json, v.history_sequence
-    from unnest(
-      ${column(rows, (r) => r.tenant_id)}::text[], ${column(rows, (r) => r.namespace)}::text[],
-      ${column(rows, (r) => r.task_id)}::text[], ${column(rows, (r) => r.run_id)}::text[],
-      ${column(rows, (r) => r.idempotency_key)}::text[],
-      ${column(rows, (r) => r.command_digest)}::text[],
-      ${column(rows, (r) => inputColumn(r.input))}::text[],
-      ${column(rows, (r) => jsonText(r.origin_trace))}::text[],
-      ${column(rows, (r) => r.queue)}::text[],
-      ${column(rows, (r) => JSON.stringify(r.program))}::text[],
-      ${column(rows, (r) => JSON.stringify(r.retry))}::text[],
-      ${column(rows, (r) => r.timeout_ms)}::bigint[], ${column(rows, (r) => r.priority)}::int[],
-      ${column(rows, (r) => r.concurrency_key)}::text[],
-      ${column(rows, (r) => r.concurrency_limit)}::int[],
-      ${column(rows, (r) => JSON.stringify(r.labels))}::text[],
-      ${column(rows, (r) => r.state)}::text[],
-      ${column(rows, (r) => r.submitted_at)}::bigint[],
-      ${column(rows, (r) => r.available_at)}::bigint[],
-      ${column(rows, (r) => r.terminal_at)}::bigint[],
-      ${column(rows, (r) => r.attempt_count)}::int[],
-      ${column(rows, (r) => r.dispatch_count)}::int[],
-      ${column(rows, (r) => r.current_attempt_id)}::text[],
-      ${column(rows, (r) => r.cancel_requested_at)}::bigint[],
-      ${column(rows, (r) => outcomeColumn(r.outcome))}::text[],
-      ${column(rows, (r) => r.history_sequence)}::int[]
-    ) as v(tenant_id, namespace, task_id, run_id, idempotency_key, command_digest, input,
-      origin_trace, queue, program, retry, timeout_ms, priority, concurrency_key,
-      concurrency_limit, labels, state, submitted_at, available_at, terminal_at, attempt_count,
-      dispatch_count, current_attempt_id, cancel_requested_at, outcome, history_sequence)
-    on conflict (tenant_id, namespace, idempotency_key) do nothing
-    returning idempotency_key`;
-  return inserted.map((row) => String(row.idempotency_key));
-}
-
-/** Payload rows of new tasks (the submitted `data`). */
-export async function insertPayloads(
+export async function insertSubmitted(
   tx: Tx,
-  rows: readonly (TaskRef & { data: unknown })[],
-): Promise<void> {
-  await tx`
-    insert into task_payloads (tenant_id, namespace, task_id, data)
-    select v.tenant_id, v.namespace, v.task_id, v.data::json
-    from unnest(${column(rows, (r) => r.tenant_id)}::text[],
-                ${column(rows, (r) => r.namespace)}::text[],
-                ${column(rows, (r) => r.task_id)}::text[],
-                ${column(rows, (r) => jsonValueText(r.data))}::text[])
-      as v(tenant_id, namespace, task_id, data)`;
+  rows: readonly TaskRow[],
+  history: readonly HistoryRow[],
+  wake: string | null,
+): Promise<DbRow[]> {
+  return tx`
+    with ins as (
+      insert into tasks (tenant_id, namespace, task_id, run_id, idempotency_key, command_digest,
+        input, origin_trace, queue, program, retry, timeout_ms, priority, concurrency_key,
+        concurrency_limit, labels, state, submitted_at, available_at, terminal_at, attempt_count,
+        dispatch_count, current_attempt_id, cancel_requested_at, outcome, history_sequence)
+      select v.tenant_id, v.namespace, v.task_id, v.run_id, v.idempotency_key, v.command_digest,
+        v.input::jsonb, v.origin_trace::jsonb, v.queue, v.program::jsonb, v.retry::jsonb,
+        v.timeout_ms, v.priority, v.concurrency_key, v.concurrency_limit, v.labels::jsonb,
+        v.state, v.submitted_at, v.available_at, v.terminal_at, v.attempt_count,
+        v.dispatch_count, v.current_attempt_id, v.cancel_requested_at, v.outcome::json,
+        v.history_sequence
+      from unnest(
+        ${column(rows, (r) => r.tenant_id)}::text[], ${column(rows, (r) => r.namespace)}::text[],
+        ${column(rows, (r) => r.task_id)}::text[], ${column(rows, (r) => r.run_id)}::text[],
+        ${column(rows, (r) => r.idempotency_key)}::text[],
+        ${column(rows, (r) => r.command_digest)}::text[],
+        ${column(rows, (r) => inputColumn(r.input))}::text[],
+        ${column(rows, (r) => jsonText(r.origin_trace))}::text[],
+        ${column(rows, (r) => r.queue)}::text[],
+        ${column(rows, (r) => JSON.stringify(r.program))}::text[],
+        ${column(rows, (r) => JSON.stringify(r.retry))}::text[],
+        ${column(rows, (r) => r.timeout_ms)}::bigint[], ${column(rows, (r) => r.priority)}::int[],
+        ${column(rows, (r) => r.concurrency_key)}::text[],
+        ${column(rows, (r) => r.concurrency_limit)}::int[],
+        ${column(rows, (r) => JSON.stringify(r.labels))}::text[],
+        ${column(rows, (r) => r.state)}::text[],
+        ${column(rows, (r) => r.submitted_at)}::bigint[],
+        ${column(rows, (r) => r.available_at)}::bigint[],
+        ${column(rows, (r) => r.terminal_at)}::bigint[],
+        ${column(rows, (r) => r.attempt_count)}::int[],
+        ${column(rows, (r) => r.dispatch_count)}::int[],
+        ${column(rows, (r) => r.current_attempt_id)}::text[],
+        ${column(rows, (r) => r.cancel_requested_at)}::bigint[],
+        ${column(rows, (r) => outcomeColumn(r.outcome))}::text[],
+        ${column(rows, (r) => r.history_sequence)}::int[]
+      ) as v(tenant_id, namespace, task_id, run_id, idempotency_key, command_digest, input,
+        origin_trace, queue, program, retry, timeout_ms, priority, concurrency_key,
+        concurrency_limit, labels, state, submitted_at, available_at, terminal_at, attempt_count,
+        dispatch_count, current_attempt_id, cancel_requested_at, outcome, history_sequence)
+      on conflict (tenant_id, namespace, idempotency_key) do nothing
+      returning tenant_id, namespace, task_id, idempotency_key
+    ), payloads as (
+      insert into task_payloads (tenant_id, namespace, task_id, data)
+      select ins.tenant_id, ins.namespace, ins.task_id, p.data::json
+      from unnest(${column(rows, (r) => r.task_id)}::text[],
+                  ${column(rows, (r) => jsonValueText(r.input.data))}::text[]) as p(task_id, data)
+      join ins on ins.task_id = p.task_id
+    ), hist as (
+      insert into task_history (tenant_id, namespace, task_id, sequence, attempt_id, at, reason)
+      select ins.tenant_id, ins.namespace, ins.task_id, h.sequence, h.attempt_id, h.at, h.reason
+      from unnest(
+        ${column(history, (r) => r.task_id)}::text[], ${column(history, (r) => r.sequence)}::int[],
+        ${column(history, (r) => r.attempt_id)}::text[], ${column(history, (r) => r.at)}::bigint[],
+        ${column(history, (r) => r.reason)}::text[]) as h(task_id, sequence, attempt_id, at, reason)
+      join ins on ins.task_id = h.task_id
+    ), wake as (
+      select count(pg_notify(${WAKE_CHANNEL}, w)) as sent
+      from (select ${wake}::text as w from ins limit 1) as one
+      where w is not null
+    )
+    select ins.tenant_id, ins.namespace, ins.idempotency_key from ins, wake`;
 }
 
 /**

@@ -84,6 +84,37 @@ describe('submit', () => {
     expect(results[2]?.ok && results[2].value.created).toBe(false);
   });
 
+  it('answers keys a stored task holds from that task, whatever their place in a batch', async () => {
+    // Insert first: these keys are skipped by the insert and answered after it (DESIGN §5).
+    const stored = await h.store.submit(submitCommand('held', { queue: 'sub', data: 1 }));
+    const farFuture = Number.MAX_SAFE_INTEGER;
+    const results = await h.store.submitBatch([
+      submitCommand('held', { queue: 'sub', data: 2 }), // conflict with the stored task
+      submitCommand('fresh', { queue: 'sub' }),
+      submitCommand('held', { queue: 'sub', data: 1 }), // replay, after a conflicting item
+      submitCommand('held', { queue: 'sub', data: 1, available_at: farFuture }), // conflict
+      submitCommand('nowhere', { queue: 'sub', available_at: farFuture }), // invalid, no task
+      submitCommand('fresh', { queue: 'sub' }), // replay of an item of this batch
+    ]);
+    expect(results.map((r) => (r.ok ? r.value.created : r.error.code))).toEqual([
+      'conflict',
+      true,
+      false,
+      'conflict',
+      'invalid_input',
+      false,
+    ]);
+    expect(results[2]?.ok && results[2].value.snapshot).toEqual(stored.snapshot);
+    const fresh = results[1]?.ok ? results[1].value.snapshot : undefined;
+    expect(results[5]?.ok && results[5].value.snapshot.task_id).toBe(fresh?.task_id);
+    // The skipped rows left nothing behind: one history record each (the replay above returned
+    // the stored data unchanged).
+    const history = await h.store.history(SCOPE, stored.snapshot.task_id, 0);
+    expect(history.map((e) => e.event.reason)).toEqual(['submitted']);
+    const freshHistory = await h.store.history(SCOPE, fresh?.task_id ?? '', 0);
+    expect(freshHistory.map((e) => e.event.reason)).toEqual(['submitted']);
+  });
+
   it('a foreign scope cannot see a task', async () => {
     const { snapshot } = await h.store.submit(submitCommand('scoped', { queue: 'sub' }));
     const other = { tenant_id: 'other', namespace: 'prod' };

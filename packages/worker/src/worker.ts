@@ -670,6 +670,20 @@ export class Worker {
         this.#logger.warn('lease lost before dispatch', fields);
         return;
       }
+      if (held.lease.lost !== null) {
+        // Lost locally after the dispatch answer, before user code started: never start it on
+        // a lease this worker no longer trusts; hand the attempt back while it may still count.
+        this.#logger.warn('lease lost before the handler started', {
+          ...fields,
+          why: held.lease.lost,
+        });
+        await this.#settle(
+          held,
+          failureReport('rejected', 'the lease was lost before the handler started', true),
+          'confirmed',
+        );
+        return;
+      }
       const decision = dispatchDecision(held.lease);
       const registration = this.#handlers.get(assignment.descriptor.name);
       if (!held.lease.dispatchAnswered || decision.kind === 'refuse') {
