@@ -4,7 +4,9 @@
  * database per system. Prints one table and writes `bench/results/latest.json`.
  *
  *   pnpm bench              full sizes, 3 repetitions
- *   pnpm bench -- --quick   every count ÷ 10, 1 repetition (a smoke run)
+ *   pnpm bench -- --quick   every count ÷ 10, 1 repetition
+ *   pnpm bench -- --smoke   tiny counts, 1 repetition, no statistics waits, no results file:
+ *                           CI's check that every shape of every system still runs
  *   pnpm bench -- --reps 2  another number of repetitions
  *
  * `DATABASE_URL` (optional) names a PostgreSQL to use instead of the embedded one; the
@@ -47,8 +49,11 @@ const root = join(benchDir, '..');
 const SHAPES = ['single1', 'single8', 'bulk', 'strict', 'batched', 'pickup'] as const;
 type ShapeName = (typeof SHAPES)[number];
 
+/** How big a run is: the real one, a tenth of it, or a CI smoke test that every shape runs. */
+type Mode = 'full' | 'quick' | 'smoke';
+
 interface Options {
-  quick: boolean;
+  mode: Mode;
   reps: number;
   shapes: ShapeName[];
   systems: SystemName[];
@@ -70,14 +75,15 @@ function listArg<T extends string>(
 }
 
 function parseArgs(argv: readonly string[]): Options {
-  let quick = false;
+  let mode: Mode = 'full';
   let reps: number | undefined;
   let shapes: ShapeName[] = [...SHAPES];
   let systems: SystemName[] = [...SYSTEM_NAMES];
   for (let i = 0; i < argv.length; i += 1) {
     const arg = argv[i];
     if (arg === '--') continue;
-    if (arg === '--quick') quick = true;
+    if (arg === '--quick') mode = 'quick';
+    else if (arg === '--smoke') mode = 'smoke';
     else if (arg === '--reps') {
       reps = Number(argv[i + 1]);
       i += 1;
@@ -90,11 +96,11 @@ function parseArgs(argv: readonly string[]): Options {
       i += 1;
     } else {
       throw new Error(
-        `unknown argument ${arg} (expected --quick, --reps N, --only SHAPES, --systems NAMES)`,
+        `unknown argument ${arg} (expected --quick, --smoke, --reps N, --only SHAPES, --systems NAMES)`,
       );
     }
   }
-  return { quick, reps: reps ?? (quick ? 1 : 3), shapes, systems };
+  return { mode, reps: reps ?? (mode === 'full' ? 3 : 1), shapes, systems };
 }
 
 interface Sizes {
@@ -108,18 +114,37 @@ interface Sizes {
   pickupMaxGapMs: number;
 }
 
-function sizesFor(quick: boolean): Sizes {
-  const scale = quick ? 10 : 1;
+function sizesFor(mode: Mode): Sizes {
+  if (mode === 'smoke') {
+    // Enough of each shape to take every code path (two bulk requests, a drain past pg-boss's
+    // first polling round), small enough that all three systems finish in well under a minute.
+    return {
+      single: 40,
+      bulk: 2_000,
+      bulkPerRequest: 1_000,
+      drain: 400,
+      drainCapMs: 10_000,
+      pickup: 10,
+      pickupMaxGapMs: 50,
+    };
+  }
+  const scale = mode === 'quick' ? 10 : 1;
   return {
     single: 2_000 / scale,
     bulk: 20_000 / scale,
     bulkPerRequest: 1_000,
     drain: 20_000 / scale,
-    drainCapMs: quick ? 15_000 : 60_000,
+    drainCapMs: mode === 'quick' ? 15_000 : 60_000,
     pickup: 300 / scale,
     pickupMaxGapMs: 500,
   };
 }
+
+const MODE_TITLES: Record<Mode, string> = {
+  full: 'full',
+  quick: 'quick (counts ÷ 10)',
+  smoke: 'smoke (tiny counts; commit and WAL counters not flushed, so not meaningful)',
+};
 
 // ---------------------------------------------------------------------------------------------
 // Results
@@ -466,13 +491,11 @@ function table(rec: Recorder): string {
 
 async function main(): Promise<void> {
   const options = parseArgs(process.argv.slice(2));
-  const sizes = sizesFor(options.quick);
+  const sizes = sizesFor(options.mode);
   const main = serverEntry(root);
   const startedAt = new Date();
   const loadAverageAtStart = loadavg().map((l) => Number(l.toFixed(2)));
-  log(
-    `Ledgence benchmark: ${options.quick ? 'quick (counts ÷ 10)' : 'full'}, ${options.reps} repetition(s)`,
-  );
+  log(`Ledgence benchmark: ${MODE_TITLES[options.mode]}, ${options.reps} repetition(s)`);
 
   const postgres = await startPostgres(benchDir, process.env.DATABASE_URL);
   const pgVersion = await postgres.version();
@@ -492,7 +515,12 @@ async function main(): Promise<void> {
     server = await startServer(main, { DATABASE_URL: postgres.urlFor(databases.ledgence) });
     log(`Ledgence server pid ${server.pid} at ${server.url}`);
     if (options.systems.includes('ledgence')) {
-      systems.push(ledgenceSystem(server, databases.ledgence));
+      // A smoke run checks that the shapes run, not the counters: it skips the statistics flush.
+      systems.push(
+        ledgenceSystem(server, databases.ledgence, {
+          statsFlushWaitMs: options.mode === 'smoke' ? 0 : undefined,
+        }),
+      );
     }
     if (options.systems.includes('pg-boss')) {
       systems.push(await pgBossSystem(postgres.urlFor(databases['pg-boss']), databases['pg-boss']));
@@ -580,7 +608,7 @@ async function main(): Promise<void> {
   const results = {
     startedAt: startedAt.toISOString(),
     finishedAt: new Date().toISOString(),
-    mode: options.quick ? 'quick' : 'full',
+    mode: options.mode,
     repetitions: options.reps,
     shapes: options.shapes,
     systems: options.systems,
@@ -618,6 +646,8 @@ async function main(): Promise<void> {
     notes: rec.notes,
     table: printed,
   };
+  // A smoke run's numbers mean nothing: it must never replace the recorded results.
+  if (options.mode === 'smoke') return;
   await mkdir(join(benchDir, 'results'), { recursive: true });
   const file = join(benchDir, 'results', 'latest.json');
   await writeFile(

@@ -35,8 +35,19 @@ const quietLogger: Logger = {
   },
 };
 
+/** Options of {@link ledgenceSystem}. */
+export interface LedgenceSystemOptions {
+  /** How long `flushStats` waits for PostgreSQL's idle statistics flush; 11 s by default. */
+  statsFlushWaitMs?: number | undefined;
+}
+
 /** Ledgence against a running server. */
-export function ledgenceSystem(server: ServerProcess, database: string): BenchSystem {
+export function ledgenceSystem(
+  server: ServerProcess,
+  database: string,
+  options: LedgenceSystemOptions = {},
+): BenchSystem {
+  const statsFlushWaitMs = options.statsFlushWaitMs ?? STATS_FLUSH_WAIT_MS;
   const client = new Client({
     url: server.url,
     tenant: TENANT,
@@ -85,7 +96,7 @@ export function ledgenceSystem(server: ServerProcess, database: string): BenchSy
       };
     },
     unfinishedSql: `SELECT count(*) FROM tasks WHERE tenant_id = '${TENANT}' AND namespace = '${NAMESPACE}' AND queue = $1 AND state IN ('queued', 'active')`,
-    flushStats: () => sleep(STATS_FLUSH_WAIT_MS),
+    flushStats: () => sleep(statsFlushWaitMs),
     serverCpuMs: () => processCpuMs(server.pid),
     describe(mode) {
       return `server process (defaults, LEDGENCE_LOG_LEVEL=warn); one @ledgence/worker Worker, concurrency ${LEDGENCE_CONCURRENCY[mode]}, default renew/poll settings`;
