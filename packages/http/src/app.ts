@@ -31,6 +31,7 @@ import {
   decodeStrictJson,
   decodeSubmitBatch,
   decodeSubmitRequest,
+  type LeaseOwner,
   LONG_POLL_WAIT_MS,
   MAX_RETENTION_BATCH,
   NAME_MAX_BYTES,
@@ -698,6 +699,27 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     return c.json({ replies });
   });
 
+  /**
+   * The batch routes of a lease owner's commands (renew, settle): the route's role for the
+   * request, then each item's owner scope on its own (a foreign item is that item's 403).
+   */
+  function ownerBatch<C extends { owner: LeaseOwner }, R>(
+    c: AppContext,
+    items: readonly DecodedItem<C>[],
+    run: (commands: C[]) => Promise<ItemResult<R>[]>,
+  ): Promise<(R | Problem)[]> {
+    noQuery(c);
+    const principal = principalOf(c);
+    requireRole(principal, routeRole(c));
+    return answerBatch(
+      items,
+      (command, index) =>
+        requireScope(principal, command.owner.scope, `$.commands[${index}].owner.scope`),
+      run,
+      (value) => value,
+    );
+  }
+
   app.post('/v1/worker/renew', documentRoute('renew'), async (c) => {
     const command = decodeRenewCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
     supply(c, command);
@@ -708,17 +730,9 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
 
   app.post('/v1/worker/renew:batch', documentRoute('renewBatch'), async (c) => {
     const items = decodeRenewBatch(await requiredBody(c, BATCH_MAX_BYTES));
-    noQuery(c);
-    const principal = principalOf(c);
-    requireRole(principal, routeRole(c));
-    const results = await answerBatch(
-      items,
-      (command, index) =>
-        requireScope(principal, command.owner.scope, `$.commands[${index}].owner.scope`),
-      (commands) => svc(c).renewBatch(commands),
-      (authority) => authority,
-    );
-    return c.json({ results });
+    return c.json({
+      results: await ownerBatch(c, items, (commands) => svc(c).renewBatch(commands)),
+    });
   });
 
   app.post('/v1/worker/settle', documentRoute('settle'), async (c) => {
@@ -731,17 +745,9 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
 
   app.post('/v1/worker/settle:batch', documentRoute('settleBatch'), async (c) => {
     const items = decodeSettleBatch(await requiredBody(c, BATCH_MAX_BYTES));
-    noQuery(c);
-    const principal = principalOf(c);
-    requireRole(principal, routeRole(c));
-    const results = await answerBatch(
-      items,
-      (command, index) =>
-        requireScope(principal, command.owner.scope, `$.commands[${index}].owner.scope`),
-      (commands) => svc(c).settleBatch(commands),
-      (reply) => reply,
-    );
-    return c.json({ results });
+    return c.json({
+      results: await ownerBatch(c, items, (commands) => svc(c).settleBatch(commands)),
+    });
   });
 
   app.post('/v1/worker/quiescence', documentRoute('confirmQuiescence'), async (c) => {

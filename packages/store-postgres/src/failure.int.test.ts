@@ -5,6 +5,7 @@
  * the answer it would have given.
  */
 import { ContractError } from '@ledgence/contracts';
+import type postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
   acquireCommand,
@@ -34,25 +35,21 @@ async function waitForLockWaiter(): Promise<number> {
   throw new Error('the store never waited on the lock');
 }
 
-it('pg_terminate_backend mid-settle leaves no partial state; the retry gets the real answer', async () => {
-  const store = h.makeStore(1);
-  const { snapshot } = await store.submit(submitCommand('victim', { queue: 'victim' }));
-  const session = await store.openSession({ scope: SCOPE, queue: 'victim', concurrency: 1 });
-  const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, 'victim'), {
-    recordEmpty: true,
-  });
-  if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
-  await store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
-  const command = successCommand(reply.assignment, 'op-victim', { done: true });
-
+/**
+ * Holds a lock (`lock` runs on a blocker's open transaction), starts `operation`, waits until
+ * the store's backend queues behind the lock, terminates that backend, and expects the
+ * operation to fail as `unavailable`.
+ */
+async function expectUnavailableWhenTerminated(
+  lock: (blocker: postgres.ReservedSql) => Promise<unknown>,
+  operation: () => Promise<unknown>,
+): Promise<void> {
   const blocker = await h.sql.reserve();
   try {
     await blocker`begin`;
-    await blocker`
-      select 1 from tasks where tenant_id = ${SCOPE.tenant_id} and namespace = ${SCOPE.namespace}
-        and task_id = ${snapshot.task_id} for update`;
-    const pending = store.settle(command).then(
-      () => 'settled',
+    await lock(blocker);
+    const pending = operation().then(
+      () => 'answered',
       (error: unknown) => error,
     );
     const pid = await waitForLockWaiter();
@@ -64,6 +61,25 @@ it('pg_terminate_backend mid-settle leaves no partial state; the retry gets the 
   } finally {
     blocker.release();
   }
+}
+
+it('pg_terminate_backend mid-settle leaves no partial state; the retry gets the real answer', async () => {
+  const store = h.makeStore(1);
+  const { snapshot } = await store.submit(submitCommand('victim', { queue: 'victim' }));
+  const session = await store.openSession({ scope: SCOPE, queue: 'victim', concurrency: 1 });
+  const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, 'victim'), {
+    recordEmpty: true,
+  });
+  if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
+  await store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
+  const command = successCommand(reply.assignment, 'op-victim', { done: true });
+
+  await expectUnavailableWhenTerminated(
+    (blocker) => blocker`
+      select 1 from tasks where tenant_id = ${SCOPE.tenant_id} and namespace = ${SCOPE.namespace}
+        and task_id = ${snapshot.task_id} for update`,
+    () => store.settle(command),
+  );
 
   // Nothing of the settle was written.
   const attempt = await h.store.inspectAttempt(
@@ -186,23 +202,10 @@ it('a readiness read killed mid-query leaves no poisoned connection in the pool'
   // store reads it through its transaction runner, which replaces the pool instead.
   const store = h.makeStore(1);
   expect(await store.migrationStatus()).toMatchObject({ current: true, pending: [] });
-  const blocker = await h.sql.reserve();
-  try {
-    await blocker`begin`;
-    await blocker`lock table drizzle.__drizzle_migrations in access exclusive mode`;
-    const pending = store.migrationStatus().then(
-      () => 'read',
-      (error: unknown) => error,
-    );
-    const pid = await waitForLockWaiter();
-    await h.sql`select pg_terminate_backend(${pid})`;
-    const failure = await pending;
-    expect(failure).toBeInstanceOf(ContractError);
-    expect((failure as ContractError).code).toBe('unavailable');
-    await blocker`rollback`;
-  } finally {
-    blocker.release();
-  }
+  await expectUnavailableWhenTerminated(
+    (blocker) => blocker`lock table drizzle.__drizzle_migrations in access exclusive mode`,
+    () => store.migrationStatus(),
+  );
   // The pool's only connection was the killed one: these would hang on a poisoned one.
   expect(await store.migrationStatus()).toMatchObject({ current: true });
   expect(Number.isSafeInteger(await store.now())).toBe(true);
