@@ -46,7 +46,16 @@ const root = join(benchDir, '..');
 // ---------------------------------------------------------------------------------------------
 // Options and sizes
 
-const SHAPES = ['single1', 'single8', 'bulk', 'strict', 'batched', 'pickup'] as const;
+const SHAPES = [
+  'single1',
+  'single8',
+  'bulk',
+  'strict',
+  'batched',
+  'pickup',
+  'pickupload',
+  'heartbeats',
+] as const;
 type ShapeName = (typeof SHAPES)[number];
 
 /** How big a run is: the real one, a tenth of it, or a CI smoke test that every shape runs. */
@@ -112,6 +121,8 @@ interface Sizes {
   drainCapMs: number;
   pickup: number;
   pickupMaxGapMs: number;
+  /** Shape 7: long tasks held leased (and heartbeating) beside a strict drain. */
+  heldLeases: number;
 }
 
 function sizesFor(mode: Mode): Sizes {
@@ -126,6 +137,7 @@ function sizesFor(mode: Mode): Sizes {
       drainCapMs: 10_000,
       pickup: 10,
       pickupMaxGapMs: 50,
+      heldLeases: 20,
     };
   }
   const scale = mode === 'quick' ? 10 : 1;
@@ -137,6 +149,7 @@ function sizesFor(mode: Mode): Sizes {
     drainCapMs: mode === 'quick' ? 15_000 : 60_000,
     pickup: 300 / scale,
     pickupMaxGapMs: 500,
+    heldLeases: 2_000 / scale,
   };
 }
 
@@ -154,7 +167,14 @@ interface MetricSpec {
   metric: string;
   unit: string;
   better: Better;
+  /** Context for the row (what the shape ran against), not a result to rank: no ratio. */
+  context?: true;
 }
+
+const STRICT = 'drain strict (≤ 32 held)';
+const PICKUP = 'pickup latency (idle)';
+const PICKUP_LOADED = 'pickup latency (under load)';
+const HEARTBEATS = 'drain strict beside heartbeating leases';
 
 const METRICS: MetricSpec[] = [
   { shape: 'single submit, 1 in flight', metric: 'rate', unit: 'tasks/s', better: 'higher' },
@@ -166,21 +186,36 @@ const METRICS: MetricSpec[] = [
   { shape: 'single submit, 8 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
   { shape: 'bulk submit, 1 000 per request', metric: 'rate', unit: 'tasks/s', better: 'higher' },
   { shape: 'bulk submit, 1 000 per request', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
-  { shape: 'drain strict (≤ 32 held)', metric: 'rate', unit: 'tasks/s', better: 'higher' },
-  { shape: 'drain strict (≤ 32 held)', metric: 'commits', unit: 'per task', better: 'lower' },
-  { shape: 'drain strict (≤ 32 held)', metric: 'write xacts', unit: 'per task', better: 'lower' },
-  { shape: 'drain strict (≤ 32 held)', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
-  { shape: 'drain strict (≤ 32 held)', metric: 'CPU server', unit: 'ms/task', better: 'lower' },
-  { shape: 'drain strict (≤ 32 held)', metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
+  { shape: STRICT, metric: 'rate', unit: 'tasks/s', better: 'higher' },
+  { shape: STRICT, metric: 'commits', unit: 'per task', better: 'lower' },
+  { shape: STRICT, metric: 'write xacts', unit: 'per task', better: 'lower' },
+  { shape: STRICT, metric: 'WAL', unit: 'bytes/task', better: 'lower' },
+  { shape: STRICT, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
+  { shape: STRICT, metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
   { shape: 'drain batched', metric: 'rate', unit: 'tasks/s', better: 'higher' },
   { shape: 'drain batched', metric: 'commits', unit: 'per task', better: 'lower' },
   { shape: 'drain batched', metric: 'write xacts', unit: 'per task', better: 'lower' },
   { shape: 'drain batched', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
   { shape: 'drain batched', metric: 'CPU server', unit: 'ms/task', better: 'lower' },
   { shape: 'drain batched', metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
-  { shape: 'pickup latency (idle)', metric: 'p50', unit: 'ms', better: 'lower' },
-  { shape: 'pickup latency (idle)', metric: 'p99', unit: 'ms', better: 'lower' },
-  { shape: 'pickup latency (idle)', metric: 'max', unit: 'ms', better: 'lower' },
+  { shape: PICKUP, metric: 'p50', unit: 'ms', better: 'lower' },
+  { shape: PICKUP, metric: 'p99', unit: 'ms', better: 'lower' },
+  { shape: PICKUP, metric: 'max', unit: 'ms', better: 'lower' },
+  { shape: PICKUP_LOADED, metric: 'p50', unit: 'ms', better: 'lower' },
+  { shape: PICKUP_LOADED, metric: 'p99', unit: 'ms', better: 'lower' },
+  { shape: PICKUP_LOADED, metric: 'max', unit: 'ms', better: 'lower' },
+  {
+    shape: PICKUP_LOADED,
+    metric: 'load drained',
+    unit: 'tasks/s',
+    better: 'higher',
+    context: true,
+  },
+  { shape: HEARTBEATS, metric: 'rate', unit: 'tasks/s', better: 'higher' },
+  { shape: HEARTBEATS, metric: 'rate vs strict', unit: '', better: 'higher' },
+  { shape: HEARTBEATS, metric: 'heartbeats', unit: 'per s', better: 'higher', context: true },
+  { shape: HEARTBEATS, metric: 'commits', unit: 'per task', better: 'lower' },
+  { shape: HEARTBEATS, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
 ];
 
 const keyOf = (shape: string, metric: string): string => `${shape} / ${metric}`;
@@ -313,8 +348,8 @@ async function drain(
   mode: WorkerMode,
   sizes: Sizes,
   rec: Recorder,
-): Promise<void> {
-  const shape = mode === 'strict' ? 'drain strict (≤ 32 held)' : 'drain batched';
+  shape: string = mode === 'strict' ? STRICT : 'drain batched',
+): Promise<number> {
   const count = sizes.drain;
   await system.prepareQueue(queue);
   await seed(system, queue, count, sizes.bulkPerRequest);
@@ -398,6 +433,7 @@ async function drain(
   log(
     `  ${system.name}: ${formatNumber(rate)} tasks/s${capped ? ` (capped: ${completedAtEnd}/${count})` : ''}, ${formatNumber(commits / perTask)} commits/task, ${formatNumber((after.nextXid - before.nextXid) / perTask)} write xacts/task, ${formatNumber(wal / perTask)} WAL bytes/task; CPU ms/task: server ${formatNumber(serverCpu)}, PostgreSQL (unverified) ${formatNumber(postgresCpu)}, workers ${formatNumber(workersCpu)}`,
   );
+  return rate;
 }
 
 /** A small deterministic generator, so every system sees the same gaps. */
@@ -418,8 +454,8 @@ async function pickup(
   sizes: Sizes,
   seedValue: number,
   rec: Recorder,
+  shape: string = PICKUP,
 ): Promise<void> {
-  const shape = 'pickup latency (idle)';
   const count = sizes.pickup;
   await system.prepareQueue(queue);
   const acknowledged = new Map<number, number>();
@@ -456,6 +492,115 @@ async function pickup(
   );
 }
 
+/**
+ * The system's strict drain rate in this repetition (shape 3), the yardstick of shapes 6 and 7;
+ * measured now, on a tenth of the tasks and not recorded, when shape 3 did not run.
+ */
+async function strictRate(
+  system: BenchSystem,
+  postgres: Postgres,
+  rep: number,
+  sizes: Sizes,
+  rec: Recorder,
+): Promise<number> {
+  const measured = rec.values.get(keyOf(STRICT, 'rate'))?.get(system.name)?.[rep - 1];
+  if (measured !== undefined) return measured;
+  log(`  ${system.name}: measuring the strict drain rate first (shape 3 is not in this run)`);
+  const small = { ...sizes, drain: Math.max(100, Math.round(sizes.drain / 10)) };
+  return drain(system, postgres, `calibrate_r${rep}`, 'strict', small, new Recorder());
+}
+
+/**
+ * Shape 6: the pickup probe of shape 5 while a strict drain runs beside it at about half the
+ * system's strict drain rate: a producer submits to another queue at that rate (in small
+ * batches every 50 ms) and strict workers drain it.
+ */
+async function pickupUnderLoad(
+  system: BenchSystem,
+  postgres: Postgres,
+  rep: number,
+  sizes: Sizes,
+  rec: Recorder,
+): Promise<void> {
+  const target = (await strictRate(system, postgres, rep, sizes, rec)) / 2;
+  const loadQueue = `load_r${rep}`;
+  await system.prepareQueue(loadQueue);
+  let drained = 0;
+  const loadWorkers = await system.startWorkers(loadQueue, 'strict', () => {
+    drained += 1;
+  });
+  let producing = true;
+  let submitted = 0;
+  const t0 = performance.now();
+  const producer = (async () => {
+    while (producing) {
+      const due = Math.floor(((performance.now() - t0) / 1000) * target) - submitted;
+      const n = Math.min(due, sizes.bulkPerRequest);
+      if (n > 0) {
+        await system.submitMany(
+          loadQueue,
+          Array.from({ length: n }, (_, k) => ({ i: submitted + k })),
+        );
+        submitted += n;
+      }
+      await sleep(50);
+    }
+  })();
+  // The load settles into its pace before the probe starts.
+  await sleep(2_000);
+  const drainedBefore = drained;
+  const probeStart = performance.now();
+  try {
+    await pickup(system, `pickupload_r${rep}`, sizes, 9_000 + rep, rec, PICKUP_LOADED);
+  } finally {
+    producing = false;
+    await producer;
+  }
+  const achieved = (drained - drainedBefore) / ((performance.now() - probeStart) / 1000);
+  await loadWorkers.stop();
+  await system.discard(loadQueue);
+  rec.record(PICKUP_LOADED, 'load drained', system.name, achieved);
+  log(
+    `  ${system.name}: load drained ${formatNumber(achieved)} tasks/s during the probe (target ${formatNumber(target)}: half the strict drain rate)`,
+  );
+}
+
+/**
+ * Shape 7: the strict drain of shape 3 while `sizes.heldLeases` long tasks stay leased and
+ * heartbeat at the worker's renew interval; the rate is also given relative to shape 3's.
+ */
+async function heartbeats(
+  system: BenchSystem,
+  postgres: Postgres,
+  rep: number,
+  sizes: Sizes,
+  rec: Recorder,
+): Promise<void> {
+  if (system.holdLeases === undefined) {
+    log(`  ${system.name}: no lease renewal to load (its locks are never extended); not measured`);
+    return;
+  }
+  const baseline = await strictRate(system, postgres, rep, sizes, rec);
+  const held = await system.holdLeases(`held_r${rep}`, sizes.heldLeases);
+  let rate: number;
+  let renewals: number;
+  let seconds: number;
+  try {
+    const before = await held.renewals();
+    const t0 = performance.now();
+    rate = await drain(system, postgres, `beside_r${rep}`, 'strict', sizes, rec, HEARTBEATS);
+    renewals = (await held.renewals()) - before;
+    seconds = (performance.now() - t0) / 1000;
+  } finally {
+    await held.stop();
+  }
+  rec.record(HEARTBEATS, 'rate vs strict', system.name, rate / baseline);
+  rec.record(HEARTBEATS, 'heartbeats', system.name, renewals / seconds);
+  log(
+    `  ${system.name}: ${formatNumber(rate / baseline)} × the strict drain rate beside ${sizes.heldLeases} held leases (${formatNumber(renewals / seconds)} heartbeats/s)`,
+  );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Report
 
@@ -476,9 +621,10 @@ function table(rec: Recorder): string {
       ]),
     );
     const { best, ratio } = ratioToBest(ledgence, peers, spec.better);
-    const ratioCell = best === undefined ? '–' : `${formatNumber(ratio)} (${best})`;
-    const arrow = spec.better === 'higher' ? '↑' : '↓';
-    return [spec.shape, `${spec.metric} ${spec.unit} ${arrow}`, ...cells, ratioCell];
+    const ratioCell = best === undefined || spec.context ? '–' : `${formatNumber(ratio)} (${best})`;
+    const arrow = spec.context ? '' : spec.better === 'higher' ? ' ↑' : ' ↓';
+    const metric = spec.unit === '' ? spec.metric : `${spec.metric} ${spec.unit}`;
+    return [spec.shape, `${metric}${arrow}`, ...cells, ratioCell];
   });
   const lines = [header, header.map(() => '---'), ...rows].map(
     (cells) => `| ${cells.join(' | ')} |`,
@@ -519,6 +665,7 @@ async function main(): Promise<void> {
       systems.push(
         ledgenceSystem(server, databases.ledgence, {
           statsFlushWaitMs: options.mode === 'smoke' ? 0 : undefined,
+          databaseUrl: postgres.urlFor(databases.ledgence),
         }),
       );
     }
@@ -540,7 +687,7 @@ async function main(): Promise<void> {
       const each = async (
         name: ShapeName,
         title: string,
-        fn: (system: BenchSystem) => Promise<void>,
+        fn: (system: BenchSystem) => Promise<unknown>,
       ) => {
         if (!options.shapes.includes(name)) return;
         log(`rep ${rep}/${options.reps} · ${title}`);
@@ -567,6 +714,16 @@ async function main(): Promise<void> {
         'pickup',
         `pickup latency, ${sizes.pickup} tasks, 0–${sizes.pickupMaxGapMs} ms gaps`,
         (s) => pickup(s, `pickup_r${rep}`, sizes, 7_000 + rep, rec),
+      );
+      await each(
+        'pickupload',
+        `pickup latency under load, ${sizes.pickup} tasks beside a drain at half the strict rate`,
+        (s) => pickupUnderLoad(s, postgres, rep, sizes, rec),
+      );
+      await each(
+        'heartbeats',
+        `drain strict, ${sizes.drain} no-op tasks, beside ${sizes.heldLeases} heartbeating leases`,
+        (s) => heartbeats(s, postgres, rep, sizes, rec),
       );
       const bytes = await server.rss();
       rss.push({ rep, bytes });
@@ -640,7 +797,12 @@ async function main(): Promise<void> {
         peers,
         spec.better,
       );
-      return { ...spec, systems: bySystem, bestPeer: best ?? null, ratioToBestPeer: ratio };
+      return {
+        ...spec,
+        systems: bySystem,
+        bestPeer: spec.context ? null : (best ?? null),
+        ratioToBestPeer: spec.context ? null : ratio,
+      };
     }),
     serverRssBytes: rss,
     notes: rec.notes,

@@ -21,6 +21,14 @@ export interface RunningWorkers {
   stop(): Promise<void>;
 }
 
+/** Leases held open by long-running handlers beside a drain (shape 7, heartbeats). */
+export interface HeldLeases {
+  /** Lease renewals the system's store has recorded for the held tasks so far. */
+  renewals(): Promise<number>;
+  /** Lets the handlers return, then stops their workers. */
+  stop(): Promise<void>;
+}
+
 /** One system under test, bound to its own database. */
 export interface BenchSystem {
   readonly name: SystemName;
@@ -43,6 +51,13 @@ export interface BenchSystem {
     mode: WorkerMode,
     onStart: (data: BenchData) => void,
   ): Promise<RunningWorkers>;
+  /**
+   * Submits `count` tasks to `queue` and holds them all leased by handlers that run until
+   * `stop`, renewing their leases the way the system does on its own (shape 7); resolves once
+   * every handler has started. Absent for a system without lease renewal: pg-boss 10 and
+   * graphile-worker 0.17 never extend a job's lock, so they have no heartbeat load to measure.
+   */
+  holdLeases?(queue: string, count: number): Promise<HeldLeases>;
   /** SQL (parameter $1: the queue) counting the queue's tasks not yet finished. */
   readonly unfinishedSql: string;
   /**

@@ -210,3 +210,62 @@ it('a readiness read killed mid-query leaves no poisoned connection in the pool'
   expect(await store.migrationStatus()).toMatchObject({ current: true });
   expect(Number.isSafeInteger(await store.now())).toBe(true);
 });
+
+it('a pipelined write that fails undoes the writes sent before it; the retry gets the real answer', async () => {
+  // The flush of a settle sends its writes together (attempt, task, output, history, NOTIFY):
+  // a history insert failing in the middle must take the attempt and task updates sent before
+  // it down with it, and the statements after it must not apply.
+  const store = h.makeStore(1);
+  const { snapshot } = await store.submit(submitCommand('pipelined', { queue: 'pipelined' }));
+  const session = await store.openSession({ scope: SCOPE, queue: 'pipelined', concurrency: 1 });
+  const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, 'pipelined'), {
+    recordEmpty: true,
+  });
+  if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
+  await store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
+  const command = successCommand(reply.assignment, 'op-pipelined', { done: true });
+
+  await h.sql.unsafe(`
+    create function refuse_report() returns trigger language plpgsql as $$
+    begin
+      if new.task_id = '${snapshot.task_id}' and new.reason = 'report_accepted' then
+        raise exception 'history refused by the test';
+      end if;
+      return new;
+    end $$;
+    create trigger refuse_report before insert on task_history
+      for each row execute function refuse_report();`);
+  try {
+    const failure = await store.settle(command).then(
+      () => 'answered',
+      (error: unknown) => error,
+    );
+    expect(failure).toBeInstanceOf(ContractError);
+    expect((failure as ContractError).code).toBe('unavailable');
+  } finally {
+    await h.sql.unsafe(
+      'drop trigger refuse_report on task_history; drop function refuse_report();',
+    );
+  }
+
+  const attempt = await h.store.inspectAttempt(
+    SCOPE,
+    snapshot.task_id,
+    reply.assignment.lease.owner.attempt_id,
+  );
+  expect(attempt.settlement).toBeNull();
+  expect(attempt.state).toBe('active');
+  expect((await h.store.status(SCOPE, snapshot.task_id)).state).toBe('active');
+  expect((await h.store.result(SCOPE, snapshot.task_id)).outcome.state).toBe('pending');
+  expect((await h.store.history(SCOPE, snapshot.task_id, 0)).map((e) => e.event.reason)).toEqual([
+    'submitted',
+    'claimed',
+    'dispatch_authorized',
+  ]);
+
+  // The same store (the failed transaction was rolled back, its connection reused) settles it.
+  const retried = await store.settle(command);
+  expect(retried.already_accepted).toBe(false);
+  expect(retried.task_state).toBe('succeeded');
+  expect((await h.store.result(SCOPE, snapshot.task_id)).outcome.state).toBe('succeeded');
+});
