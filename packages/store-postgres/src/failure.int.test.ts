@@ -211,10 +211,10 @@ it('a readiness read killed mid-query leaves no poisoned connection in the pool'
   expect(Number.isSafeInteger(await store.now())).toBe(true);
 });
 
-it('a pipelined write that fails undoes the writes sent before it; the retry gets the real answer', async () => {
-  // The flush of a settle sends its writes together (attempt, task, output, history, NOTIFY):
-  // a history insert failing in the middle must take the attempt and task updates sent before
-  // it down with it, and the statements after it must not apply.
+it('a write failing mid-flush undoes the writes before it; the retry gets the real answer', async () => {
+  // The flush of a settle writes the attempt, the task, the output, then the history: a history
+  // insert failing after the others must take them down with it (one transaction), and the
+  // statements after it must not apply.
   const store = h.makeStore(1);
   const { snapshot } = await store.submit(submitCommand('pipelined', { queue: 'pipelined' }));
   const session = await store.openSession({ scope: SCOPE, queue: 'pipelined', concurrency: 1 });
@@ -263,7 +263,7 @@ it('a pipelined write that fails undoes the writes sent before it; the retry get
     'dispatch_authorized',
   ]);
 
-  // The same store (the failed transaction was rolled back, its connection reused) settles it.
+  // The same store (the failed transaction was rolled back, its connection kept) settles it.
   const retried = await store.settle(command);
   expect(retried.already_accepted).toBe(false);
   expect(retried.task_state).toBe('succeeded');

@@ -595,22 +595,19 @@ export async function queueDepths(tx: Tx, limit: number): Promise<DbRow[]> {
  * (split only if it would exceed PostgreSQL's 8000-byte payload limit). Delivered at commit.
  */
 export async function notifyWake(tx: Tx, hints: readonly object[]): Promise<void> {
-  const chunks: string[][] = [[]];
+  let chunk: string[] = [];
   let size = 2;
+  const flush = async () => {
+    if (chunk.length === 0) return;
+    await tx`select pg_notify(${WAKE_CHANNEL}, ${`[${chunk.join(',')}]`})`;
+    chunk = [];
+    size = 2;
+  };
   for (const hint of hints) {
     const text = JSON.stringify(hint);
-    if (size + text.length + 1 > 7900 && (chunks.at(-1) as string[]).length > 0) {
-      chunks.push([]);
-      size = 2;
-    }
-    (chunks.at(-1) as string[]).push(text);
+    if (size + text.length + 1 > 7900) await flush();
+    chunk.push(text);
     size += text.length + 1;
   }
-  // Sent together (pipelined, in order), so a caller's writes and these NOTIFYs share one round
-  // trip (see the store's `flush`).
-  await Promise.all(
-    chunks
-      .filter((chunk) => chunk.length > 0)
-      .map((chunk) => tx`select pg_notify(${WAKE_CHANNEL}, ${`[${chunk.join(',')}]`})`),
-  );
+  await flush();
 }
