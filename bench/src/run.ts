@@ -123,6 +123,8 @@ interface Sizes {
   pickupMaxGapMs: number;
   /** Shape 7: long tasks held leased (and heartbeating) beside a strict drain. */
   heldLeases: number;
+  /** Shape 6: how long the load runs before the probe starts. */
+  loadSettleMs: number;
 }
 
 function sizesFor(mode: Mode): Sizes {
@@ -138,6 +140,7 @@ function sizesFor(mode: Mode): Sizes {
       pickup: 10,
       pickupMaxGapMs: 50,
       heldLeases: 20,
+      loadSettleMs: 200,
     };
   }
   const scale = mode === 'quick' ? 10 : 1;
@@ -150,6 +153,7 @@ function sizesFor(mode: Mode): Sizes {
     pickup: 300 / scale,
     pickupMaxGapMs: 500,
     heldLeases: 2_000 / scale,
+    loadSettleMs: 2_000,
   };
 }
 
@@ -547,7 +551,7 @@ async function pickupUnderLoad(
     }
   })();
   // The load settles into its pace before the probe starts.
-  await sleep(2_000);
+  await sleep(sizes.loadSettleMs);
   const drainedBefore = drained;
   const probeStart = performance.now();
   try {
