@@ -87,6 +87,13 @@ export interface ChaosReport {
 /** The lease the servers grant in a chaos run ({@link SHORT_TIMINGS}). */
 const LEASE_MS = Number(SHORT_TIMINGS.LEDGENCE_LEASE_DURATION_MS);
 const QUEUE = 'chaos';
+/**
+ * How long the faults and submits may run past their period before the run is declared hung.
+ * Measured: the phase takes 110–150 s for 90 s of faults (submits that stall until the client's
+ * 5 s timeout and retry keep coming for a while after the last fault), so the bound is 240 s —
+ * still inside the test's 400 s hook with start-up, the 90 s drain bound and the checks after it.
+ */
+const PHASE_GRACE_MS = 150_000;
 
 /** The run's scopes: tenants × namespaces, each tenant with its own API key. */
 function scopesOf(tenants: number, namespaces: number, seed: number): WorkerScope[] {
@@ -183,8 +190,24 @@ export async function runChaos(overrides: Partial<ChaosOptions> = {}): Promise<C
       parallel: 8,
       logPath: join(runDir, 'submits.jsonl'),
     });
-    // Both run to the end even if one fails, so no promise is left unhandled.
-    const [faultOutcome, submitOutcome] = await Promise.allSettled([faultsDone, submitted]);
+    // Both run to the end even if one fails, so no promise is left unhandled. Bounded: a request
+    // the servers never answer would otherwise hang the run past the test's hook timeout, which
+    // skips the `finally` below and leaves every process of the cluster running.
+    const phaseBoundMs = options.seconds * 1000 + PHASE_GRACE_MS;
+    let bound: ReturnType<typeof setTimeout> | undefined;
+    const phase = await Promise.race([
+      Promise.allSettled([faultsDone, submitted]),
+      new Promise<undefined>((resolve) => {
+        bound = setTimeout(() => resolve(undefined), phaseBoundMs);
+      }),
+    ]);
+    clearTimeout(bound);
+    if (phase === undefined) {
+      throw new Error(
+        `the fault and submit phase did not end within ${phaseBoundMs / 1000} s: a submit or a fault is hanging (a server that stopped answering?); logs in ${runDir}`,
+      );
+    }
+    const [faultOutcome, submitOutcome] = phase;
     if (faultOutcome.status === 'rejected') throw faultOutcome.reason;
     if (submitOutcome.status === 'rejected') throw submitOutcome.reason;
     const faults = faultOutcome.value;
