@@ -7,7 +7,6 @@
 import { ContractError } from '@ledgence/contracts';
 import type postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createPostgresTaskStore } from './index.js';
 import {
   acquireCommand,
   type Harness,
@@ -269,38 +268,4 @@ it('a write failing mid-flush undoes the writes before it; the retry gets the re
   expect(retried.already_accepted).toBe(false);
   expect(retried.task_state).toBe('succeeded');
   expect((await h.store.result(SCOPE, snapshot.task_id)).outcome.state).toBe('succeeded');
-});
-
-it('a transaction that does not finish in time fails as unavailable, and the store carries on', async () => {
-  // The watchdog behind the chaos suite's hangs: a transaction promise that never settles must
-  // not hold its caller (or a group-commit slot) forever. A row lock held past the transaction
-  // timeout (with a lock_timeout far longer) stands in for a query that never answers.
-  const store = createPostgresTaskStore({
-    url: h.db.url,
-    lockTimeoutMs: 60_000,
-    transactionTimeoutMs: 500,
-  });
-  const blocker = await h.sql.reserve();
-  try {
-    const { snapshot } = await store.submit(submitCommand('stalled', { queue: 'stalled' }));
-    await blocker`begin`;
-    await blocker`
-      select 1 from tasks where tenant_id = ${SCOPE.tenant_id} and namespace = ${SCOPE.namespace}
-        and task_id = ${snapshot.task_id} for update`;
-    const failure = await store.cancel(SCOPE, snapshot.task_id).then(
-      () => 'answered',
-      (error: unknown) => error,
-    );
-    // Answered while the lock is still held: the watchdog, not the lock, ended the wait.
-    expect(failure).toBeInstanceOf(ContractError);
-    expect((failure as ContractError).code).toBe('unavailable');
-    expect((failure as ContractError).message).toMatch(/did not finish within 500 ms/);
-    // The stalled connection is abandoned with its pool; the store serves on a new one.
-    const other = await store.submit(submitCommand('after-stall', { queue: 'stalled' }));
-    expect((await store.status(SCOPE, other.snapshot.task_id)).state).toBe('queued');
-  } finally {
-    await blocker`rollback`.catch(() => {});
-    blocker.release();
-    await store.close();
-  }
 });

@@ -207,16 +207,6 @@ export interface PostgresTaskStoreOptions {
    */
   retentionLockTimeoutMs?: number;
   /**
-   * The longest a transaction may take, from taking a connection to its commit's reply (default
-   * 30 000). Past it the caller gets `unavailable` (retryable) and the connection is abandoned
-   * with its pool, which is replaced. A healthy transaction never comes near it (`lock_timeout`
-   * is 5 s); it exists because a connection killed at the wrong moment can leave a postgres.js
-   * 3.4.9 query that never settles (porsager/postgres#1208), and one such promise would
-   * otherwise hold a group-commit slot forever — the chaos suite saw submits of a scope hang
-   * after `pg_terminate_backend` (issue #7 note).
-   */
-  transactionTimeoutMs?: number;
-  /**
    * TEST ONLY: crash points around the commit of submit, acquire, renew, settle and recovery
    * (`<op>.before_commit`, `<op>.after_commit`; see `FAILPOINTS` in `@ledgence/core`). Default:
    * none armed, which costs one branch per transaction.
@@ -438,7 +428,6 @@ class PgTaskStore implements PostgresTaskStore {
   private readonly config: LifecycleConfig;
   private readonly offset: () => number;
   private readonly retentionLockTimeoutMs: number;
-  private readonly transactionTimeoutMs: number;
   private readonly failpoints: Failpoints;
 
   constructor(options: PostgresTaskStoreOptions) {
@@ -467,7 +456,6 @@ class PgTaskStore implements PostgresTaskStore {
     this.config = options.config ?? DEFAULT_LIFECYCLE_CONFIG;
     this.offset = options.clockOffsetMs ?? (() => 0);
     this.retentionLockTimeoutMs = options.retentionLockTimeoutMs ?? 200;
-    this.transactionTimeoutMs = options.transactionTimeoutMs ?? 30_000;
     this.failpoints = options.failpoints ?? NO_FAILPOINTS;
   }
 
@@ -496,42 +484,11 @@ class PgTaskStore implements PostgresTaskStore {
     failpoint?: TxFailpoint<T>,
     timeWithBegin = false,
   ): Promise<T> {
-    const pool = this.sql;
-    const running = this.runTransaction(pool, body, isolation, failpoint, timeWithBegin);
-    // An abandoned transaction that fails later is expected, not an unhandled rejection.
-    running.catch(() => {});
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const stalled = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        this.replacePool(pool);
-        reject(
-          unavailable(
-            new Error(
-              `a database transaction did not finish within ${this.transactionTimeoutMs} ms; its connection was abandoned`,
-            ),
-          ),
-        );
-      }, this.transactionTimeoutMs);
-    });
-    try {
-      return await Promise.race([running, stalled]);
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  private async runTransaction<T>(
-    pool: postgres.Sql,
-    body: (tx: Tx, startedAt: Timestamp | undefined) => Promise<T>,
-    isolation: string | undefined,
-    failpoint: TxFailpoint<T> | undefined,
-    timeWithBegin: boolean,
-  ): Promise<T> {
     let connection: postgres.ReservedSql;
     try {
-      connection = await pool.reserve();
+      connection = await this.sql.reserve();
     } catch (error) {
-      if (isConnectionLoss(error)) this.replacePool(pool);
+      if (isConnectionLoss(error)) this.replacePool();
       throw unavailable(error);
     }
     let lost = false;
@@ -570,7 +527,7 @@ class PgTaskStore implements PostgresTaskStore {
       if (error instanceof ContractError || error instanceof SubmitRaceLost) throw error;
       throw unavailable(error);
     } finally {
-      if (lost) this.replacePool(pool);
+      if (lost) this.replacePool();
       else connection.release();
     }
     if (point !== undefined && (point.when?.(result) ?? true)) {
@@ -592,12 +549,11 @@ class PgTaskStore implements PostgresTaskStore {
    * PR #1168). A pool the store owns is therefore replaced after a lost connection; the old one
    * is ended in the background. A caller-supplied client cannot be replaced: its owner must.
    */
-  private replacePool(failed: postgres.Sql): void {
-    // Only the pool that failed: an abandoned transaction failing late must not replace the
-    // healthy pool that took its place.
-    if (this.makePool === undefined || this.sql !== failed) return;
+  private replacePool(): void {
+    if (this.makePool === undefined) return;
+    const old = this.sql;
     this.sql = this.makePool();
-    failed.end({ timeout: 5 }).catch(() => {});
+    old.end({ timeout: 5 }).catch(() => {});
   }
 
   private async time(tx: Tx): Promise<Timestamp> {
