@@ -180,6 +180,18 @@ const PICKUP = 'pickup latency (idle)';
 const PICKUP_LOADED = 'pickup latency (under load)';
 const HEARTBEATS = 'drain strict beside heartbeating leases';
 
+/** The rows every drain shape reports (what `drain()` records). */
+function drainMetrics(shape: string): MetricSpec[] {
+  return [
+    { shape, metric: 'rate', unit: 'tasks/s', better: 'higher' },
+    { shape, metric: 'commits', unit: 'per task', better: 'lower' },
+    { shape, metric: 'write xacts', unit: 'per task', better: 'lower' },
+    { shape, metric: 'WAL', unit: 'bytes/task', better: 'lower' },
+    { shape, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
+    { shape, metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
+  ];
+}
+
 const METRICS: MetricSpec[] = [
   { shape: 'single submit, 1 in flight', metric: 'rate', unit: 'tasks/s', better: 'higher' },
   { shape: 'single submit, 1 in flight', metric: 'p50', unit: 'ms', better: 'lower' },
@@ -190,18 +202,8 @@ const METRICS: MetricSpec[] = [
   { shape: 'single submit, 8 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
   { shape: 'bulk submit, 1 000 per request', metric: 'rate', unit: 'tasks/s', better: 'higher' },
   { shape: 'bulk submit, 1 000 per request', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
-  { shape: STRICT, metric: 'rate', unit: 'tasks/s', better: 'higher' },
-  { shape: STRICT, metric: 'commits', unit: 'per task', better: 'lower' },
-  { shape: STRICT, metric: 'write xacts', unit: 'per task', better: 'lower' },
-  { shape: STRICT, metric: 'WAL', unit: 'bytes/task', better: 'lower' },
-  { shape: STRICT, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
-  { shape: STRICT, metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
-  { shape: 'drain batched', metric: 'rate', unit: 'tasks/s', better: 'higher' },
-  { shape: 'drain batched', metric: 'commits', unit: 'per task', better: 'lower' },
-  { shape: 'drain batched', metric: 'write xacts', unit: 'per task', better: 'lower' },
-  { shape: 'drain batched', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
-  { shape: 'drain batched', metric: 'CPU server', unit: 'ms/task', better: 'lower' },
-  { shape: 'drain batched', metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
+  ...drainMetrics(STRICT),
+  ...drainMetrics('drain batched'),
   { shape: PICKUP, metric: 'p50', unit: 'ms', better: 'lower' },
   { shape: PICKUP, metric: 'p99', unit: 'ms', better: 'lower' },
   { shape: PICKUP, metric: 'max', unit: 'ms', better: 'lower' },

@@ -7,6 +7,7 @@
 import { ContractError } from '@ledgence/contracts';
 import type postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { PostgresTaskStore } from './index.js';
 import {
   acquireCommand,
   type Harness,
@@ -22,6 +23,18 @@ beforeAll(async () => {
   h = await harness('failure');
 });
 afterAll(() => h.close());
+
+/** A task of its own queue, claimed by slot 0 of a new session; `dispatched` also grants dispatch. */
+async function claimed(store: PostgresTaskStore, name: string, dispatched: boolean) {
+  const { snapshot } = await store.submit(submitCommand(name, { queue: name }));
+  const session = await store.openSession({ scope: SCOPE, queue: name, concurrency: 1 });
+  const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, name), {
+    recordEmpty: true,
+  });
+  if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
+  if (dispatched) await store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
+  return { snapshot, assignment: reply.assignment };
+}
 
 async function waitForLockWaiter(): Promise<number> {
   for (let i = 0; i < 500; i += 1) {
@@ -65,14 +78,8 @@ async function expectUnavailableWhenTerminated(
 
 it('pg_terminate_backend mid-settle leaves no partial state; the retry gets the real answer', async () => {
   const store = h.makeStore(1);
-  const { snapshot } = await store.submit(submitCommand('victim', { queue: 'victim' }));
-  const session = await store.openSession({ scope: SCOPE, queue: 'victim', concurrency: 1 });
-  const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, 'victim'), {
-    recordEmpty: true,
-  });
-  if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
-  await store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
-  const command = successCommand(reply.assignment, 'op-victim', { done: true });
+  const { snapshot, assignment } = await claimed(store, 'victim', true);
+  const command = successCommand(assignment, 'op-victim', { done: true });
 
   await expectUnavailableWhenTerminated(
     (blocker) => blocker`
@@ -85,7 +92,7 @@ it('pg_terminate_backend mid-settle leaves no partial state; the retry gets the 
   const attempt = await h.store.inspectAttempt(
     SCOPE,
     snapshot.task_id,
-    reply.assignment.lease.owner.attempt_id,
+    assignment.lease.owner.attempt_id,
   );
   expect(attempt.settlement).toBeNull();
   expect(attempt.state).toBe('active');
@@ -159,12 +166,7 @@ it('a settle that waited on the task lock past its lease decides at the time it 
   // lock) until after the lease ended. It must not accept with the time it started at, and
   // recovery then owns the outcome: exactly one outcome, consistent history.
   const store = h.makeStore(1);
-  const { snapshot } = await store.submit(submitCommand('delayed', { queue: 'delayed' }));
-  const session = await store.openSession({ scope: SCOPE, queue: 'delayed', concurrency: 1 });
-  const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, 'delayed'), {
-    recordEmpty: true,
-  });
-  if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
+  const { snapshot, assignment } = await claimed(store, 'delayed', false);
   const blocker = await h.sql.reserve();
   let settled: unknown;
   try {
@@ -172,7 +174,7 @@ it('a settle that waited on the task lock past its lease decides at the time it 
     await blocker`
       select 1 from tasks where tenant_id = ${SCOPE.tenant_id} and namespace = ${SCOPE.namespace}
         and task_id = ${snapshot.task_id} for update`;
-    const pending = store.settle(successCommand(reply.assignment, 'too-late')).then(
+    const pending = store.settle(successCommand(assignment, 'too-late')).then(
       (value) => value,
       (error: unknown) => error,
     );
@@ -216,14 +218,8 @@ it('a write failing mid-flush undoes the writes before it; the retry gets the re
   // insert failing after the others must take them down with it (one transaction), and the
   // statements after it must not apply.
   const store = h.makeStore(1);
-  const { snapshot } = await store.submit(submitCommand('pipelined', { queue: 'pipelined' }));
-  const session = await store.openSession({ scope: SCOPE, queue: 'pipelined', concurrency: 1 });
-  const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, 'pipelined'), {
-    recordEmpty: true,
-  });
-  if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
-  await store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
-  const command = successCommand(reply.assignment, 'op-pipelined', { done: true });
+  const { snapshot, assignment } = await claimed(store, 'pipelined', true);
+  const command = successCommand(assignment, 'op-pipelined', { done: true });
 
   await h.sql.unsafe(`
     create function refuse_report() returns trigger language plpgsql as $$
@@ -251,7 +247,7 @@ it('a write failing mid-flush undoes the writes before it; the retry gets the re
   const attempt = await h.store.inspectAttempt(
     SCOPE,
     snapshot.task_id,
-    reply.assignment.lease.owner.attempt_id,
+    assignment.lease.owner.attempt_id,
   );
   expect(attempt.settlement).toBeNull();
   expect(attempt.state).toBe('active');
