@@ -229,18 +229,11 @@ interface TxFailpoint<T> {
  * client and a way to release it.
  */
 export interface PostgresTaskStore extends TaskStore, CompletionStore, RetentionStore {
-  /**
-   * The postgres.js client the store runs on now (an owned pool is replaced after a lost
-   * connection). For tests and tools: a query sent on it directly bypasses the store's
-   * lost-connection handling, so a connection it loses mid-query stays in the pool poisoned
-   * (postgres.js #1208) — the store's own reads ({@link PostgresTaskStore.migrationStatus},
-   * `now`) never use it that way.
-   */
+  /** The postgres.js client the store runs on, for tests and tools. */
   readonly sql: postgres.Sql;
   /**
    * Which migrations the database has and lacks (readiness), read through the store's
-   * transaction runner: a readiness probe answered while PostgreSQL restarts must not leave a
-   * poisoned connection in the pool for the next operation to hang on.
+   * transaction runner, so a probe answered while PostgreSQL restarts fails as `unavailable`.
    */
   migrationStatus(): Promise<MigrationStatus>;
   /** Ends the pool if the store created it; a caller-supplied client is left open. */
@@ -422,9 +415,8 @@ interface SideResult<R> {
 }
 
 class PgTaskStore implements PostgresTaskStore {
-  sql: postgres.Sql;
+  readonly sql: postgres.Sql;
   private readonly owned: boolean;
-  private readonly makePool: (() => postgres.Sql) | undefined;
   private readonly config: LifecycleConfig;
   private readonly offset: () => number;
   private readonly retentionLockTimeoutMs: number;
@@ -434,21 +426,18 @@ class PgTaskStore implements PostgresTaskStore {
     if (options.sql !== undefined) {
       this.sql = options.sql;
       this.owned = false;
-      this.makePool = undefined;
     } else if (options.url !== undefined) {
-      const url = options.url;
-      this.makePool = () =>
-        postgres(url, {
-          max: options.max ?? 10,
-          onnotice: () => {},
-          connect_timeout: 10,
-          connection: {
-            application_name: 'ledgence-store',
-            lock_timeout: options.lockTimeoutMs ?? 5_000,
-            idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs ?? 30_000,
-          },
-        });
-      this.sql = this.makePool();
+      this.sql = postgres(options.url, {
+        max: options.max ?? 10,
+        onnotice: () => {},
+        connect_timeout: 10,
+        backoff: reconnectBackoffSeconds,
+        connection: {
+          application_name: 'ledgence-store',
+          lock_timeout: options.lockTimeoutMs ?? 5_000,
+          idle_in_transaction_session_timeout: options.idleInTransactionTimeoutMs ?? 30_000,
+        },
+      });
       this.owned = true;
     } else {
       throw new TypeError('createPostgresTaskStore needs a url or a sql client');
@@ -467,12 +456,11 @@ class PgTaskStore implements PostgresTaskStore {
    * One transaction on a reserved connection; a ContractError passes through (after rollback),
    * any other failure is `unavailable`.
    *
-   * Not `sql.begin`: after a failure it always sends ROLLBACK, and on a connection whose backend
-   * just died (pg_terminate_backend, failover) postgres.js 3.4.9 schedules that write on a socket
-   * it has already nulled — an uncaught TypeError that kills the process (porsager/postgres#1208,
-   * PR #1168, unmerged). Here a lost connection gets no further statement (the server rolls the
-   * transaction back when the session ends), is never returned to the pool, and an owned pool is
-   * replaced (see {@link replacePool}).
+   * Not `sql.begin`: after a failure it always sends ROLLBACK, also on a connection that is
+   * gone. Here a lost connection gets no further statement (the server rolls the transaction
+   * back when the session ends). That a lost connection fails every statement on it, at once
+   * and whenever its backend died, is `patches/postgres@3.4.9.patch` (postgres.js 3.4.9 could
+   * hang the transaction forever or throw an uncaught TypeError; connection-loss.int.test.ts).
    *
    * `failpoint` names the operation for the crash points just before COMMIT and just after it
    * (DESIGN §5 operations; issue #8 T2): the two moments where a dying process leaves the
@@ -488,10 +476,13 @@ class PgTaskStore implements PostgresTaskStore {
     try {
       connection = await this.sql.reserve();
     } catch (error) {
-      if (isConnectionLoss(error)) this.replacePool();
       throw unavailable(error);
     }
-    let lost = false;
+    // The connection goes back to the pool only once its transaction is known to have ended
+    // (COMMIT or ROLLBACK answered). A lost one is already the pool's (the patched driver
+    // takes it back on close); any other doubt costs a pooled connection, never a transaction
+    // shared with the next caller.
+    let ended = false;
     let result: T;
     // One branch when no failpoint is armed (every production run).
     const point = failpoint !== undefined && this.failpoints.enabled ? failpoint : undefined;
@@ -513,13 +504,13 @@ class PgTaskStore implements PostgresTaskStore {
         this.failpoints.hit(`${point.op}.before_commit`);
       }
       await connection.unsafe('commit');
+      ended = true;
     } catch (error) {
-      lost = isConnectionLoss(error);
-      if (!lost) {
+      if (!isConnectionLoss(error)) {
         try {
           await connection.unsafe('rollback');
+          ended = true;
         } catch (rollbackError) {
-          lost = true;
           if (error instanceof ContractError || error instanceof SubmitRaceLost) throw error;
           throw unavailable(rollbackError);
         }
@@ -527,8 +518,7 @@ class PgTaskStore implements PostgresTaskStore {
       if (error instanceof ContractError || error instanceof SubmitRaceLost) throw error;
       throw unavailable(error);
     } finally {
-      if (lost) this.replacePool();
-      else connection.release();
+      if (ended) connection.release();
     }
     if (point !== undefined && (point.when?.(result) ?? true)) {
       try {
@@ -542,26 +532,11 @@ class PgTaskStore implements PostgresTaskStore {
     return result;
   }
 
-  /**
-   * postgres.js 3.4.9 poisons a connection whose backend went away mid-query: `closed()` cancels
-   * its pending write timer without resetting it, so every later write on that connection object
-   * is buffered forever (CONNECT_TIMEOUT, then an uncaught TypeError; porsager/postgres#1208,
-   * PR #1168). A pool the store owns is therefore replaced after a lost connection; the old one
-   * is ended in the background. A caller-supplied client cannot be replaced: its owner must.
-   */
-  private replacePool(): void {
-    if (this.makePool === undefined) return;
-    const old = this.sql;
-    this.sql = this.makePool();
-    old.end({ timeout: 5 }).catch(() => {});
-  }
-
   private async time(tx: Tx): Promise<Timestamp> {
     return (await storeNow(tx)) + this.offset();
   }
 
   async now(): Promise<Timestamp> {
-    // Through `transact` for its lost-connection handling (see PostgresTaskStore.sql).
     return this.transact((tx) => this.time(tx), 'read only');
   }
 
@@ -1607,6 +1582,16 @@ function refOf(task: { tenant_id: string; namespace: string; task_id: string }):
 
 function slotKey(command: AcquireCommand): string {
   return `${command.scope.tenant_id}\u0000${command.scope.namespace}\u0000${command.worker_session_id}\u0000${command.consumer_id}`;
+}
+
+/**
+ * Seconds before a pool connection reconnects after `retries` failed attempts in a row: 50 ms
+ * doubling to 2 s, with jitter. postgres.js's default grows to 20 s, which after a failover
+ * or a burst of terminated backends kept a store unavailable for that long once PostgreSQL was
+ * back (the recovery lag the chaos suite measured).
+ */
+function reconnectBackoffSeconds(retries: number): number {
+  return (0.5 + Math.random() / 2) * Math.min(0.05 * 2 ** retries, 2);
 }
 
 const CONNECTION_LOSS = new Set([
