@@ -213,10 +213,10 @@ it('a readiness read killed mid-query leaves a pool that still serves', async ()
   expect(Number.isSafeInteger(await store.now())).toBe(true);
 });
 
-it('a write failing mid-flush undoes the writes before it; the retry gets the real answer', async () => {
-  // The flush of a settle writes the attempt, the task, the output, then the history: a history
-  // insert failing after the others must take them down with it (one transaction), and the
-  // statements after it must not apply.
+it('a pipelined write that fails undoes the writes sent before it; the retry gets the real answer', async () => {
+  // The flush of a settle sends its writes together (attempt, task, output, history, NOTIFY):
+  // a history insert failing in the middle must take the attempt and task updates sent before
+  // it down with it, and the statements after it must not apply.
   const store = h.makeStore(1);
   const { snapshot, assignment } = await claimed(store, 'pipelined', true);
   const command = successCommand(assignment, 'op-pipelined', { done: true });
@@ -259,7 +259,7 @@ it('a write failing mid-flush undoes the writes before it; the retry gets the re
     'dispatch_authorized',
   ]);
 
-  // The same store (the failed transaction was rolled back, its connection kept) settles it.
+  // The same store (the failed transaction was rolled back, its connection reused) settles it.
   const retried = await store.settle(command);
   expect(retried.already_accepted).toBe(false);
   expect(retried.task_state).toBe('succeeded');

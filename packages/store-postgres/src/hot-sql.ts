@@ -25,6 +25,23 @@ export type Tx = postgres.Sql | postgres.TransactionSql;
 /** The NOTIFY channel of wake hints (DESIGN §5: a wake is only a hint; the rescan decides). */
 export const WAKE_CHANNEL = 'ledgence_wake';
 
+/**
+ * Awaits statements sent together on one transaction's connection (postgres.js pipelines them;
+ * PostgreSQL runs them in order) and fails with the first failure only once every one has
+ * settled. `Promise.all` would fail at the first: the caller's ROLLBACK could then overtake a
+ * statement of the same transaction not yet sent, which would run after it, outside any
+ * transaction (autocommit).
+ */
+export async function pipelined<T extends readonly unknown[] | []>(
+  statements: T,
+): Promise<{ -readonly [K in keyof T]: Awaited<T[K]> }> {
+  const settled = await Promise.allSettled(statements);
+  for (const outcome of settled) if (outcome.status === 'rejected') throw outcome.reason;
+  return settled.map((s) => (s as PromiseFulfilledResult<unknown>).value) as {
+    -readonly [K in keyof T]: Awaited<T[K]>;
+  };
+}
+
 /** A task identity in a scope, the unit most statements take in arrays. */
 export interface TaskRef {
   tenant_id: string;
@@ -595,19 +612,22 @@ export async function queueDepths(tx: Tx, limit: number): Promise<DbRow[]> {
  * (split only if it would exceed PostgreSQL's 8000-byte payload limit). Delivered at commit.
  */
 export async function notifyWake(tx: Tx, hints: readonly object[]): Promise<void> {
-  let chunk: string[] = [];
+  const chunks: string[][] = [[]];
   let size = 2;
-  const flush = async () => {
-    if (chunk.length === 0) return;
-    await tx`select pg_notify(${WAKE_CHANNEL}, ${`[${chunk.join(',')}]`})`;
-    chunk = [];
-    size = 2;
-  };
   for (const hint of hints) {
     const text = JSON.stringify(hint);
-    if (size + text.length + 1 > 7900) await flush();
-    chunk.push(text);
+    if (size + text.length + 1 > 7900 && (chunks.at(-1) as string[]).length > 0) {
+      chunks.push([]);
+      size = 2;
+    }
+    (chunks.at(-1) as string[]).push(text);
     size += text.length + 1;
   }
-  await flush();
+  // Sent together (pipelined, in order), so a caller's writes and these NOTIFYs share one round
+  // trip (see the store's `flush`).
+  await pipelined(
+    chunks
+      .filter((chunk) => chunk.length > 0)
+      .map((chunk) => tx`select pg_notify(${WAKE_CHANNEL}, ${`[${chunk.join(',')}]`})`),
+  );
 }

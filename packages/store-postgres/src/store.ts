@@ -149,6 +149,7 @@ import {
   lockExpiredLeases,
   lockTasks,
   notifyWake,
+  pipelined,
   queueDepths,
   releaseConcurrencySlots,
   renewAttempts,
@@ -487,19 +488,17 @@ class PgTaskStore implements PostgresTaskStore {
     // One branch when no failpoint is armed (every production run).
     const point = failpoint !== undefined && this.failpoints.enabled ? failpoint : undefined;
     try {
+      // BEGIN travels with the body's first statements (postgres.js pipelines queries issued in
+      // one turn of the event loop into one write): one round trip less per transaction
+      // (bench/README.md). `execute()` sends BEGIN first — a postgres.js query is otherwise sent
+      // only when awaited — and PostgreSQL runs the pipeline in order, so the body's statements
+      // still run inside the transaction. `timeWithBegin`: store time is read in that same round
+      // trip, for a body whose first statement would be that read (submit).
       const begin = connection.unsafe(isolation === undefined ? 'begin' : `begin ${isolation}`);
-      let startedAt: Timestamp | undefined;
-      if (timeWithBegin) {
-        // `timeWithBegin`: store time read in the same round trip as BEGIN (postgres.js pipelines
-        // both), for a body whose first statement would be that read (submit; one of its 4
-        // round trips less, bench/README.md). `execute()` sends BEGIN first: a postgres.js query
-        // is sent only when awaited, and `time` awaits its own at once.
-        begin.execute();
-        [, startedAt] = await Promise.all([begin, this.time(connection)]);
-      } else {
-        await begin;
-      }
-      result = await body(connection, startedAt);
+      begin.execute();
+      const run = async () =>
+        body(connection, timeWithBegin ? await this.time(connection) : undefined);
+      [, result] = await pipelined([begin, run()]);
       if (point !== undefined && (point.when?.(result) ?? true)) {
         this.failpoints.hit(`${point.op}.before_commit`);
       }
@@ -582,22 +581,34 @@ class PgTaskStore implements PostgresTaskStore {
     return result.value;
   }
 
-  /** Writes everything a transaction's transitions produced, then NOTIFYs once. */
+  /**
+   * Writes everything a transaction's transitions produced, then NOTIFYs once. Every statement's
+   * parameters are known before the first is sent, so they are sent together: postgres.js
+   * pipelines them on the connection (one write, one round trip) and PostgreSQL still runs them
+   * one after another in this order, exactly as if each were awaited in turn; a failing one
+   * aborts the transaction, so those after it apply nothing (issue #7, bench/README.md: with
+   * BEGIN and the reads pipelined too, a settle transaction takes 3 round trips instead of 10).
+   */
   private async flush(tx: Tx, changes: Changes): Promise<void> {
-    if (changes.newAttempts.length > 0) await insertAttempts(tx, changes.newAttempts);
+    const writes: Promise<void>[] = [];
+    if (changes.newAttempts.length > 0) writes.push(insertAttempts(tx, changes.newAttempts));
     const renewOnly = [...changes.renewed].filter(([key]) => !changes.updated.has(key));
     if (renewOnly.length > 0)
-      await renewAttempts(
-        tx,
-        renewOnly.map(([, row]) => row),
+      writes.push(
+        renewAttempts(
+          tx,
+          renewOnly.map(([, row]) => row),
+        ),
       );
-    if (changes.updated.size > 0) await updateAttempts(tx, [...changes.updated.values()]);
+    if (changes.updated.size > 0) writes.push(updateAttempts(tx, [...changes.updated.values()]));
 
     const changed = [...changes.tasks.values()].filter((e) => schedulingChanged(e.before, e.after));
     if (changed.length > 0)
-      await updateTasks(
-        tx,
-        changed.map((e) => e.after),
+      writes.push(
+        updateTasks(
+          tx,
+          changed.map((e) => e.after),
+        ),
       );
     const outputs: (TaskRef & { output: unknown })[] = [];
     const terminal: TerminalTaskRef[] = [];
@@ -646,21 +657,24 @@ class PgTaskStore implements PostgresTaskStore {
         changes.hint(queueHint);
       }
     }
-    if (outputs.length > 0) await writeOutputs(tx, outputs);
+    if (outputs.length > 0) writes.push(writeOutputs(tx, outputs));
     // DESIGN §8: the terminal hook, in the transaction of the terminal transition, under the
     // task locks this transaction holds (registration takes the same lock, so no subscription
     // can be inserted between the two). One statement, and only when a task became terminal.
-    if (terminal.length > 0) await markDeliveriesDue(tx, terminal);
+    if (terminal.length > 0) writes.push(markDeliveriesDue(tx, terminal));
     if (releases.size > 0) {
       const sorted = [...releases.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-      await releaseConcurrencySlots(
-        tx,
-        sorted.map(([, v]) => v),
+      writes.push(
+        releaseConcurrencySlots(
+          tx,
+          sorted.map(([, v]) => v),
+        ),
       );
     }
-    if (changes.history.length > 0) await insertHistory(tx, changes.history);
-    if (changes.cursors.size > 0) await upsertCursors(tx, [...changes.cursors.values()]);
-    if (changes.hints.size > 0) await notifyWake(tx, [...changes.hints.values()]);
+    if (changes.history.length > 0) writes.push(insertHistory(tx, changes.history));
+    if (changes.cursors.size > 0) writes.push(upsertCursors(tx, [...changes.cursors.values()]));
+    if (changes.hints.size > 0) writes.push(notifyWake(tx, [...changes.hints.values()]));
+    await pipelined(writes);
   }
 
   // ---- submit -------------------------------------------------------------------------------
@@ -908,34 +922,38 @@ class PgTaskStore implements PostgresTaskStore {
     commands: readonly AcquireCommand[],
     options: AcquireStoreOptions,
   ): Promise<ItemResult<AcquireOutcome>[]> {
-    // JSON text: unambiguous, and free of the NUL the in-memory keys use (PostgreSQL text rejects it).
-    const locked = await lockConsumerSlots(tx, [
-      ...new Set(
-        commands.map((c) =>
-          JSON.stringify([
-            c.scope.tenant_id,
-            c.scope.namespace,
-            c.worker_session_id,
-            c.consumer_id,
-          ]),
-        ),
-      ),
-    ]);
-    const now = locked + this.offset();
     // One statement for every slot's session, cursor and the cursor's attempt (slots are unique
-    // within a transaction: acquireBatch runs repeated slots one by one).
+    // within a transaction: acquireBatch runs repeated slots one by one), sent with the slot
+    // locks (pipelined: PostgreSQL reads the slots only once the locks are granted).
     const sessions = new Map<string, SessionRow>();
     const cursors = new Map<string, CursorRow>();
     const attempts = new Map<string, AttemptRow>();
-    const slotRows = await loadSlots(
-      tx,
-      commands.map((c) => ({
-        tenant_id: c.scope.tenant_id,
-        namespace: c.scope.namespace,
-        worker_session_id: c.worker_session_id,
-        consumer_id: c.consumer_id,
-      })),
-    );
+    const [locked, slotRows] = await pipelined([
+      // JSON text: unambiguous, and free of the NUL the in-memory keys use (PostgreSQL text
+      // rejects it).
+      lockConsumerSlots(tx, [
+        ...new Set(
+          commands.map((c) =>
+            JSON.stringify([
+              c.scope.tenant_id,
+              c.scope.namespace,
+              c.worker_session_id,
+              c.consumer_id,
+            ]),
+          ),
+        ),
+      ]),
+      loadSlots(
+        tx,
+        commands.map((c) => ({
+          tenant_id: c.scope.tenant_id,
+          namespace: c.scope.namespace,
+          worker_session_id: c.worker_session_id,
+          consumer_id: c.consumer_id,
+        })),
+      ),
+    ]);
+    const now = locked + this.offset();
     for (const row of slotRows) {
       const command = commands[num(row.ordinality) - 1];
       if (command === undefined) continue;
@@ -1165,13 +1183,18 @@ class PgTaskStore implements PostgresTaskStore {
   ): Promise<ItemResult<R>[]> {
     const owners = commands.map(ownerOf);
     const tasks = new Map<string, TaskRow>();
-    for (const row of await lockTasks(tx, uniqueBy(owners.map(ownerTaskRef), taskKeyOf))) {
+    // Store time is read with the attempts, after the task locks were granted: a step that
+    // waited for a lock decides at the time it acts. Both statements are sent at once
+    // (pipelined): PostgreSQL runs the second only when the first is done, so the order holds
+    // with one round trip instead of two.
+    const [locked, loaded] = await pipelined([
+      lockTasks(tx, uniqueBy(owners.map(ownerTaskRef), taskKeyOf)),
+      loadAttemptsAt(tx, uniqueBy(owners.map(ownerAttemptRef), attemptKeyOf)),
+    ]);
+    for (const row of locked) {
       const task = taskFromDb(row);
       tasks.set(taskKeyOf(task), task);
     }
-    // Store time is read with the attempts, after the task locks were granted: a step that
-    // waited for a lock decides at the time it acts.
-    const loaded = await loadAttemptsAt(tx, uniqueBy(owners.map(ownerAttemptRef), attemptKeyOf));
     const now = loaded.now + this.offset();
     const attempts = new Map<string, AttemptRow>();
     for (const row of loaded.rows) {
