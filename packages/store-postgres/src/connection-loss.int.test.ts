@@ -42,13 +42,18 @@ function within(promise: Promise<unknown>, ms: number): Promise<unknown> {
   ]).finally(() => clearTimeout(timer));
 }
 
-it('a reserved connection whose backend died between statements rejects its next statements', async () => {
-  const sql = postgres(h.db.url, {
-    max: 2,
-    onnotice: () => {},
-    connection: { application_name: 'victim' },
-  });
+/** Runs `body` on a pool of its own (`max` connections), ended afterwards. */
+async function withPool(max: number, body: (sql: postgres.Sql) => Promise<void>): Promise<void> {
+  const sql = postgres(h.db.url, { max, onnotice: () => {} });
   try {
+    await body(sql);
+  } finally {
+    await sql.end({ timeout: 1 });
+  }
+}
+
+it('a reserved connection whose backend died between statements rejects its next statements', async () => {
+  await withPool(2, async (sql) => {
     const reserved = await sql.reserve();
     await reserved`begin`;
     const [row] = await reserved<{ pid: number }[]>`select pg_backend_pid() as pid`;
@@ -70,18 +75,11 @@ it('a reserved connection whose backend died between statements rejects its next
     expect((rollback as { code?: string }).code).toBe('CONNECTION_CLOSED');
     reserved.release(); // a no-op for a lost connection: the pool already has it back
     expect(await within(sql`select 2 as two`, 5_000)).toEqual([{ two: 2 }]);
-  } finally {
-    await sql.end({ timeout: 1 });
-  }
+  });
 });
 
 it('a reserve waiting for the only connection gets it when that connection is terminated', async () => {
-  const sql = postgres(h.db.url, {
-    max: 1,
-    onnotice: () => {},
-    connection: { application_name: 'victim' },
-  });
-  try {
+  await withPool(1, async (sql) => {
     const holder = await sql.reserve();
     const [row] = await holder<{ pid: number }[]>`select pg_backend_pid() as pid`;
     // Queued: the pool's one connection is reserved.
@@ -97,9 +95,7 @@ it('a reserve waiting for the only connection gets it when that connection is te
     expect(other?.pid).not.toBe(row?.pid);
     reserved.release();
     holder.release(); // lost: a no-op
-  } finally {
-    await sql.end({ timeout: 1 });
-  }
+  });
 });
 
 it('store operations under repeated backend terminations all answer or fail as unavailable', async () => {
