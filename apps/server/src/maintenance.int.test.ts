@@ -2,6 +2,7 @@
  * The retention loop over the real PostgreSQL store: it walks every namespace,
  * applies each namespace's own policy, removes in bounded transactions and
  * reports each one; store time is moved with the store's test clock offset.
+ * And the first-statistics loop, on a database of its own that nobody analyzed.
  */
 import { MIN_RETENTION_MS, type RetentionProgress, type Scope } from '@ledgence/contracts';
 import { lifecycleConfig } from '@ledgence/core';
@@ -10,7 +11,7 @@ import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store
 import { createMigratedTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { collectRetention, startRetentionLoop } from './maintenance.js';
+import { collectRetention, startRetentionLoop, startStatisticsLoop } from './maintenance.js';
 
 const DAY = 86_400_000;
 const SHORT: Scope = { tenant_id: 'acme', namespace: 'short' };
@@ -131,5 +132,43 @@ describe('retention loop', () => {
     await Promise.all(loops.map((loop) => loop.stop()));
     // SKIP LOCKED shares the work; each task is counted by exactly one replica.
     expect((removedBy[0] ?? 0) + (removedBy[1] ?? 0)).toBe(10);
+  });
+});
+
+describe('first-statistics loop', () => {
+  it('analyzes the tables that got rows and logs them once', async () => {
+    const fresh = await createMigratedTestDatabase('statistics_loop');
+    const freshStore = createPostgresTaskStore({ url: fresh.url });
+    const reltuples = async (table: string) => {
+      const [row] = await freshStore.sql<{ reltuples: number }[]>`
+        select reltuples from pg_class
+        where relname = ${table} and relnamespace = current_schema()::regnamespace`;
+      return row?.reltuples;
+    };
+    const { logger, lines } = capturingLogger();
+    const loop = startStatisticsLoop({
+      analyze: () => freshStore.analyzeNewTables(),
+      intervalMs: 20,
+      logger,
+    });
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      // Rounds ran, but no table holds rows: nothing analyzed, nothing logged.
+      expect(await reltuples('tasks')).toBe(-1);
+      expect(lines).toEqual([]);
+
+      await freshStore.submit(submitCommand(DEFAULT, { idempotency_key: 'first' }));
+      await expect.poll(() => reltuples('tasks'), { timeout: 10_000 }).toBeGreaterThan(0);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      const logged = lines.filter((line) => Array.isArray(line.tables));
+      expect(logged).toHaveLength(1);
+      expect(logged[0]?.tables).toEqual(expect.arrayContaining(['task_payloads', 'tasks']));
+      // Tables still without rows keep waiting for theirs.
+      expect(await reltuples('attempts')).toBe(-1);
+    } finally {
+      await loop.stop();
+      await freshStore.close();
+      await fresh.drop();
+    }
   });
 });

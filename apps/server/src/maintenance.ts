@@ -1,5 +1,6 @@
 /**
- * The server's maintenance loops (DESIGN §11): lease recovery and retention.
+ * The server's maintenance loops (DESIGN §11): lease recovery, retention, and the first planner
+ * statistics of new tables.
  * Every replica runs both at once; the store's `SKIP LOCKED` selection makes
  * that safe without a leader. Each pass is one bounded transaction, so a
  * loop never holds long locks and a stop waits at most one pass.
@@ -91,6 +92,36 @@ export function startRecoveryLoop(options: RecoveryLoopOptions): Maintenance {
         options.onProgress?.(progress);
         if (progress.recovered > 0) options.logger.info({ progress }, 'recovered expired leases');
         if (!progress.has_more || stopping()) break;
+      }
+    },
+  });
+}
+
+/** Options of {@link startStatisticsLoop}. */
+export interface StatisticsLoopOptions {
+  /** The store's first-statistics pass (`analyzeNewTables`): the tables it analyzed. */
+  analyze(): Promise<string[]>;
+  /** Pause between rounds (`LEDGENCE_MAINTENANCE_INTERVAL_MS`). */
+  intervalMs: number;
+  logger: Logger;
+}
+
+/**
+ * First statistics: each round analyzes the store's tables that hold rows but were never
+ * analyzed, so a fresh install stops planning key lookups through the wrong index within one
+ * interval instead of at autovacuum's first visit (up to a minute; never, with autovacuum off).
+ * Rounds after that are one catalog read. Every replica runs it; two that analyze one table at
+ * once only queue on its lock.
+ */
+export function startStatisticsLoop(options: StatisticsLoopOptions): Maintenance {
+  return startPeriodic({
+    name: 'first table statistics',
+    intervalMs: options.intervalMs,
+    logger: options.logger,
+    async round() {
+      const tables = await options.analyze();
+      if (tables.length > 0) {
+        options.logger.info({ tables }, 'analyzed tables that had no planner statistics yet');
       }
     },
   });

@@ -21,7 +21,7 @@ import pino, { type Logger } from 'pino';
 import postgres from 'postgres';
 import type { ServerConfig } from './config.js';
 import { armAfterReply, serverFailpoints } from './failpoints.js';
-import { startRecoveryLoop, startRetentionLoop } from './maintenance.js';
+import { startRecoveryLoop, startRetentionLoop, startStatisticsLoop } from './maintenance.js';
 import { createServerMetrics } from './metrics.js';
 
 /** The database the embedded server creates for Ledgence's own tables. */
@@ -142,6 +142,12 @@ export async function startServer(
       onProgress: (progress) => metrics.recordRecovery(progress),
     });
     cleanups.push(() => recovery.stop());
+    const statistics = startStatisticsLoop({
+      analyze: () => store.analyzeNewTables(),
+      intervalMs: config.maintenanceIntervalMs,
+      logger,
+    });
+    cleanups.push(() => statistics.stop());
     const retention = startRetentionLoop({
       store,
       intervalMs: config.retentionIntervalMs,

@@ -8,6 +8,7 @@
  */
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { STORE_TABLES } from './statistics.js';
 import { createPostgresTaskStore, type PostgresTaskStore } from './store.js';
 import {
   acquireCommand,
@@ -80,4 +81,79 @@ it("a poll's slot read probes the whole attempts key in its generic plan", async
   // Every key column in the index condition, none left to a filter over the namespace's attempts.
   expect(probe?.next).toMatch(/Index Cond: .*task_id = .*attempt_id = /);
   expect(plan).not.toMatch(/Seq Scan on attempts|Join Filter: .*attempt_id/);
+});
+
+/** Tables' `reltuples`: -1 until a table is first analyzed or vacuumed. */
+async function reltuples(): Promise<Map<string, number>> {
+  const rows = await sql<{ relname: string; reltuples: number }[]>`
+    select relname, reltuples from pg_class
+    where relnamespace = current_schema()::regnamespace and relname = any(${[...STORE_TABLES]})`;
+  return new Map(rows.map((row) => [row.relname, row.reltuples]));
+}
+
+/** One lifecycle per slot: claim, dispatch, settle; the next poll reads the settled attempt. */
+async function lifecycles(prefix: string, slots: number): Promise<void> {
+  const session = await store.openSession({ scope: SCOPE, queue: 'q', concurrency: slots });
+  const slotIds = Array.from({ length: slots }, (_, i) => i);
+  const polls = await store.acquireBatch(
+    slotIds.map((i) => acquireCommand(session.id, i, 1)),
+    { recordEmpty: true },
+  );
+  const assignments = polls.flatMap((poll) =>
+    poll.ok && poll.value.reply.disposition === 'assigned' ? [poll.value.reply.assignment] : [],
+  );
+  expect(assignments).toHaveLength(slots);
+  await store.renewBatch(assignments.map((a) => renewCommand(a.lease.owner, 1, 'dispatch')));
+  await store.settleBatch(assignments.map((a, i) => successCommand(a, `${prefix}-${i}`)));
+  await store.acquireBatch(
+    slotIds.map((i) => acquireCommand(session.id, i, 2)),
+    { recordEmpty: true },
+  );
+}
+
+it('the first-statistics pass analyzes each never-analyzed table holding rows, once', async () => {
+  for (let batch = 0; batch < 2; batch += 1) {
+    await store.submitBatch(
+      Array.from({ length: 1_000 }, (_, i) => submitCommand(`bulk-${batch}-${i}`)),
+    );
+  }
+  const before = await reltuples();
+  const holdingRows: string[] = [];
+  for (const table of STORE_TABLES) {
+    const [row] = await sql.unsafe(`select exists (select 1 from "${table}") as any`);
+    if (row?.any === true) holdingRows.push(table);
+  }
+  expect(holdingRows).toEqual(expect.arrayContaining(['attempts', 'task_payloads', 'tasks']));
+  for (const table of holdingRows) expect(before.get(table), table).toBe(-1);
+
+  expect(await store.analyzeNewTables()).toEqual(holdingRows);
+  const after = await reltuples();
+  for (const table of STORE_TABLES) {
+    if (holdingRows.includes(table)) expect(after.get(table), table).toBeGreaterThan(0);
+    else expect(after.get(table), table).toBe(-1);
+  }
+  expect(await store.analyzeNewTables()).toEqual([]);
+});
+
+it('after it, every statement of a lifecycle reaches tasks by its primary key (claims by tasks_acquire)', async () => {
+  captured.length = 0;
+  await lifecycles('after', 50);
+  const statements = [...new Set(captured)].filter((query) =>
+    /^\s*(select|insert|update|delete|with)\b/i.test(query),
+  );
+  const touchingTasks = statements.filter((query) => /\btasks\b/.test(query));
+  // The claim's select, the lock, the scheduling update, the key reads: all of them, not a few.
+  expect(touchingTasks.length).toBeGreaterThanOrEqual(3);
+  for (const query of touchingTasks) {
+    const plan = await genericPlan(query);
+    const scans = plan.split('\n').filter((line) => /Scan .*\bon tasks\b/.test(line));
+    expect(scans.length, plan).toBeGreaterThan(0);
+    // Never tasks_listing or tasks_idempotency_key with the task id left to a filter (the tie
+    // on a never-analyzed table), never a sequential scan.
+    for (const scan of scans) {
+      expect(scan, plan).toMatch(
+        /using (tasks_tenant_id_namespace_task_id_pk|tasks_acquire) on tasks/,
+      );
+    }
+  }
 });

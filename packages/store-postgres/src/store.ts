@@ -171,6 +171,7 @@ import {
   selectRetentionScopes,
   upsertPolicy,
 } from './retention-sql.js';
+import { analyzeTables, STORE_TABLES, tablesWithoutStatistics } from './statistics.js';
 
 /** Options of {@link createPostgresTaskStore}. */
 export interface PostgresTaskStoreOptions {
@@ -245,6 +246,14 @@ export interface PostgresTaskStore extends TaskStore, CompletionStore, Retention
    * that takes no row locks and reads no terminal rows.
    */
   queueDepths(limit: number): Promise<QueueDepth[]>;
+  /**
+   * Analyzes each of the store's tables that holds rows but has never been analyzed (nor
+   * vacuumed), so the planner stops tying key lookups between the primary key and other indexes
+   * (`statistics.ts`); returns the tables analyzed. A maintenance pass: the server runs it every
+   * maintenance interval. Each table is analyzed at most once per store object — afterwards
+   * autovacuum keeps its statistics current.
+   */
+  analyzeNewTables(): Promise<string[]>;
 }
 
 /** One row of {@link PostgresTaskStore.queueDepths}. */
@@ -422,6 +431,8 @@ class PgTaskStore implements PostgresTaskStore {
   private readonly offset: () => number;
   private readonly retentionLockTimeoutMs: number;
   private readonly failpoints: Failpoints;
+  /** Tables {@link analyzeNewTables} has analyzed: never again by this store object. */
+  private readonly analyzed = new Set<string>();
 
   constructor(options: PostgresTaskStoreOptions) {
     if (options.sql !== undefined) {
@@ -1382,6 +1393,19 @@ class PgTaskStore implements PostgresTaskStore {
       state: row.state === 'active' ? 'active' : 'queued',
       count: num(row.count),
     }));
+  }
+
+  async analyzeNewTables(): Promise<string[]> {
+    const candidates = STORE_TABLES.filter((table) => !this.analyzed.has(table));
+    if (candidates.length === 0) return [];
+    try {
+      const tables = await tablesWithoutStatistics(this.sql, candidates);
+      await analyzeTables(this.sql, tables);
+      for (const table of tables) this.analyzed.add(table);
+      return tables;
+    } catch (error) {
+      throw unavailable(error);
+    }
   }
 
   // ---- recovery -----------------------------------------------------------------------------
