@@ -85,6 +85,8 @@ export {
   leaseLive,
   leaseOf,
   leaseOwner,
+  type OwnerAttemptColumns,
+  type OwnerScopeColumns,
   ownerMatches,
   ownershipLost,
   requireOwnedAttempt,

@@ -7,8 +7,17 @@ import {
 } from '@ledgence/contracts';
 import type { AttemptRow, TaskRow } from './rows.js';
 
+/** The scope columns a lease owner takes (a task's or its attempt's: they are the same). */
+export type OwnerScopeColumns = Pick<TaskRow, 'tenant_id' | 'namespace'>;
+
+/** The attempt columns a lease owner is made of. */
+export type OwnerAttemptColumns = Pick<
+  AttemptRow,
+  'task_id' | 'attempt_id' | 'lease_id' | 'generation' | 'worker_session_id' | 'consumer_id'
+>;
+
 /** The fencing identity of an attempt's current lease. */
-export function leaseOwner(task: TaskRow, attempt: AttemptRow): LeaseOwner {
+export function leaseOwner(task: OwnerScopeColumns, attempt: OwnerAttemptColumns): LeaseOwner {
   return {
     scope: { tenant_id: task.tenant_id, namespace: task.namespace },
     task_id: attempt.task_id,
@@ -42,7 +51,11 @@ export function authorityAt(task: TaskRow, attempt: AttemptRow, now: Timestamp):
 }
 
 /** Whether every field of `owner` equals the attempt's current lease owner. */
-export function ownerMatches(task: TaskRow, attempt: AttemptRow, owner: LeaseOwner): boolean {
+export function ownerMatches(
+  task: OwnerScopeColumns,
+  attempt: OwnerAttemptColumns,
+  owner: LeaseOwner,
+): boolean {
   return (
     owner.scope.tenant_id === task.tenant_id &&
     owner.scope.namespace === task.namespace &&

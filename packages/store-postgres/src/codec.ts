@@ -5,13 +5,26 @@
  * in SQL: a scalar parameter the server types as json would be JSON-encoded a second time.
  */
 import type {
+  AcceptedSettlement,
   AcquireCommand,
   AttemptRef,
+  LeaseOwner,
   RenewCommand,
+  SettleCommand,
   SubmitTask,
   TaskOutcome,
 } from '@ledgence/contracts';
-import type { AttemptRow, CursorRow, SessionRow, SubscriptionRow, TaskRow } from '@ledgence/core';
+import {
+  type AttemptRow,
+  type CursorRow,
+  leaseOwner,
+  type OwnerAttemptColumns,
+  type OwnerScopeColumns,
+  ownerMatches,
+  type SessionRow,
+  type SubscriptionRow,
+  type TaskRow,
+} from '@ledgence/core';
 
 /** A row as the driver returns it. */
 export type DbRow = Record<string, unknown>;
@@ -59,6 +72,72 @@ export function outcomeColumn(outcome: TaskOutcome | null): string | null {
   if (outcome === null) return null;
   if (outcome.state === 'succeeded') return JSON.stringify({ state: 'succeeded' });
   return JSON.stringify(outcome);
+}
+
+/** The identity columns of an attempt row: every field of its lease owner is one of them. */
+type AttemptIdentity = OwnerScopeColumns & OwnerAttemptColumns;
+
+const ownerOf = (row: AttemptIdentity): LeaseOwner => leaseOwner(row, row);
+const isRowOwner = (owner: LeaseOwner, row: AttemptIdentity): boolean =>
+  ownerMatches(row, row, owner);
+
+/*
+ * `last_renewal` and `settlement` are stored without what the row's own columns already say
+ * (issue #7: a settled attempt row was ~1.6 KB, 0.6 KB of it the owner's ids twice more and a
+ * receipt that repeats the command; every renewal and the settle write the row whole). A renewal
+ * or a settlement is recorded only for the attempt's own owner (`ownerMatches` in the core), so
+ * the owner is rebuilt from the row; should one ever differ, the whole value is stored instead,
+ * and the reader takes either form: rows written before this change are the whole form too.
+ */
+
+/** The `last_renewal` column: the renew command without its owner (see above). */
+export function lastRenewalColumn(row: AttemptRow): string | null {
+  const renewal = row.last_renewal;
+  if (renewal === null) return null;
+  if (!isRowOwner(renewal.owner, row)) return JSON.stringify(renewal);
+  const { owner: _owner, ...rest } = renewal;
+  return JSON.stringify(rest);
+}
+
+/**
+ * The `settlement` column: the settle command without its owner, and of the receipt only
+ * `accepted_at` (its operation, task and attempt ids are the command's and the row's).
+ */
+export function settlementColumn(row: AttemptRow): string | null {
+  const settlement = row.settlement;
+  if (settlement === null) return null;
+  const { command, receipt } = settlement;
+  const derivable =
+    isRowOwner(command.owner, row) &&
+    receipt.operation_id === command.operation_id &&
+    receipt.task_id === row.task_id &&
+    receipt.attempt_id === row.attempt_id;
+  if (!derivable) return JSON.stringify(settlement);
+  const { owner: _owner, ...rest } = command;
+  return JSON.stringify({ command: rest, accepted_at: receipt.accepted_at });
+}
+
+function lastRenewalFromDb(stored: unknown, row: AttemptIdentity): RenewCommand | null {
+  if (stored === null || stored === undefined) return null;
+  const value = stored as Record<string, unknown>;
+  if ('owner' in value) return value as unknown as RenewCommand;
+  return { owner: ownerOf(row), ...value } as RenewCommand;
+}
+
+function settlementFromDb(stored: unknown, row: AttemptIdentity): AcceptedSettlement | null {
+  if (stored === null || stored === undefined) return null;
+  const value = stored as Record<string, unknown>;
+  if ('receipt' in value) return value as unknown as AcceptedSettlement;
+  const rest = value.command as Omit<SettleCommand, 'owner'>;
+  return {
+    command: { owner: ownerOf(row), ...rest } as SettleCommand,
+    receipt: {
+      operation_id: rest.operation_id,
+      task_id: row.task_id,
+      attempt_id: row.attempt_id,
+      accepted_at: num(value.accepted_at),
+    },
+  };
 }
 
 /** Whether a payload was loaded alongside the task (`data`, and `output` for results). */
@@ -110,26 +189,29 @@ export function taskFromDb(row: DbRow, payload: LoadedPayload = {}): TaskRow {
 
 /** An attempt row. */
 export function attemptFromDb(row: DbRow): AttemptRow {
-  return {
+  const identity: AttemptIdentity = {
     tenant_id: String(row.tenant_id),
     namespace: String(row.namespace),
     task_id: String(row.task_id),
     attempt_id: String(row.attempt_id),
-    ordinal: num(row.ordinal),
     lease_id: String(row.lease_id),
     generation: num(row.generation),
     worker_session_id: String(row.worker_session_id),
     consumer_id: num(row.consumer_id),
+  };
+  return {
+    ...identity,
+    ordinal: num(row.ordinal),
     state: row.state as AttemptRow['state'],
     claimed_at: num(row.claimed_at),
     deadline: num(row.deadline),
     authority_deadline: num(row.authority_deadline),
     lease_expires_at: num(row.lease_expires_at),
     renew_sequence: num(row.renew_sequence),
-    last_renewal: row.last_renewal === null ? null : jsonbColumn<RenewCommand>(row.last_renewal),
+    last_renewal: lastRenewalFromDb(row.last_renewal, identity),
     dispatch_allowed: Boolean(row.dispatch_allowed),
     quiescence: row.quiescence as AttemptRow['quiescence'],
-    settlement: jsonColumn(row.settlement) as AttemptRow['settlement'],
+    settlement: settlementFromDb(row.settlement, identity),
     settlement_digest: row.settlement_digest === null ? null : String(row.settlement_digest),
     pending: jsonColumn(row.pending) as AttemptRow['pending'],
     finished_at: numOrNull(row.finished_at),

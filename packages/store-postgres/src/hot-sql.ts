@@ -17,7 +17,16 @@
  */
 import type { AttemptRow, CursorRow, HistoryRow, TaskRow } from '@ledgence/core';
 import type postgres from 'postgres';
-import { type DbRow, inputColumn, jsonText, jsonValueText, num, outcomeColumn } from './codec.js';
+import {
+  type DbRow,
+  inputColumn,
+  jsonText,
+  jsonValueText,
+  lastRenewalColumn,
+  num,
+  outcomeColumn,
+  settlementColumn,
+} from './codec.js';
 
 /** The handle every statement runs on: a connection reserved for one open transaction. */
 export type Tx = postgres.Sql | postgres.TransactionSql;
@@ -309,10 +318,10 @@ export async function insertAttempts(tx: Tx, rows: readonly AttemptRow[]): Promi
       ${column(rows, (r) => r.authority_deadline)}::bigint[],
       ${column(rows, (r) => r.lease_expires_at)}::bigint[],
       ${column(rows, (r) => r.renew_sequence)}::bigint[],
-      ${column(rows, (r) => jsonText(r.last_renewal))}::text[],
+      ${column(rows, lastRenewalColumn)}::text[],
       ${column(rows, (r) => (r.dispatch_allowed ? 1 : 0))}::int[],
       ${column(rows, (r) => r.quiescence)}::text[],
-      ${column(rows, (r) => jsonText(r.settlement))}::text[],
+      ${column(rows, settlementColumn)}::text[],
       ${column(rows, (r) => r.settlement_digest)}::text[],
       ${column(rows, (r) => jsonText(r.pending))}::text[],
       ${column(rows, (r) => r.finished_at)}::bigint[]
@@ -336,7 +345,7 @@ export async function renewAttempts(tx: Tx, rows: readonly AttemptRow[]): Promis
       ${column(rows, (r) => r.task_id)}::text[], ${column(rows, (r) => r.attempt_id)}::text[],
       ${column(rows, (r) => r.lease_expires_at)}::bigint[],
       ${column(rows, (r) => r.renew_sequence)}::bigint[],
-      ${column(rows, (r) => jsonText(r.last_renewal))}::text[],
+      ${column(rows, lastRenewalColumn)}::text[],
       ${column(rows, (r) => (r.dispatch_allowed ? 1 : 0))}::int[]
     ) as v(tenant_id, namespace, task_id, attempt_id, lease_expires_at, renew_sequence,
       last_renewal, dispatch_allowed)
@@ -361,10 +370,10 @@ export async function updateAttempts(tx: Tx, rows: readonly AttemptRow[]): Promi
       ${column(rows, (r) => r.state)}::text[],
       ${column(rows, (r) => r.lease_expires_at)}::bigint[],
       ${column(rows, (r) => r.renew_sequence)}::bigint[],
-      ${column(rows, (r) => jsonText(r.last_renewal))}::text[],
+      ${column(rows, lastRenewalColumn)}::text[],
       ${column(rows, (r) => (r.dispatch_allowed ? 1 : 0))}::int[],
       ${column(rows, (r) => r.quiescence)}::text[],
-      ${column(rows, (r) => jsonText(r.settlement))}::text[],
+      ${column(rows, settlementColumn)}::text[],
       ${column(rows, (r) => r.settlement_digest)}::text[],
       ${column(rows, (r) => jsonText(r.pending))}::text[],
       ${column(rows, (r) => r.finished_at)}::bigint[]
