@@ -117,7 +117,9 @@ export async function loadRecord(sql: postgres.Sql): Promise<DatabaseRecord> {
   const attempts = await sql<AttemptRow[]>`
     select task_id, attempt_id, ordinal, state, claimed_at::float8 as claimed_at,
       lease_expires_at::float8 as lease_expires_at, dispatch_allowed,
-      (settlement->'receipt'->>'accepted_at')::float8 as accepted_at
+      -- Both stored forms (store-postgres codec.ts): whole, and without what the row says.
+      coalesce(settlement->'receipt'->>'accepted_at', settlement->>'accepted_at')::float8
+        as accepted_at
     from attempts order by task_id, ordinal`;
   const history = await sql<HistoryRow[]>`
     select task_id, sequence, attempt_id, at::float8 as at, reason
