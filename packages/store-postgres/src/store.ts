@@ -112,6 +112,7 @@ import {
   attemptKey,
   cursorFromDb,
   type DbRow,
+  inputWithData,
   jsonColumn,
   type LoadedPayload,
   num,
@@ -380,16 +381,43 @@ function uniqueBy<T>(items: readonly T[], key: (item: T) => string): T[] {
   return [...seen.values()];
 }
 
-function ownerTaskRef(owner: LeaseOwner): TaskRef {
+/*
+ * The hot paths build their small records field by field, never as `{ ...ref, more }`: on
+ * Node 20's V8 each property an object literal adds after a spread costs ~1 µs (a spread that
+ * only overrides existing properties is fast; bench/README.md, "Objects built by spread").
+ */
+
+function taskRefOf(scope: Scope, taskId: string): TaskRef {
+  return { tenant_id: scope.tenant_id, namespace: scope.namespace, task_id: taskId };
+}
+
+function attemptRefOf(scope: Scope, taskId: string, attemptId: string): AttemptKeyRef {
   return {
-    tenant_id: owner.scope.tenant_id,
-    namespace: owner.scope.namespace,
-    task_id: owner.task_id,
+    tenant_id: scope.tenant_id,
+    namespace: scope.namespace,
+    task_id: taskId,
+    attempt_id: attemptId,
   };
 }
 
+function scopedCursor(cursor: CursorRow, scope: Scope): ScopedCursor {
+  return {
+    tenant_id: scope.tenant_id,
+    namespace: scope.namespace,
+    worker_session_id: cursor.worker_session_id,
+    consumer_id: cursor.consumer_id,
+    sequence: cursor.sequence,
+    command: cursor.command,
+    assignment: cursor.assignment,
+  };
+}
+
+function ownerTaskRef(owner: LeaseOwner): TaskRef {
+  return taskRefOf(owner.scope, owner.task_id);
+}
+
 function ownerAttemptRef(owner: LeaseOwner): AttemptKeyRef {
-  return { ...ownerTaskRef(owner), attempt_id: owner.attempt_id };
+  return attemptRefOf(owner.scope, owner.task_id, owner.attempt_id);
 }
 
 /** Claim order (DESIGN §5): priority desc, available_at, task_id (bytes; ids are ASCII). */
@@ -639,12 +667,22 @@ class PgTaskStore implements PostgresTaskStore {
         before.state !== 'succeeded' &&
         after.outcome?.state === 'succeeded'
       ) {
-        outputs.push({ ...refOf(after), output: after.outcome.output });
+        outputs.push({
+          tenant_id: after.tenant_id,
+          namespace: after.namespace,
+          task_id: after.task_id,
+          output: after.outcome.output,
+        });
       }
       if (after.state === 'queued' && before.state !== 'queued') changes.hint(queueHint);
       if (TERMINAL.has(after.state) && !TERMINAL.has(before.state)) {
         // Every terminal transition sets terminal_at to its own store time: the hook's `now`.
-        terminal.push({ ...refOf(after), terminal_at: after.terminal_at ?? 0 });
+        terminal.push({
+          tenant_id: after.tenant_id,
+          namespace: after.namespace,
+          task_id: after.task_id,
+          terminal_at: after.terminal_at ?? 0,
+        });
         changes.hint({
           kind: 'task',
           tenant: after.tenant_id,
@@ -980,7 +1018,14 @@ class PgTaskStore implements PostgresTaskStore {
     }
     const slotAttempt = (command: AcquireCommand, cursor: CursorRow | null) =>
       cursor?.assignment
-        ? (attempts.get(attemptKeyOf({ ...command.scope, ...cursor.assignment })) ?? null)
+        ? (attempts.get(
+            attemptKey(
+              command.scope.tenant_id,
+              command.scope.namespace,
+              cursor.assignment.task_id,
+              cursor.assignment.attempt_id,
+            ),
+          ) ?? null)
         : null;
 
     const results: (ItemResult<AcquireOutcome> | undefined)[] = commands.map(() => undefined);
@@ -1017,10 +1062,7 @@ class PgTaskStore implements PostgresTaskStore {
     // Replays answer from the cursor's attempt and its task, unlocked (a replay writes nothing).
     const replayRefs = replays
       .filter((r) => r.cursor.assignment !== null)
-      .map((r) => ({
-        ...r.command.scope,
-        task_id: (r.cursor.assignment as { task_id: string }).task_id,
-      }));
+      .map((r) => taskRefOf(r.command.scope, (r.cursor.assignment as { task_id: string }).task_id));
     const replayTasks = new Map<string, TaskRow>();
     const wanted: TaskRef[] = [...replayRefs];
     for (const list of winners.values()) wanted.push(...list.map(refOf));
@@ -1033,8 +1075,9 @@ class PgTaskStore implements PostgresTaskStore {
     }
     for (const { index, cursor, command } of replays) {
       const task = cursor.assignment
-        ? (replayTasks.get(taskKeyOf({ ...command.scope, task_id: cursor.assignment.task_id })) ??
-          null)
+        ? (replayTasks.get(
+            taskKey(command.scope.tenant_id, command.scope.namespace, cursor.assignment.task_id),
+          ) ?? null)
         : null;
       const reply = replayPoll(cursor, task, slotAttempt(command, cursor), now);
       results[index] = { ok: true, value: { reply, recorded: true } };
@@ -1048,7 +1091,7 @@ class PgTaskStore implements PostgresTaskStore {
         if (picked === undefined) {
           const empty = emptyPoll(command);
           if (options.recordEmpty) {
-            changes.cursors.set(slotKey(command), { ...empty.cursor, ...command.scope });
+            changes.cursors.set(slotKey(command), scopedCursor(empty.cursor, command.scope));
           }
           results[index] = {
             ok: true,
@@ -1058,7 +1101,7 @@ class PgTaskStore implements PostgresTaskStore {
         }
         const task = {
           ...picked,
-          input: { ...picked.input, data: payloads.get(taskKeyOf(picked))?.data ?? null },
+          input: inputWithData(picked.input, payloads.get(taskKeyOf(picked))?.data ?? null),
         };
         const claim = claimTask(
           task,
@@ -1070,7 +1113,7 @@ class PgTaskStore implements PostgresTaskStore {
         changes.task(task, claim.task);
         changes.newAttempts.push(claim.attempt);
         changes.history.push(...claim.history);
-        changes.cursors.set(slotKey(command), { ...claim.cursor, ...command.scope });
+        changes.cursors.set(slotKey(command), scopedCursor(claim.cursor, command.scope));
         results[index] = { ok: true, value: { reply: claim.reply, recorded: true } };
       }
     }
@@ -1243,7 +1286,7 @@ class PgTaskStore implements PostgresTaskStore {
 
   async cancel(scope: Scope, taskId: string): Promise<TaskState> {
     return this.transact(async (tx) => {
-      const [row] = await lockTasks(tx, [{ ...scopeOf(scope), task_id: taskId }]);
+      const [row] = await lockTasks(tx, [taskRefOf(scope, taskId)]);
       if (row === undefined) throw taskNotFound(taskId);
       const now = await this.time(tx);
       const task = taskFromDb(row);
@@ -1291,9 +1334,7 @@ class PgTaskStore implements PostgresTaskStore {
   async inspectAttempt(scope: Scope, taskId: string, attemptId: string): Promise<AttemptSnapshot> {
     return this.transact(async (tx) => {
       const task = await this.readTask(tx, scope, taskId);
-      const [row] = await loadAttempts(tx, [
-        { ...scopeOf(scope), task_id: taskId, attempt_id: attemptId },
-      ]);
+      const [row] = await loadAttempts(tx, [attemptRefOf(scope, taskId, attemptId)]);
       if (row === undefined) {
         throw new ContractError(
           'not_found',
@@ -1430,10 +1471,10 @@ class PgTaskStore implements PostgresTaskStore {
         const tasks = rows.map((row) => taskFromDb(row));
         // Re-read the attempts under the task locks: the select's attempt rows are from its
         // snapshot, and a settle or renew may have committed just before the lock was granted.
-        const refs = rows.map((row, i) => ({
-          ...refOf(tasks[i] as TaskRow),
-          attempt_id: String(row.expired_attempt_id),
-        }));
+        const refs = rows.map((row, i) => {
+          const task = tasks[i] as TaskRow;
+          return attemptRefOf(task, task.task_id, String(row.expired_attempt_id));
+        });
         const attempts = new Map<string, AttemptRow>();
         for (const row of await loadAttempts(tx, refs)) {
           const attempt = attemptFromDb(row);
@@ -1469,7 +1510,7 @@ class PgTaskStore implements PostgresTaskStore {
       // The task's row lock, as the terminal hook holds it: a subscription is either inserted
       // before a concurrent terminal transition (which then marks it due) or sees the task
       // terminal (and is due at once), never neither.
-      const [row] = await lockTasks(tx, [{ ...scopeOf(scope), task_id: taskId }]);
+      const [row] = await lockTasks(tx, [taskRefOf(scope, taskId)]);
       if (row === undefined) throw taskNotFound(taskId);
       const now = await this.time(tx);
       const task = taskFromDb(row);
@@ -1485,7 +1526,7 @@ class PgTaskStore implements PostgresTaskStore {
 
   async listSubscriptions(scope: Scope, taskId: string): Promise<CompletionSubscription[]> {
     return this.transact(async (tx) => {
-      const rows = await listSubscriptionRows(tx, { ...scopeOf(scope), task_id: taskId });
+      const rows = await listSubscriptionRows(tx, taskRefOf(scope, taskId));
       if (rows.length === 0) throw taskNotFound(taskId);
       return rows
         .filter((row) => row.subscription_id !== null)
@@ -1617,10 +1658,6 @@ class PgTaskStore implements PostgresTaskStore {
       };
     });
   }
-}
-
-function scopeOf(scope: Scope): { tenant_id: string; namespace: string } {
-  return { tenant_id: scope.tenant_id, namespace: scope.namespace };
 }
 
 function refOf(task: { tenant_id: string; namespace: string; task_id: string }): TaskRef {

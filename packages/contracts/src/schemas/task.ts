@@ -181,21 +181,29 @@ export type SubmitTaskWithDefaults = Omit<SubmitTask, 'retry' | 'priority' | 'ti
  * `timeout_ms` 300 000. Other fields are copied as they are.
  */
 export function applySubmitDefaults(task: SubmitTask): SubmitTaskWithDefaults {
+  // Spreads last: a property an object literal adds after a spread is V8's slow path (~1 µs
+  // each on Node 20; bench/README.md, "Objects built by spread"), and this runs per task.
+  const { retry: given, priority, timeout_ms, ...rest } = task;
   const retry: ResolvedRetryPolicy =
-    task.retry === undefined
+    given === undefined
       ? {
           max_attempts: DEFAULT_MAX_ATTEMPTS,
           delay_ms: DEFAULT_RETRY_DELAY_MS,
           backoff: 'exponential',
           max_delay_ms: DEFAULT_RETRY_MAX_DELAY_MS,
         }
-      : { ...task.retry, backoff: task.retry.backoff ?? 'fixed' };
+      : { backoff: given.backoff ?? 'fixed', ...withoutBackoff(given) };
   return {
-    ...task,
     retry,
-    priority: task.priority ?? DEFAULT_PRIORITY,
-    timeout_ms: task.timeout_ms ?? DEFAULT_TIMEOUT_MS,
+    priority: priority ?? DEFAULT_PRIORITY,
+    timeout_ms: timeout_ms ?? DEFAULT_TIMEOUT_MS,
+    ...rest,
   };
+}
+
+function withoutBackoff(retry: NonNullable<SubmitTask['retry']>) {
+  const { backoff: _backoff, ...rest } = retry;
+  return rest;
 }
 
 // ---- States -------------------------------------------------------------------
