@@ -318,6 +318,14 @@ const RECOVERY_POINT: TxFailpoint<RecoveryProgress> = {
   when: (progress) => progress.scanned > 0,
 };
 
+/**
+ * Sends a transaction's last statements with its COMMIT behind them, in one round trip: the
+ * caller's body must do nothing after it but return. If a statement fails, PostgreSQL has
+ * aborted the transaction and answers the COMMIT with a rollback; the failure is thrown, as
+ * from `pipelined` (issue #7: one round trip less for every lifecycle transaction).
+ */
+type Finish = (last: readonly Promise<unknown>[]) => Promise<void>;
+
 /** Thrown inside a transaction when a concurrent submit of the same key won the insert. */
 class SubmitRaceLost extends Error {}
 
@@ -502,12 +510,16 @@ class PgTaskStore implements PostgresTaskStore {
    * and whenever its backend died, is `patches/postgres@3.4.9.patch` (postgres.js 3.4.9 could
    * hang the transaction forever or throw an uncaught TypeError; connection-loss.int.test.ts).
    *
+   * A body whose last step is writes passes them to `finish` (see {@link Finish}), which sends
+   * COMMIT behind them instead of after their answers: a round trip less per transaction. With
+   * a failpoint armed, COMMIT stays a step of its own, so the crash point before it exists.
+   *
    * `failpoint` names the operation for the crash points just before COMMIT and just after it
    * (DESIGN §5 operations; issue #8 T2): the two moments where a dying process leaves the
    * caller without an answer although the outcome is, respectively, rolled back or durable.
    */
   private async transact<T>(
-    body: (tx: Tx, startedAt: Timestamp | undefined) => Promise<T>,
+    body: (tx: Tx, startedAt: Timestamp | undefined, finish: Finish) => Promise<T>,
     isolation?: string,
     failpoint?: TxFailpoint<T>,
     timeWithBegin = false,
@@ -523,9 +535,22 @@ class PgTaskStore implements PostgresTaskStore {
     // takes it back on close); any other doubt costs a pooled connection, never a transaction
     // shared with the next caller.
     let ended = false;
+    let committed = false;
     let result: T;
     // One branch when no failpoint is armed (every production run).
     const point = failpoint !== undefined && this.failpoints.enabled ? failpoint : undefined;
+    const finish: Finish = async (last) => {
+      // An armed failpoint needs a moment between the body and COMMIT: the COMMIT below.
+      if (point !== undefined) {
+        await pipelined(last);
+        return;
+      }
+      const answers = await pipelined([...last, connection.unsafe('commit')]);
+      // A COMMIT of an aborted transaction answers ROLLBACK, not an error.
+      const tag = (answers.at(-1) as { command?: string } | undefined)?.command;
+      if (tag !== 'COMMIT') throw new Error(`COMMIT was answered with ${tag}`);
+      committed = true;
+    };
     try {
       // BEGIN travels with the body's first statements (postgres.js pipelines queries issued in
       // one turn of the event loop into one write): one round trip less per transaction
@@ -536,12 +561,14 @@ class PgTaskStore implements PostgresTaskStore {
       const begin = connection.unsafe(isolation === undefined ? 'begin' : `begin ${isolation}`);
       begin.execute();
       const run = async () =>
-        body(connection, timeWithBegin ? await this.time(connection) : undefined);
+        body(connection, timeWithBegin ? await this.time(connection) : undefined, finish);
       [, result] = await pipelined([begin, run()]);
-      if (point !== undefined && (point.when?.(result) ?? true)) {
-        this.failpoints.hit(`${point.op}.before_commit`);
+      if (!committed) {
+        if (point !== undefined && (point.when?.(result) ?? true)) {
+          this.failpoints.hit(`${point.op}.before_commit`);
+        }
+        await connection.unsafe('commit');
       }
-      await connection.unsafe('commit');
       ended = true;
     } catch (error) {
       if (!isConnectionLoss(error)) {
@@ -588,19 +615,27 @@ class PgTaskStore implements PostgresTaskStore {
    */
   private async batch<C, R>(
     commands: readonly C[],
-    body: (tx: Tx, items: readonly C[]) => Promise<ItemResult<R>[]>,
+    body: (tx: Tx, items: readonly C[], finish: Finish) => Promise<ItemResult<R>[]>,
     failpoint?: TxFailpoint<ItemResult<R>[]>,
   ): Promise<ItemResult<R>[]> {
     if (commands.length === 0) return [];
     try {
-      return await this.transact((tx) => body(tx, commands), undefined, failpoint);
+      return await this.transact(
+        (tx, _at, finish) => body(tx, commands, finish),
+        undefined,
+        failpoint,
+      );
     } catch (error) {
       if (commands.length === 1) return [{ ok: false, error: asContractError(error) }];
     }
     const results: ItemResult<R>[] = [];
     for (const command of commands) {
       try {
-        const [one] = await this.transact((tx) => body(tx, [command]), undefined, failpoint);
+        const [one] = await this.transact(
+          (tx, _at, finish) => body(tx, [command], finish),
+          undefined,
+          failpoint,
+        );
         results.push(one ?? { ok: false, error: unavailable(new Error('no result')) });
       } catch (error) {
         results.push({ ok: false, error: asContractError(error) });
@@ -611,10 +646,14 @@ class PgTaskStore implements PostgresTaskStore {
 
   private async single<C, R>(
     command: C,
-    body: (tx: Tx, items: readonly C[]) => Promise<ItemResult<R>[]>,
+    body: (tx: Tx, items: readonly C[], finish: Finish) => Promise<ItemResult<R>[]>,
     failpoint?: TxFailpoint<ItemResult<R>[]>,
   ): Promise<R> {
-    const [result] = await this.transact((tx) => body(tx, [command]), undefined, failpoint);
+    const [result] = await this.transact(
+      (tx, _at, finish) => body(tx, [command], finish),
+      undefined,
+      failpoint,
+    );
     if (result === undefined) throw unavailable(new Error('no result'));
     if (!result.ok) throw result.error;
     return result.value;
@@ -626,9 +665,10 @@ class PgTaskStore implements PostgresTaskStore {
    * pipelines them on the connection (one write, one round trip) and PostgreSQL still runs them
    * one after another in this order, exactly as if each were awaited in turn; a failing one
    * aborts the transaction, so those after it apply nothing (issue #7, bench/README.md: with
-   * BEGIN and the reads pipelined too, a settle transaction takes 3 round trips instead of 10).
+   * BEGIN and the reads pipelined too, and COMMIT behind the writes when the caller passes
+   * `finish`, a settle transaction takes 2 round trips instead of 10).
    */
-  private async flush(tx: Tx, changes: Changes): Promise<void> {
+  private async flush(tx: Tx, changes: Changes, finish?: Finish): Promise<void> {
     const writes: Promise<void>[] = [];
     if (changes.newAttempts.length > 0) writes.push(insertAttempts(tx, changes.newAttempts));
     const renewOnly = [...changes.renewed].filter(([key]) => !changes.updated.has(key));
@@ -723,7 +763,7 @@ class PgTaskStore implements PostgresTaskStore {
     if (changes.history.length > 0) writes.push(insertHistory(tx, changes.history));
     if (changes.cursors.size > 0) writes.push(upsertCursors(tx, [...changes.cursors.values()]));
     if (changes.hints.size > 0) writes.push(notifyWake(tx, [...changes.hints.values()]));
-    await pipelined(writes);
+    await (finish === undefined ? pipelined(writes) : finish(writes));
   }
 
   // ---- submit -------------------------------------------------------------------------------
@@ -943,7 +983,11 @@ class PgTaskStore implements PostgresTaskStore {
   // ---- acquire ------------------------------------------------------------------------------
 
   async acquire(command: AcquireCommand, options: AcquireStoreOptions): Promise<AcquireOutcome> {
-    return this.single(command, (tx, items) => this.acquireTx(tx, items, options), ACQUIRE_POINT);
+    return this.single(
+      command,
+      (tx, items, finish) => this.acquireTx(tx, items, options, finish),
+      ACQUIRE_POINT,
+    );
   }
 
   async acquireBatch(
@@ -963,13 +1007,18 @@ class PgTaskStore implements PostgresTaskStore {
       }
       return results;
     }
-    return this.batch(commands, (tx, items) => this.acquireTx(tx, items, options), ACQUIRE_POINT);
+    return this.batch(
+      commands,
+      (tx, items, finish) => this.acquireTx(tx, items, options, finish),
+      ACQUIRE_POINT,
+    );
   }
 
   private async acquireTx(
     tx: Tx,
     commands: readonly AcquireCommand[],
     options: AcquireStoreOptions,
+    finish: Finish,
   ): Promise<ItemResult<AcquireOutcome>[]> {
     // One statement for every slot's session, cursor and the cursor's attempt (slots are unique
     // within a transaction: acquireBatch runs repeated slots one by one), sent with the slot
@@ -1117,7 +1166,7 @@ class PgTaskStore implements PostgresTaskStore {
         results[index] = { ok: true, value: { reply: claim.reply, recorded: true } };
       }
     }
-    await this.flush(tx, changes);
+    await this.flush(tx, changes, finish);
     return results.map((r) => r ?? { ok: false, error: unavailable(new Error('unanswered poll')) });
   }
 
@@ -1171,16 +1220,29 @@ class PgTaskStore implements PostgresTaskStore {
   // ---- renew / settle / confirm -------------------------------------------------------------
 
   async renew(command: RenewCommand): Promise<Authority> {
-    return this.single(command, (tx, items) => this.renewTx(tx, items), RENEW_POINT);
+    return this.single(
+      command,
+      (tx, items, finish) => this.renewTx(tx, items, finish),
+      RENEW_POINT,
+    );
   }
 
   async renewBatch(commands: readonly RenewCommand[]): Promise<ItemResult<Authority>[]> {
-    return this.batch(commands, (tx, items) => this.renewTx(tx, items), RENEW_POINT);
+    return this.batch(
+      commands,
+      (tx, items, finish) => this.renewTx(tx, items, finish),
+      RENEW_POINT,
+    );
   }
 
-  private renewTx(tx: Tx, commands: readonly RenewCommand[]): Promise<ItemResult<Authority>[]> {
+  private renewTx(
+    tx: Tx,
+    commands: readonly RenewCommand[],
+    finish: Finish,
+  ): Promise<ItemResult<Authority>[]> {
     return this.ownerSteps(
       tx,
+      finish,
       commands,
       (c) => c.owner,
       'renew',
@@ -1189,16 +1251,29 @@ class PgTaskStore implements PostgresTaskStore {
   }
 
   async settle(command: SettleCommand): Promise<SettleReply> {
-    return this.single(command, (tx, items) => this.settleTx(tx, items), SETTLE_POINT);
+    return this.single(
+      command,
+      (tx, items, finish) => this.settleTx(tx, items, finish),
+      SETTLE_POINT,
+    );
   }
 
   async settleBatch(commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]> {
-    return this.batch(commands, (tx, items) => this.settleTx(tx, items), SETTLE_POINT);
+    return this.batch(
+      commands,
+      (tx, items, finish) => this.settleTx(tx, items, finish),
+      SETTLE_POINT,
+    );
   }
 
-  private settleTx(tx: Tx, commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]> {
+  private settleTx(
+    tx: Tx,
+    commands: readonly SettleCommand[],
+    finish: Finish,
+  ): Promise<ItemResult<SettleReply>[]> {
     return this.ownerSteps(
       tx,
+      finish,
       commands,
       (c) => c.owner,
       'full',
@@ -1207,9 +1282,10 @@ class PgTaskStore implements PostgresTaskStore {
   }
 
   async confirmQuiescence(owner: LeaseOwner): Promise<TaskState> {
-    return this.single(owner, (tx, items) =>
+    return this.single(owner, (tx, items, finish) =>
       this.ownerSteps(
         tx,
+        finish,
         items,
         (o) => o,
         'full',
@@ -1225,6 +1301,7 @@ class PgTaskStore implements PostgresTaskStore {
    */
   private async ownerSteps<C, R>(
     tx: Tx,
+    finish: Finish,
     commands: readonly C[],
     ownerOf: (command: C) => LeaseOwner,
     shape: 'renew' | 'full',
@@ -1278,14 +1355,14 @@ class PgTaskStore implements PostgresTaskStore {
         results.push({ ok: false, error });
       }
     });
-    await this.flush(tx, changes);
+    await this.flush(tx, changes, finish);
     return results;
   }
 
   // ---- cancel -------------------------------------------------------------------------------
 
   async cancel(scope: Scope, taskId: string): Promise<TaskState> {
-    return this.transact(async (tx) => {
+    return this.transact(async (tx, _at, finish) => {
       const [row] = await lockTasks(tx, [taskRefOf(scope, taskId)]);
       if (row === undefined) throw taskNotFound(taskId);
       const now = await this.time(tx);
@@ -1295,7 +1372,7 @@ class PgTaskStore implements PostgresTaskStore {
         const changes = new Changes();
         changes.task(task, result.task);
         changes.history.push(...result.history);
-        await this.flush(tx, changes);
+        await this.flush(tx, changes, finish);
       }
       return result.reply;
     });
@@ -1461,7 +1538,7 @@ class PgTaskStore implements PostgresTaskStore {
     // One bounded transaction: at most MAX_RECOVERY_BATCH leases per call (DESIGN §1.5).
     const bounded = Math.min(MAX_RECOVERY_BATCH, limit);
     return this.transact(
-      async (tx) => {
+      async (tx, _at, finish) => {
         const now = await this.time(tx);
         // One row past the bound answers `has_more` exactly; it is locked until commit, not touched.
         const found = await lockExpiredLeases(tx, now, bounded + 1);
@@ -1491,7 +1568,7 @@ class PgTaskStore implements PostgresTaskStore {
           changes.updated.set(attemptKeyOf(attempt), result.attempt);
           changes.history.push(...result.history);
         });
-        await this.flush(tx, changes);
+        await this.flush(tx, changes, finish);
         return progress;
       },
       undefined,

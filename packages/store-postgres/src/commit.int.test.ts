@@ -1,0 +1,101 @@
+/**
+ * A lifecycle transaction sends COMMIT behind its last writes instead of after their answers
+ * (store.ts `Finish`, issue #7): one round trip less per transaction. This test counts them;
+ * the other side, that a write failing in front of that COMMIT commits nothing and leaves the
+ * connection usable, is failure.int.test.ts ("a pipelined write that fails undoes …").
+ */
+import net from 'node:net';
+import type { Assignment } from '@ledgence/contracts';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { PostgresTaskStore } from './store.js';
+import {
+  acquireCommand,
+  type Harness,
+  harness,
+  renewCommand,
+  SCOPE,
+  submitCommand,
+  successCommand,
+} from './testdata/fixtures.js';
+
+let h: Harness;
+/** One connection, so every transaction below runs on the same session. */
+let store: PostgresTaskStore;
+beforeAll(async () => {
+  h = await harness('commit');
+  store = h.makeStore(1);
+  // postgres.js prepares a statement with a round trip of its own the first time a connection
+  // runs it; a first lifecycle leaves only steady-state traffic for the counts below.
+  const [warm] = await held('warm-up', 1);
+  await store.settle(successCommand(warm as Assignment, 'op-warm'));
+});
+afterAll(() => h.close());
+
+/** `count` tasks of a queue of their own, acquired and granted dispatch on `store`. */
+async function held(queue: string, count: number): Promise<Assignment[]> {
+  await store.submitBatch(
+    Array.from({ length: count }, (_, i) => submitCommand(`${queue}-${i}`, { queue })),
+  );
+  const session = await store.openSession({ scope: SCOPE, queue, concurrency: count });
+  const polls = await store.acquireBatch(
+    Array.from({ length: count }, (_, slot) => acquireCommand(session.id, slot, 1, queue)),
+    { recordEmpty: true },
+  );
+  const assignments = polls.flatMap((r) =>
+    r.ok && r.value.reply.disposition === 'assigned' && r.value.reply.assignment
+      ? [r.value.reply.assignment]
+      : [],
+  );
+  expect(assignments).toHaveLength(count);
+  for (const a of assignments) await store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
+  return assignments;
+}
+
+/**
+ * The round trips to PostgreSQL while `body` runs on the one-connection `store`: the socket
+ * writes that follow an answer (bytes read since the write before). Writes between two answers
+ * are one trip: postgres.js writes a statement past 1 KiB at once and smaller ones together.
+ */
+async function roundTrips(body: () => Promise<unknown>): Promise<number> {
+  const port = Number(new URL(h.db.url).port || 5432);
+  const original = net.Socket.prototype.write;
+  let trips = 0;
+  let readAtLastWrite = -1;
+  net.Socket.prototype.write = function (this: net.Socket, ...args: unknown[]) {
+    if (this.remotePort === port && this.bytesRead !== readAtLastWrite) {
+      trips += 1;
+      readAtLastWrite = this.bytesRead;
+    }
+    return (original as (...a: unknown[]) => boolean).apply(this, args);
+  } as typeof original;
+  try {
+    await body();
+    return trips;
+  } finally {
+    net.Socket.prototype.write = original;
+  }
+}
+
+it('a lifecycle takes eight round trips: claim 4, dispatch renewal 2, settle 2', async () => {
+  const queue = 'trips';
+  await store.submit(submitCommand(`${queue}-0`, { queue }));
+  const session = await store.openSession({ scope: SCOPE, queue, concurrency: 1 });
+  let assignment: Assignment | undefined;
+  // BEGIN with the slot reads; the claim select; the data read; the writes with COMMIT.
+  // With COMMIT a step of its own: 5.
+  const claim = await roundTrips(async () => {
+    const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, queue), {
+      recordEmpty: true,
+    });
+    if (reply.disposition === 'assigned') assignment = reply.assignment;
+  });
+  expect(assignment?.event.data).toEqual({ key: `${queue}-0` });
+  const a = assignment as Assignment;
+  // BEGIN with the lock and the attempt read; the writes with COMMIT. Before: 3 each.
+  const renew = await roundTrips(() => store.renew(renewCommand(a.lease.owner, 1, 'dispatch')));
+  const settle = await roundTrips(() => store.settle(successCommand(a, 'op-trips')));
+  expect({ claim, renew, settle }).toEqual({ claim: 4, renew: 2, settle: 2 });
+  const [row] = await h.sql<{ state: string }[]>`
+    select state from tasks where task_id = ${a.lease.owner.task_id}`;
+  expect(row?.state).toBe('succeeded');
+});
