@@ -150,7 +150,7 @@ export interface LoadedPayload {
  * A task's submission with its application `data` (loaded from `task_payloads`) in place of any
  * it had; `data` before the spread (see {@link attemptFromDb}).
  */
-export function inputWithData(input: Omit<SubmitTask, 'data'>, data: unknown): SubmitTask {
+function inputWithData(input: Omit<SubmitTask, 'data'>, data: unknown): SubmitTask {
   const { data: _stale, ...rest } = input as SubmitTask;
   return { data, ...rest };
 }

@@ -1,6 +1,7 @@
 /**
  * A lifecycle transaction sends COMMIT behind its last writes instead of after their answers
- * (store.ts `Finish`, issue #7): one round trip less per transaction. This test counts them;
+ * (store.ts `Finish`, issue #7): one round trip less per transaction; a claim also reads its
+ * tasks' data with them (`selectClaimable`). This test counts the round trips;
  * the other side, that a write failing in front of that COMMIT commits nothing and leaves the
  * connection usable, is failure.int.test.ts ("a pipelined write that fails undoes …").
  */
@@ -76,13 +77,13 @@ async function roundTrips(body: () => Promise<unknown>): Promise<number> {
   }
 }
 
-it('a lifecycle takes eight round trips: claim 4, dispatch renewal 2, settle 2', async () => {
+it('a lifecycle takes seven round trips: claim 3, dispatch renewal 2, settle 2', async () => {
   const queue = 'trips';
   await store.submit(submitCommand(`${queue}-0`, { queue }));
   const session = await store.openSession({ scope: SCOPE, queue, concurrency: 1 });
   let assignment: Assignment | undefined;
-  // BEGIN with the slot reads; the claim select; the data read; the writes with COMMIT.
-  // With COMMIT a step of its own: 5.
+  // BEGIN with the slot reads; the claim select, which brings the tasks' data; the writes with
+  // COMMIT. Before (a data read of its own, COMMIT a step of its own): 5.
   const claim = await roundTrips(async () => {
     const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, queue), {
       recordEmpty: true,
@@ -94,7 +95,7 @@ it('a lifecycle takes eight round trips: claim 4, dispatch renewal 2, settle 2',
   // BEGIN with the lock and the attempt read; the writes with COMMIT. Before: 3 each.
   const renew = await roundTrips(() => store.renew(renewCommand(a.lease.owner, 1, 'dispatch')));
   const settle = await roundTrips(() => store.settle(successCommand(a, 'op-trips')));
-  expect({ claim, renew, settle }).toEqual({ claim: 4, renew: 2, settle: 2 });
+  expect({ claim, renew, settle }).toEqual({ claim: 3, renew: 2, settle: 2 });
   const [row] = await h.sql<{ state: string }[]>`
     select state from tasks where task_id = ${a.lease.owner.task_id}`;
   expect(row?.state).toBe('succeeded');

@@ -162,3 +162,21 @@ it('after it, every statement of a lifecycle reaches tasks by its primary key (c
     }
   }
 });
+
+it('every statement that reads task_payloads probes its primary key, never a sequential scan', async () => {
+  captured.length = 0;
+  await lifecycles('payloads', 5);
+  await store.status(SCOPE, (await store.submit(submitCommand('payload-read'))).snapshot.task_id);
+  const reads = [...new Set(captured)].filter((query) =>
+    /^\s*select\b[\s\S]*\btask_payloads\b/i.test(query),
+  );
+  // The claim's select (its data joined in), the status read (joined too): `tasks.task_id` is
+  // `C`, the payload key's is not, and a join compared in `C` cannot use that key.
+  expect(reads.filter((query) => /skip locked/i.test(query)).length).toBeGreaterThan(0);
+  expect(reads.filter((query) => /payload_output/.test(query)).length).toBeGreaterThan(0);
+  for (const query of reads) {
+    const plan = await genericPlan(query);
+    expect(plan).toMatch(/Index Scan using task_payloads_tenant_id_namespace_task_id_pk/);
+    expect(plan).not.toMatch(/Seq Scan on task_payloads/);
+  }
+});

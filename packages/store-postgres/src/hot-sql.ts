@@ -219,6 +219,11 @@ export async function loadPayloads(tx: Tx, keys: readonly TaskRef[]): Promise<Db
  * (tenant_id, namespace, queue, priority desc, available_at, task_id) WHERE state = 'queued',
  * walked in order; `available_at <= now` and the key check are filters on it, and LIMIT stops
  * the walk early. The key check here is only a pre-filter: {@link takeConcurrencySlot} decides.
+ * Each row brings its application data (`payload_data`; not locked), probed by `task_payloads`'
+ * primary key: a claim needs no payload read of its own (issue #7, one round trip). The task id
+ * is compared in the default collation, the payload key's: compared in `tasks.task_id`'s `C`
+ * the key cannot be used, and the generic plan hash-joined a sequential scan of every payload
+ * (bench/README.md; fresh-plans.int.test.ts checks the plan).
  */
 export async function selectClaimable(
   tx: Tx,
@@ -229,7 +234,9 @@ export async function selectClaimable(
   excluded: readonly string[],
 ): Promise<DbRow[]> {
   return tx`
-    select t.* from tasks t
+    select t.*, p.data as payload_data from tasks t
+    left join task_payloads p on p.tenant_id = t.tenant_id and p.namespace = t.namespace
+      and p.task_id = t.task_id collate "default"
     where t.tenant_id = ${scope.tenant_id} and t.namespace = ${scope.namespace}
       and t.queue = ${queue} and t.state = 'queued' and t.available_at <= ${now}
       and t.task_id <> all(${excluded as string[]}::text[])

@@ -112,7 +112,6 @@ import {
   attemptKey,
   cursorFromDb,
   type DbRow,
-  inputWithData,
   jsonColumn,
   type LoadedPayload,
   num,
@@ -1113,9 +1112,9 @@ class PgTaskStore implements PostgresTaskStore {
       .filter((r) => r.cursor.assignment !== null)
       .map((r) => taskRefOf(r.command.scope, (r.cursor.assignment as { task_id: string }).task_id));
     const replayTasks = new Map<string, TaskRow>();
-    const wanted: TaskRef[] = [...replayRefs];
-    for (const list of winners.values()) wanted.push(...list.map(refOf));
-    const payloads = wanted.length > 0 ? payloadOf(await loadPayloads(tx, wanted)) : new Map();
+    // Claimed tasks come with their data (selectClaimable); only replays read payloads here.
+    const payloads =
+      replayRefs.length > 0 ? payloadOf(await loadPayloads(tx, replayRefs)) : new Map();
     if (replayRefs.length > 0) {
       for (const row of await loadTasks(tx, replayRefs)) {
         const task = taskFromDb(row);
@@ -1148,18 +1147,14 @@ class PgTaskStore implements PostgresTaskStore {
           };
           continue;
         }
-        const task = {
-          ...picked,
-          input: inputWithData(picked.input, payloads.get(taskKeyOf(picked))?.data ?? null),
-        };
         const claim = claimTask(
-          task,
+          picked,
           command,
           now,
           { attempt_id: newId('attempt'), lease_id: newId('lease') },
           this.config,
         );
-        changes.task(task, claim.task);
+        changes.task(picked, claim.task);
         changes.newAttempts.push(claim.attempt);
         changes.history.push(...claim.history);
         changes.cursors.set(slotKey(command), scopedCursor(claim.cursor, command.scope));
@@ -1194,7 +1189,7 @@ class PgTaskStore implements PostgresTaskStore {
         excluded,
       );
       if (rows.length === 0) break;
-      const tasks = rows.map((row) => taskFromDb(row));
+      const tasks = rows.map((row) => taskFromDb(row, { data: jsonColumn(row.payload_data) }));
       const keyed = tasks
         .filter((t) => t.concurrency_key !== null)
         .sort((a, b) => ((a.concurrency_key ?? '') < (b.concurrency_key ?? '') ? -1 : 1));
@@ -1380,13 +1375,17 @@ class PgTaskStore implements PostgresTaskStore {
 
   // ---- reads --------------------------------------------------------------------------------
 
-  /** The task with its payload, from one statement (one snapshot). */
+  /**
+   * The task with its payload, from one statement (one snapshot). The payload's task id is
+   * compared in its own collation, not `tasks.task_id`'s `C`, or the generic plan cannot probe
+   * its key and reads every payload (see `selectClaimable`).
+   */
   private async readTask(db: Tx, scope: Scope, taskId: string): Promise<TaskRow> {
     const [row] = await db`
       select t.*, p.data as payload_data, p.output as payload_output
       from tasks t
       left join task_payloads p on p.tenant_id = t.tenant_id and p.namespace = t.namespace
-        and p.task_id = t.task_id
+        and p.task_id = t.task_id collate "default"
       where t.tenant_id = ${scope.tenant_id} and t.namespace = ${scope.namespace}
         and t.task_id = ${taskId}`;
     if (row === undefined) throw taskNotFound(taskId);
@@ -1735,10 +1734,6 @@ class PgTaskStore implements PostgresTaskStore {
       };
     });
   }
-}
-
-function refOf(task: { tenant_id: string; namespace: string; task_id: string }): TaskRef {
-  return { tenant_id: task.tenant_id, namespace: task.namespace, task_id: task.task_id };
 }
 
 function slotKey(command: AcquireCommand): string {
