@@ -26,31 +26,10 @@ beforeAll(async () => {
   h = await harness('commit');
   store = h.makeStore(1);
   // postgres.js prepares a statement with a round trip of its own the first time a connection
-  // runs it; a first lifecycle leaves only steady-state traffic for the counts below.
-  const [warm] = await held('warm-up', 1);
-  await store.settle(successCommand(warm as Assignment, 'op-warm'));
+  // runs it; a first lifecycle leaves only steady-state traffic for the counted one.
+  await lifecycle('warm-up');
 });
 afterAll(() => h.close());
-
-/** `count` tasks of a queue of their own, acquired and granted dispatch on `store`. */
-async function held(queue: string, count: number): Promise<Assignment[]> {
-  await store.submitBatch(
-    Array.from({ length: count }, (_, i) => submitCommand(`${queue}-${i}`, { queue })),
-  );
-  const session = await store.openSession({ scope: SCOPE, queue, concurrency: count });
-  const polls = await store.acquireBatch(
-    Array.from({ length: count }, (_, slot) => acquireCommand(session.id, slot, 1, queue)),
-    { recordEmpty: true },
-  );
-  const assignments = polls.flatMap((r) =>
-    r.ok && r.value.reply.disposition === 'assigned' && r.value.reply.assignment
-      ? [r.value.reply.assignment]
-      : [],
-  );
-  expect(assignments).toHaveLength(count);
-  for (const a of assignments) await store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
-  return assignments;
-}
 
 /**
  * The round trips to PostgreSQL while `body` runs on the one-connection `store`: the socket
@@ -77,13 +56,11 @@ async function roundTrips(body: () => Promise<unknown>): Promise<number> {
   }
 }
 
-it('a lifecycle takes seven round trips: claim 3, dispatch renewal 2, settle 2', async () => {
-  const queue = 'trips';
+/** One task of a queue of its own through claim, dispatch renewal and settle, counted. */
+async function lifecycle(queue: string) {
   await store.submit(submitCommand(`${queue}-0`, { queue }));
   const session = await store.openSession({ scope: SCOPE, queue, concurrency: 1 });
   let assignment: Assignment | undefined;
-  // BEGIN with the slot reads; the claim select, which brings the tasks' data; the writes with
-  // COMMIT. Before (a data read of its own, COMMIT a step of its own): 5.
   const claim = await roundTrips(async () => {
     const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, queue), {
       recordEmpty: true,
@@ -92,11 +69,19 @@ it('a lifecycle takes seven round trips: claim 3, dispatch renewal 2, settle 2',
   });
   expect(assignment?.event.data).toEqual({ key: `${queue}-0` });
   const a = assignment as Assignment;
-  // BEGIN with the lock and the attempt read; the writes with COMMIT. Before: 3 each.
   const renew = await roundTrips(() => store.renew(renewCommand(a.lease.owner, 1, 'dispatch')));
-  const settle = await roundTrips(() => store.settle(successCommand(a, 'op-trips')));
-  expect({ claim, renew, settle }).toEqual({ claim: 3, renew: 2, settle: 2 });
+  const settle = await roundTrips(() => store.settle(successCommand(a, `op-${queue}`)));
+  return { trips: { claim, renew, settle }, taskId: a.lease.owner.task_id };
+}
+
+it('a lifecycle takes seven round trips: claim 3, dispatch renewal 2, settle 2', async () => {
+  const { trips, taskId } = await lifecycle('trips');
+  // Claim: BEGIN with the slot reads; the claim select, which brings the task's data; the
+  // writes with COMMIT (before: a data read of its own and COMMIT a step of its own, 5).
+  // Renew and settle: BEGIN with the lock and the attempt read; the writes with COMMIT (before:
+  // 3 each).
+  expect(trips).toEqual({ claim: 3, renew: 2, settle: 2 });
   const [row] = await h.sql<{ state: string }[]>`
-    select state from tasks where task_id = ${a.lease.owner.task_id}`;
+    select state from tasks where task_id = ${taskId}`;
   expect(row?.state).toBe('succeeded');
 });
