@@ -6,8 +6,9 @@
  * long-polling acquisition with replay-safe sequences, dispatch-intent
  * renewal before user code, batched heartbeats, cancellation and lease loss
  * through `AbortSignal`, and exactly-once settlement with a stable operation
- * id. Depends on `@ledgence/contracts` only (plus Node built-ins and the
- * global `fetch`), so it installs alone.
+ * id. Depends on `@ledgence/contracts` only (plus Node built-ins: requests
+ * go through `node:http`/`node:https` unless a `fetch` is passed), so it
+ * installs alone.
  *
  * @example
  * ```ts

@@ -1072,6 +1072,7 @@ export class Worker {
     clearInterval(this.#renewTimer);
     clearInterval(this.#extendTimer);
     for (const held of this.#held.values()) this.#drop(held);
+    this.#http.closeIdle();
     this.#state = 'stopped';
     this.#logger.info('worker stopped', {});
     this.#stopped.resolve();

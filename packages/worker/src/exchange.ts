@@ -1,0 +1,252 @@
+/**
+ * The wire under {@link HttpTransport}: one HTTP exchange, from sending a request to the last
+ * byte of its reply, within one deadline and a byte limit. Two implementations share the shape:
+ *
+ * - {@link nodeExchange}, the default on Node: `node:http`/`node:https` with a keep-alive agent.
+ *   Measured on this project's 2-core machine (bench/README.md, "The SDK's HTTP client"): a
+ *   small JSON request through Node 20's global `fetch` costs ~0.5 ms more client CPU than
+ *   through `node:http` — undici's WHATWG `Request`/`Response`, `AbortSignal` and web streams —
+ *   and every submit, poll, renewal and settlement pays it.
+ * - {@link fetchExchange}, over any `fetch`: what a caller gets by passing `fetch` (a test
+ *   double, a custom undici agent, a runtime without `node:http`).
+ *
+ * Both reject with {@link DeadlineExceeded} when the deadline passes, with the caller's abort
+ * reason when its signal aborts, and with the underlying error for anything else (a refused
+ * connection, a reset, a reply cut short); {@link HttpTransport} turns those into typed errors.
+ */
+import {
+  type Agent,
+  type ClientRequest,
+  Agent as HttpAgent,
+  request as httpRequest,
+  type IncomingMessage,
+} from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+
+/** One request as it goes on the wire. */
+export interface WireRequest {
+  method: 'GET' | 'POST';
+  url: string;
+  headers: Record<string, string>;
+  /** A JSON text, or `undefined` for no body. */
+  body: string | undefined;
+  /** The whole exchange's budget: a reply trickling in cannot push it back. */
+  timeoutMs: number;
+  signal: AbortSignal | undefined;
+  /** The most reply bytes read for a status; a longer reply is cut off and its bytes are `null`. */
+  limitFor: (status: number) => number;
+}
+
+/** A reply read to its end (or cut at its limit: `bytes` is then `null`). */
+export interface WireReply {
+  status: number;
+  contentType: string;
+  bytes: Uint8Array | null;
+}
+
+/** Sends one request and reads its reply (see the module comment for how it fails). */
+export type Exchange = (request: WireRequest) => Promise<WireReply>;
+
+/** The `fetch` the SDK may be given: the global one, a test double or one with a custom agent. */
+export type FetchLike = (input: string, init: RequestInit) => Promise<Response>;
+
+/** The deadline of an exchange passed; its `cause` is what the aborted exchange reported, if anything. */
+export class DeadlineExceeded extends Error {
+  constructor(timeoutMs: number, options?: { cause?: unknown }) {
+    super(`no complete reply within ${timeoutMs} ms`, options);
+    this.name = 'DeadlineExceeded';
+  }
+}
+
+/** An exchange over `fetch`; the reply body is streamed so a runaway reply stops at its limit. */
+export function fetchExchange(fetch: FetchLike): Exchange {
+  return async function exchangeOverFetch(request) {
+    const timeout = AbortSignal.timeout(request.timeoutMs);
+    const signal =
+      request.signal === undefined ? timeout : AbortSignal.any([request.signal, timeout]);
+    try {
+      const response = await fetch(request.url, {
+        method: request.method,
+        headers: request.headers,
+        body: request.body,
+        signal,
+      });
+      const bytes = await readLimited(response, request.limitFor(response.status));
+      return {
+        status: response.status,
+        contentType: response.headers.get('content-type') ?? '',
+        bytes,
+      };
+    } catch (error) {
+      if (request.signal?.aborted) throw request.signal.reason;
+      if (timeout.aborted) throw new DeadlineExceeded(request.timeoutMs, { cause: error });
+      throw error;
+    }
+  };
+}
+
+async function readLimited(response: Response, maxBytes: number): Promise<Uint8Array | null> {
+  const reader = response.body?.getReader();
+  if (reader === undefined) return new Uint8Array(0);
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBytes) {
+      await reader.cancel().catch(() => {});
+      return null;
+    }
+    chunks.push(value);
+  }
+  return concat(chunks, total);
+}
+
+function concat(chunks: readonly Uint8Array[], total: number): Uint8Array {
+  if (chunks.length === 1) return chunks[0] as Uint8Array;
+  const bytes = new Uint8Array(total);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return bytes;
+}
+
+/** Options of {@link nodeExchange}. */
+export interface NodeExchangeOptions {
+  /** Agents to send through; by default one keep-alive agent per protocol, owned by the exchange. */
+  agents?: { http?: Agent; https?: Agent };
+}
+
+/** A {@link Exchange} on `node:http`/`node:https`, with a way to close its idle connections. */
+export interface NodeExchange extends Exchange {
+  /** Closes the idle kept-alive connections (requests in flight finish on theirs). */
+  close(): void;
+}
+
+/**
+ * An exchange over `node:http`/`node:https` with kept-alive connections.
+ *
+ * A kept-alive connection can be closed by the server (its keep-alive timeout) in the instant
+ * the agent reuses it: the request then fails with a reset before any reply. Such a request is
+ * sent again on another connection, because it never reached the server's handler as far as the
+ * client can know — and every request the SDK sends is replay-safe besides (a sequence, an
+ * operation id or an idempotency key makes a repeat harmless). Idle connections are unreferenced
+ * by the agent, so they never keep a process alive.
+ */
+export function nodeExchange(options: NodeExchangeOptions = {}): NodeExchange {
+  // `lifo` reuses the most recently used connection, so the others age out instead of all
+  // staying barely alive (and meeting the server's keep-alive timeout one by one).
+  const http = options.agents?.http ?? new HttpAgent({ keepAlive: true, scheduling: 'lifo' });
+  const https = options.agents?.https ?? new HttpsAgent({ keepAlive: true, scheduling: 'lifo' });
+  const exchange = (request: WireRequest): Promise<WireReply> =>
+    new Promise<WireReply>((resolve, reject) => {
+      const url = new URL(request.url);
+      const secure = url.protocol === 'https:';
+      const headers =
+        request.body === undefined
+          ? request.headers
+          : { ...request.headers, 'content-length': String(Buffer.byteLength(request.body)) };
+      let settled = false;
+      let current: ClientRequest | undefined;
+      const finish = (outcome: () => void): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(deadline);
+        request.signal?.removeEventListener('abort', onAbort);
+        outcome();
+      };
+      // Destroying the request is how an unwanted or endless reply stops being read.
+      const fail = (error: unknown): void =>
+        finish(() => {
+          current?.destroy();
+          reject(error);
+        });
+      const deadline = setTimeout(
+        () => fail(new DeadlineExceeded(request.timeoutMs)),
+        request.timeoutMs,
+      );
+      const onAbort = () => fail(request.signal?.reason);
+      if (request.signal?.aborted) return fail(request.signal.reason);
+      request.signal?.addEventListener('abort', onAbort, { once: true });
+
+      const send = (): void => {
+        const req = (secure ? httpsRequest : httpRequest)(url, {
+          method: request.method,
+          headers,
+          agent: secure ? https : http,
+        });
+        current = req;
+        let answered = false;
+        req.on('error', (error: NodeJS.ErrnoException) => {
+          if (settled || req !== current) return;
+          if (!answered && req.reusedSocket && isStaleConnection(error)) {
+            send();
+            return;
+          }
+          fail(error);
+        });
+        req.on('response', (res: IncomingMessage) => {
+          answered = true;
+          readReply(res, request.limitFor(res.statusCode ?? 0), {
+            done: (reply) => finish(() => resolve(reply)),
+            cut: (reply) =>
+              finish(() => {
+                req.destroy();
+                resolve(reply);
+              }),
+            fail,
+          });
+        });
+        req.end(request.body);
+      };
+      send();
+    });
+  return Object.assign(exchange, {
+    close(): void {
+      http.destroy();
+      https.destroy();
+    },
+  });
+}
+
+/** A reset or broken pipe on a reused connection: the server closed it as we reused it. */
+function isStaleConnection(error: NodeJS.ErrnoException): boolean {
+  return error.code === 'ECONNRESET' || error.code === 'EPIPE';
+}
+
+interface ReplyHandlers {
+  done: (reply: WireReply) => void;
+  cut: (reply: WireReply) => void;
+  fail: (error: unknown) => void;
+}
+
+/** Reads a reply to its end within `limit` bytes. */
+function readReply(res: IncomingMessage, limit: number, handlers: ReplyHandlers): void {
+  const status = res.statusCode ?? 0;
+  const header = res.headers['content-type'];
+  const contentType = typeof header === 'string' ? header : '';
+  // Listen before deciding: cutting the reply makes it emit errors.
+  res.on('error', (error) => handlers.fail(error));
+  if (Number(res.headers['content-length']) > limit) {
+    handlers.cut({ status, contentType, bytes: null });
+    return;
+  }
+  const chunks: Buffer[] = [];
+  let total = 0;
+  let ended = false;
+  res.on('data', (chunk: Buffer) => {
+    total += chunk.byteLength;
+    if (total > limit) handlers.cut({ status, contentType, bytes: null });
+    else chunks.push(chunk);
+  });
+  res.on('end', () => {
+    ended = true;
+    handlers.done({ status, contentType, bytes: concat(chunks, total) });
+  });
+  res.on('close', () => {
+    if (!ended) handlers.fail(new Error('the connection closed before the reply ended'));
+  });
+}
