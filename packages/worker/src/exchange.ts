@@ -100,18 +100,7 @@ async function readLimited(response: Response, maxBytes: number): Promise<Uint8A
     }
     chunks.push(value);
   }
-  return concat(chunks, total);
-}
-
-function concat(chunks: readonly Uint8Array[], total: number): Uint8Array {
-  if (chunks.length === 1) return chunks[0] as Uint8Array;
-  const bytes = new Uint8Array(total);
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return bytes;
+  return Buffer.concat(chunks, total);
 }
 
 /** Options of {@link nodeExchange}. */
@@ -244,7 +233,7 @@ function readReply(res: IncomingMessage, limit: number, handlers: ReplyHandlers)
   });
   res.on('end', () => {
     ended = true;
-    handlers.done({ status, contentType, bytes: concat(chunks, total) });
+    handlers.done({ status, contentType, bytes: Buffer.concat(chunks, total) });
   });
   res.on('close', () => {
     if (!ended) handlers.fail(new Error('the connection closed before the reply ended'));
