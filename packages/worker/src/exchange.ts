@@ -15,7 +15,6 @@
  * connection, a reset, a reply cut short); {@link HttpTransport} turns those into typed errors.
  */
 import {
-  type Agent,
   type ClientRequest,
   Agent as HttpAgent,
   request as httpRequest,
@@ -103,12 +102,6 @@ async function readLimited(response: Response, maxBytes: number): Promise<Uint8A
   return Buffer.concat(chunks, total);
 }
 
-/** Options of {@link nodeExchange}. */
-export interface NodeExchangeOptions {
-  /** Agents to send through; by default one keep-alive agent per protocol, owned by the exchange. */
-  agents?: { http?: Agent; https?: Agent };
-}
-
 /** A {@link Exchange} on `node:http`/`node:https`, with a way to close its idle connections. */
 export interface NodeExchange extends Exchange {
   /** Closes the idle kept-alive connections (requests in flight finish on theirs). */
@@ -120,16 +113,16 @@ export interface NodeExchange extends Exchange {
  *
  * A kept-alive connection can be closed by the server (its keep-alive timeout) in the instant
  * the agent reuses it: the request then fails with a reset before any reply. Such a request is
- * sent again on another connection, because it never reached the server's handler as far as the
- * client can know — and every request the SDK sends is replay-safe besides (a sequence, an
- * operation id or an idempotency key makes a repeat harmless). Idle connections are unreferenced
- * by the agent, so they never keep a process alive.
+ * sent again, once per reused connection, on another one. A reset does not say whether the
+ * server saw the request; sending it again is safe because every request the SDK sends is
+ * replay-safe (a sequence, an operation id or an idempotency key makes a repeat harmless). Idle
+ * connections are unreferenced by the agent, so they never keep a process alive.
  */
-export function nodeExchange(options: NodeExchangeOptions = {}): NodeExchange {
+export function nodeExchange(): NodeExchange {
   // `lifo` reuses the most recently used connection, so the others age out instead of all
   // staying barely alive (and meeting the server's keep-alive timeout one by one).
-  const http = options.agents?.http ?? new HttpAgent({ keepAlive: true, scheduling: 'lifo' });
-  const https = options.agents?.https ?? new HttpsAgent({ keepAlive: true, scheduling: 'lifo' });
+  const http = new HttpAgent({ keepAlive: true, scheduling: 'lifo' });
+  const https = new HttpsAgent({ keepAlive: true, scheduling: 'lifo' });
   const exchange = (request: WireRequest): Promise<WireReply> =>
     new Promise<WireReply>((resolve, reject) => {
       const url = new URL(request.url);
