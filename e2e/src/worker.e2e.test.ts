@@ -396,6 +396,53 @@ describe('Worker against the real server', () => {
     );
   });
 
+  it('splits the polls of a worker of 256 slots into lanes of 64, and runs every task once', async () => {
+    const c = client(server.url);
+    const queue = 'lanes';
+    const ids = idsOf(
+      await c.submitBatch(
+        Array.from({ length: 600 }, (_, i) => ({ queue, program: 'lane', data: { i } })),
+      ),
+    );
+    // Every acquire request, as sent over the real socket: how many polls it carried and how
+    // many acquire requests were out at that moment.
+    const polls: { size: number; outstanding: number }[] = [];
+    let outstanding = 0;
+    const w = worker(queue, {
+      concurrency: 256,
+      fetch: async (input, init) => {
+        const isPoll = String(input).includes('/v1/worker/acquire:batch');
+        if (!isPoll) return fetch(input, init);
+        const body = JSON.parse(String(init?.body)) as { commands: unknown[] };
+        outstanding += 1;
+        polls.push({ size: body.commands.length, outstanding });
+        try {
+          return await fetch(input, init);
+        } finally {
+          outstanding -= 1;
+        }
+      },
+    });
+    const runs = new Map<string, number>();
+    w.register('lane', async (data: unknown, ctx) => {
+      runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1);
+      return data;
+    });
+    const running = w.run();
+    const results = await settled(c, ids);
+    await w.stop();
+    await running;
+    results.forEach((result, i) => {
+      expect(result.outcome).toEqual({ state: 'succeeded', output: { i } });
+    });
+    expect(runs.size).toBe(600);
+    expect([...runs.values()].every((n) => n === 1)).toBe(true);
+    // The first wave: 256 idle slots as four requests of 64, all four out at once.
+    expect(polls.slice(0, 4).map((p) => p.size)).toEqual([64, 64, 64, 64]);
+    expect(polls[3]?.outstanding).toBe(4);
+    expect(Math.max(...polls.map((p) => p.size))).toBeLessThanOrEqual(64);
+  });
+
   it('stop() drains in-flight tasks and takes no new ones', async () => {
     const c = client(server.url);
     const queue = 'drain';

@@ -162,4 +162,63 @@ describe('Settler', () => {
     expect(await pending).toEqual({ kind: 'abandoned' });
     expect(await settler.settle(command('b'))).toEqual({ kind: 'abandoned' });
   });
+  /** A send that holds each request until released, recording what each carried. */
+  function heldSend() {
+    const requests: { attempts: string[]; release: () => void }[] = [];
+    const send = (commands: SettleCommand[]) =>
+      new Promise<SettleReply[]>((resolve) => {
+        requests.push({
+          attempts: commands.map((c) => c.owner.attempt_id),
+          release: () => resolve(commands.map((c) => reply(c))),
+        });
+      });
+    return { requests, send };
+  }
+
+  const tick = () => new Promise((r) => setImmediate(r));
+
+  it('keeps one request in flight by default: later settlements wait and share the next', async () => {
+    const { requests, send } = heldSend();
+    const settler = new Settler({ logger: silentLogger, send });
+    const first = settler.settle(command('a'));
+    await tick();
+    const later = ['b', 'c'].map((a) => settler.settle(command(a)));
+    await tick();
+    await tick();
+    expect(requests.map((r) => r.attempts)).toEqual([['a']]);
+    requests[0]?.release();
+    expect(await first).toMatchObject({ kind: 'accepted' });
+    await tick();
+    expect(requests.map((r) => r.attempts)).toEqual([['a'], ['b', 'c']]);
+    requests[1]?.release();
+    expect((await Promise.all(later)).map((r) => r.kind)).toEqual(['accepted', 'accepted']);
+  });
+
+  it('with maxInFlight, sends settlements finishing during a request at once, never one twice', async () => {
+    const { requests, send } = heldSend();
+    const settler = new Settler({ logger: silentLogger, send, maxInFlight: 2 });
+    const all = [settler.settle(command('a'))];
+    await tick();
+    all.push(settler.settle(command('b')), settler.settle(command('c')));
+    await tick();
+    // Two requests out, both unanswered; the third settlement waits for a free one.
+    all.push(settler.settle(command('d')));
+    await tick();
+    await tick();
+    expect(requests.map((r) => r.attempts)).toEqual([['a'], ['b', 'c']]);
+    requests[1]?.release();
+    await tick();
+    await tick();
+    expect(requests.map((r) => r.attempts)).toEqual([['a'], ['b', 'c'], ['d']]);
+    requests[0]?.release();
+    requests[2]?.release();
+    expect((await Promise.all(all)).map((r) => r.kind)).toEqual([
+      'accepted',
+      'accepted',
+      'accepted',
+      'accepted',
+    ]);
+    expect(requests).toHaveLength(3);
+    expect(settler.size).toBe(0);
+  });
 });

@@ -32,6 +32,12 @@ export interface SettlerOptions {
   maxBatch?: number;
   /** Largest JSON size of one request body (bytes, approximate). */
   maxBatchBytes?: number;
+  /**
+   * Requests in flight at once (1 by default). With one, settlements finishing while a request
+   * is out wait and share the next one; with more, a worker of many slots keeps its server
+   * busy while an answer is on its way (`requestLanes`, bench/README.md).
+   */
+  maxInFlight?: number;
 }
 
 interface Item {
@@ -39,6 +45,8 @@ interface Item {
   bytes: number;
   failures: number;
   notBefore: number;
+  /** In a request now: the next batches pass it over. */
+  sending: boolean;
   resolve: (result: SettleResult) => void;
 }
 
@@ -52,8 +60,9 @@ export class Settler {
   readonly #random: () => number;
   readonly #now: () => number;
   #queue: Item[] = [];
-  #flushing = false;
+  #inFlight = 0;
   #timer: ReturnType<typeof setTimeout> | undefined;
+  #immediate: ReturnType<typeof setImmediate> | undefined;
   #closed = false;
 
   constructor(options: SettlerOptions) {
@@ -62,6 +71,7 @@ export class Settler {
       logger: options.logger,
       maxBatch: options.maxBatch ?? MAX_WORKER_BATCH,
       maxBatchBytes: options.maxBatchBytes ?? DEFAULT_MAX_BATCH_BYTES,
+      maxInFlight: Math.max(1, options.maxInFlight ?? 1),
     };
     this.#backoff = options.backoff ?? DEFAULT_BACKOFF;
     this.#random = options.random ?? Math.random;
@@ -77,6 +87,7 @@ export class Settler {
         bytes: JSON.stringify(command).length + 1,
         failures: 0,
         notBefore: 0,
+        sending: false,
         resolve,
       });
       this.#schedule(0);
@@ -91,45 +102,64 @@ export class Settler {
   /** Gives up on everything not yet accepted: each resolves `abandoned`. Idempotent. */
   abandon(): void {
     this.#closed = true;
-    clearTimeout(this.#timer);
+    this.#cancelWake();
     const items = this.#queue;
     this.#queue = [];
     for (const item of items) item.resolve({ kind: 'abandoned' });
   }
 
   #schedule(delayMs: number): void {
-    if (this.#closed || this.#flushing) return;
-    clearTimeout(this.#timer);
-    // A timer rather than an immediate call: settlements finishing in the
-    // same tick share one request.
-    this.#timer = setTimeout(
-      () => {
-        this.#timer = undefined;
-        this.#flush().catch((error: unknown) =>
-          this.#options.logger.error('settlement bookkeeping failed', errorFields(error)),
-        );
-      },
-      Math.max(0, delayMs),
-    );
+    if (this.#closed || this.#inFlight >= this.#options.maxInFlight) return;
+    if (delayMs <= 0 && this.#immediate !== undefined) return;
+    this.#cancelWake();
+    const wake = () => {
+      this.#cancelWake();
+      this.#drive();
+    };
+    // Due now: at the end of this turn of the event loop, so settlements finishing in the same
+    // tick share one request. A timer would do the same but add its 1 ms minimum to every
+    // settlement (too small to show in the drains: bench/README.md "Request lanes"). Due
+    // later (a backoff): a timer.
+    if (delayMs <= 0) this.#immediate = setImmediate(wake);
+    else this.#timer = setTimeout(wake, delayMs);
   }
 
-  async #flush(): Promise<void> {
-    if (this.#flushing || this.#closed) return;
-    this.#flushing = true;
-    try {
-      for (;;) {
-        const batch = this.#takeReady();
-        if (batch.length === 0) break;
-        await this.#sendBatch(batch);
-        if (this.#closed) return;
-      }
-    } finally {
-      this.#flushing = false;
+  #cancelWake(): void {
+    clearTimeout(this.#timer);
+    clearImmediate(this.#immediate);
+    this.#timer = undefined;
+    this.#immediate = undefined;
+  }
+
+  /** Sends ready items, one batch per free request, until none is ready or none is free. */
+  #pump(): void {
+    while (!this.#closed && this.#inFlight < this.#options.maxInFlight) {
+      const batch = this.#takeReady();
+      if (batch.length === 0) break;
+      for (const item of batch) item.sending = true;
+      this.#inFlight += 1;
+      this.#sendBatch(batch)
+        .catch((error: unknown) =>
+          this.#options.logger.error('settlement bookkeeping failed', errorFields(error)),
+        )
+        .finally(() => {
+          for (const item of batch) item.sending = false;
+          this.#inFlight -= 1;
+          this.#drive();
+        });
     }
-    if (this.#queue.length > 0) {
-      const next = Math.min(...this.#queue.map((item) => item.notBefore));
-      this.#schedule(next - this.#now());
-    }
+  }
+
+  /**
+   * Ready items go now, the rest are woken for when their backoff ends (checked again on
+   * every wake: a timer may fire a fraction of a millisecond before `now` reaches it).
+   */
+  #drive(): void {
+    if (this.#closed) return;
+    this.#pump();
+    let next = Number.POSITIVE_INFINITY;
+    for (const item of this.#queue) if (!item.sending) next = Math.min(next, item.notBefore);
+    if (next !== Number.POSITIVE_INFINITY) this.#schedule(next - this.#now());
   }
 
   /** The ready items that fit one request, oldest first; they stay queued while in flight. */
@@ -138,7 +168,7 @@ export class Settler {
     const batch: Item[] = [];
     let bytes = 0;
     for (const item of this.#queue) {
-      if (item.notBefore > now) continue;
+      if (item.sending || item.notBefore > now) continue;
       if (batch.length >= this.#options.maxBatch) break;
       if (batch.length > 0 && bytes + item.bytes > this.#options.maxBatchBytes) break;
       batch.push(item);

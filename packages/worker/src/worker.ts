@@ -29,6 +29,7 @@ import {
   problemCode,
 } from './errors.js';
 import { type HttpOptions, HttpTransport, isProblem } from './http.js';
+import { laneSlots, requestLanes } from './lanes.js';
 import {
   clockTick,
   dispatchDecision,
@@ -283,6 +284,8 @@ export class Worker {
   readonly #scope: Scope;
   readonly #queue: string;
   readonly #concurrency: number;
+  /** The most polls one acquire request carries (lanes.ts). */
+  readonly #laneSlots: number;
   readonly #logger: Logger;
   readonly #api: WorkerApi;
   readonly #http: HttpTransport;
@@ -330,6 +333,7 @@ export class Worker {
     this.#scope = { tenant_id: options.tenant, namespace: options.namespace };
     this.#queue = options.queue;
     this.#concurrency = options.concurrency;
+    this.#laneSlots = laneSlots(options.concurrency);
     this.#logger = safeLogger(options.logger ?? consoleLogger);
     this.#http = new HttpTransport(options);
     this.#api = new WorkerApi(this.#http);
@@ -352,6 +356,7 @@ export class Worker {
       logger: this.#logger,
       backoff: this.#backoff,
       maxBatch: MAX_WORKER_BATCH,
+      maxInFlight: requestLanes(options.concurrency),
     });
   }
 
@@ -538,7 +543,10 @@ export class Worker {
     return commands;
   }
 
-  /** Sends polls grouped by session (one batch per session, as the route requires). */
+  /**
+   * Sends polls grouped by session (one batch per session, as the route requires), each group
+   * in requests of at most a lane's slots.
+   */
   #sendPolls(commands: PollCommand[], waitMs: number): void {
     const bySession = new Map<string, PollCommand[]>();
     for (const command of commands) {
@@ -547,11 +555,14 @@ export class Worker {
       bySession.set(command.sessionId, group);
     }
     for (const group of bySession.values()) {
-      const poll = this.#poll(group, waitMs).finally(() => {
-        this.#polls.delete(poll);
-        this.#notifier.notify();
-      });
-      this.#polls.add(poll);
+      // A wave of polls larger than a lane goes as several requests (lanes.ts).
+      for (let start = 0; start < group.length; start += this.#laneSlots) {
+        const poll = this.#poll(group.slice(start, start + this.#laneSlots), waitMs).finally(() => {
+          this.#polls.delete(poll);
+          this.#notifier.notify();
+        });
+        this.#polls.add(poll);
+      }
     }
   }
 
