@@ -1,5 +1,5 @@
 /** Ledgence: the real server process, driven over HTTP by `@ledgence/worker`. */
-import { MAX_SESSION_CONCURRENCY } from '@ledgence/contracts';
+import { MAX_SESSION_CONCURRENCY, RENEW_INTERVAL_MS } from '@ledgence/contracts';
 import { Client, type Logger, Worker } from '@ledgence/worker';
 import pg from 'pg';
 import { processCpuMs } from '../cpu.js';
@@ -162,6 +162,8 @@ export function ledgenceSystem(
         await sleep(20);
       }
       return {
+        // The workers above leave renewIntervalMs at the SDK's default.
+        renewIntervalMs: RENEW_INTERVAL_MS,
         // Renew sequence 1 is the dispatch grant; every later one is a heartbeat.
         async renewals() {
           const reply = await db.query<{ renewals: string }>(

@@ -25,6 +25,8 @@ export interface RunningWorkers {
 export interface HeldLeases {
   /** Lease renewals the system's store has recorded for the held tasks so far. */
   renewals(): Promise<number>;
+  /** The period at which each held lease heartbeats. */
+  readonly renewIntervalMs: number;
   /** Lets the handlers return, then stops their workers. */
   stop(): Promise<void>;
 }
