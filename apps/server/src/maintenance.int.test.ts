@@ -2,7 +2,7 @@
  * The retention loop over the real PostgreSQL store: it walks every namespace,
  * applies each namespace's own policy, removes in bounded transactions and
  * reports each one; store time is moved with the store's test clock offset.
- * And the first-statistics loop, on a database of its own that nobody analyzed.
+ * And the statistics loop, on a database of its own that nobody analyzed.
  */
 import { MIN_RETENTION_MS, type RetentionProgress, type Scope } from '@ledgence/contracts';
 import { lifecycleConfig } from '@ledgence/core';
@@ -135,7 +135,7 @@ describe('retention loop', () => {
   });
 });
 
-describe('first-statistics loop', () => {
+describe('statistics loop', () => {
   it('analyzes the tables that got rows and logs them once', async () => {
     const fresh = await createMigratedTestDatabase('statistics_loop');
     const freshStore = createPostgresTaskStore({ url: fresh.url });
@@ -147,7 +147,7 @@ describe('first-statistics loop', () => {
     };
     const { logger, lines } = capturingLogger();
     const loop = startStatisticsLoop({
-      analyze: () => freshStore.analyzeNewTables(),
+      analyze: () => freshStore.analyzeGrowingTables(),
       intervalMs: 20,
       logger,
     });

@@ -1,6 +1,6 @@
 /**
- * The server's maintenance loops (DESIGN §11): lease recovery, retention, and the first planner
- * statistics of new tables.
+ * The server's maintenance loops (DESIGN §11): lease recovery, retention, and planner statistics
+ * of new and fast-growing tables.
  * Every replica runs both at once; the store's `SKIP LOCKED` selection makes
  * that safe without a leader. Each pass is one bounded transaction, so a
  * loop never holds long locks and a stop waits at most one pass.
@@ -99,7 +99,7 @@ export function startRecoveryLoop(options: RecoveryLoopOptions): Maintenance {
 
 /** Options of {@link startStatisticsLoop}. */
 export interface StatisticsLoopOptions {
-  /** The store's first-statistics pass (`analyzeNewTables`): the tables it analyzed. */
+  /** The store's statistics pass (`analyzeGrowingTables`): the tables it analyzed. */
   analyze(): Promise<string[]>;
   /** Pause between rounds (`LEDGENCE_MAINTENANCE_INTERVAL_MS`). */
   intervalMs: number;
@@ -107,15 +107,16 @@ export interface StatisticsLoopOptions {
 }
 
 /**
- * First statistics: each round analyzes the store's tables that hold rows but were never
- * analyzed, so a fresh install stops planning key lookups through the wrong index within one
- * interval instead of at autovacuum's first visit (up to a minute; never, with autovacuum off).
- * Rounds after that are one catalog read. Every replica runs it; two that analyze one table at
- * once only queue on its lock.
+ * Young tables' statistics: each round analyzes the store's tables that hold rows but were never
+ * analyzed, or that have doubled in size since they last were, so a fresh install stops planning
+ * key lookups through the wrong index within one interval instead of at autovacuum's first visit
+ * (up to a minute; never, with autovacuum off), and plans cached while a table was small (a
+ * sequential scan of it) are replaced as it grows. Rounds without such a table are one catalog
+ * read. Every replica runs it; two that analyze one table at once only queue on its lock.
  */
 export function startStatisticsLoop(options: StatisticsLoopOptions): Maintenance {
   return startPeriodic({
-    name: 'first table statistics',
+    name: 'table statistics',
     intervalMs: options.intervalMs,
     logger: options.logger,
     async round() {

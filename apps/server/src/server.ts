@@ -143,7 +143,7 @@ export async function startServer(
     });
     cleanups.push(() => recovery.stop());
     const statistics = startStatisticsLoop({
-      analyze: () => store.analyzeNewTables(),
+      analyze: () => store.analyzeGrowingTables(),
       intervalMs: config.maintenanceIntervalMs,
       logger,
     });

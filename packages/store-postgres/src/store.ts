@@ -171,7 +171,7 @@ import {
   selectRetentionScopes,
   upsertPolicy,
 } from './retention-sql.js';
-import { analyzeTables, STORE_TABLES, tablesWithoutStatistics } from './statistics.js';
+import { analyzeTables, STORE_TABLES, tablesNeedingStatistics } from './statistics.js';
 
 /** Options of {@link createPostgresTaskStore}. */
 export interface PostgresTaskStoreOptions {
@@ -247,13 +247,14 @@ export interface PostgresTaskStore extends TaskStore, CompletionStore, Retention
    */
   queueDepths(limit: number): Promise<QueueDepth[]>;
   /**
-   * Analyzes each of the store's tables that holds rows but has never been analyzed (nor
-   * vacuumed), so the planner stops tying key lookups between the primary key and other indexes
-   * (`statistics.ts`); returns the tables analyzed. A maintenance pass: the server runs it every
-   * maintenance interval. Each table is analyzed at most once per store object — afterwards
-   * autovacuum keeps its statistics current.
+   * Analyzes each of the store's tables that holds rows and was never analyzed (nor vacuumed) or
+   * has doubled in size since it last was, so the planner stops tying key lookups between the
+   * primary key and other indexes, and plans made while a table was small (a sequential scan of
+   * it per batch) are replaced as it grows (`statistics.ts`); returns the tables analyzed. A
+   * maintenance pass: the server runs it every maintenance interval. Once a table is large,
+   * autovacuum re-analyzes it before it doubles, and the pass is one catalog read.
    */
-  analyzeNewTables(): Promise<string[]>;
+  analyzeGrowingTables(): Promise<string[]>;
 }
 
 /** One row of {@link PostgresTaskStore.queueDepths}. */
@@ -466,8 +467,6 @@ class PgTaskStore implements PostgresTaskStore {
   private readonly offset: () => number;
   private readonly retentionLockTimeoutMs: number;
   private readonly failpoints: Failpoints;
-  /** Tables {@link analyzeNewTables} has analyzed: never again by this store object. */
-  private readonly analyzed = new Set<string>();
 
   constructor(options: PostgresTaskStoreOptions) {
     if (options.sql !== undefined) {
@@ -1512,13 +1511,10 @@ class PgTaskStore implements PostgresTaskStore {
     }));
   }
 
-  async analyzeNewTables(): Promise<string[]> {
-    const candidates = STORE_TABLES.filter((table) => !this.analyzed.has(table));
-    if (candidates.length === 0) return [];
+  async analyzeGrowingTables(): Promise<string[]> {
     try {
-      const tables = await tablesWithoutStatistics(this.sql, candidates);
+      const tables = await tablesNeedingStatistics(this.sql, STORE_TABLES);
       await analyzeTables(this.sql, tables);
-      for (const table of tables) this.analyzed.add(table);
       return tables;
     } catch (error) {
       throw unavailable(error);
