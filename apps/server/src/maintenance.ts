@@ -108,11 +108,12 @@ export interface StatisticsLoopOptions {
 
 /**
  * Young tables' statistics: each round analyzes the store's tables that hold rows but were never
- * analyzed, or that have doubled in size since they last were, so a fresh install stops planning
- * key lookups through the wrong index within one interval instead of at autovacuum's first visit
- * (up to a minute; never, with autovacuum off), and plans cached while a table was small (a
- * sequential scan of it) are replaced as it grows. Rounds without such a table are one catalog
- * read. Every replica runs it; two that analyze one table at once only queue on its lock.
+ * analyzed, or that, while still small, have doubled in size since they last were, so a fresh
+ * install stops planning key lookups through the wrong index within one interval instead of at
+ * autovacuum's first visit (up to a minute; never, with autovacuum off), and plans cached while
+ * a table was tiny (a sequential scan of it) are replaced as it grows. Rounds without such a
+ * table are one catalog read. Every replica runs it; two that analyze one table at once only
+ * queue on its lock.
  */
 export function startStatisticsLoop(options: StatisticsLoopOptions): Maintenance {
   return startPeriodic({

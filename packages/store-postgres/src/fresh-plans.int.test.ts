@@ -224,3 +224,24 @@ it('a plan cached while attempts was small is replaced once the pass finds the t
     session.release();
   }
 });
+
+it('a table analyzed at 256 pages or more is left to autovacuum, however it grows', async () => {
+  const pages = async () => {
+    const [row] = await sql<{ relpages: number }[]>`
+      select relpages from pg_class
+      where relname = 'task_history' and relnamespace = current_schema()::regnamespace`;
+    return row?.relpages ?? 0;
+  };
+  const grow = (rows: number, prefix: string) => sql`
+    insert into task_history (tenant_id, namespace, task_id, sequence, attempt_id, at, reason)
+    select 'acme', 'history', ${prefix} || n, 1, null, 0, 'submitted'
+    from generate_series(1, ${rows}::int) as n`;
+  expect(await pages()).toBeLessThan(256);
+  // Young: past twice its pages, so the pass analyzes it (and records its new size).
+  await grow(40_000, 'young-');
+  expect(await store.analyzeGrowingTables()).toContain('task_history');
+  expect(await pages()).toBeGreaterThanOrEqual(256);
+  // Grown up: more than doubled again, but its statistics are autovacuum's now.
+  await grow(100_000, 'grown-');
+  expect(await store.analyzeGrowingTables()).not.toContain('task_history');
+});

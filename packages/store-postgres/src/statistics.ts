@@ -23,12 +23,11 @@
  * with the primary-key plan.
  *
  * So the server analyzes, every maintenance pass, each of the store's tables that holds rows and
- * either was never analyzed nor vacuumed (`reltuples < 0`, PostgreSQL 14+) or has at least
- * doubled in pages since it last was (`relpages`, which ANALYZE and VACUUM record). The new
- * statistics invalidate the cached plans, and the next execution plans for the table's size.
- * Doubling keeps the work geometric: a table growing from nothing to n pages is analyzed about
- * log2(n) times, each reading at most ANALYZE's sample; once a table is large, autovacuum's own
- * threshold (10 % growth by default) comes first and this pass finds nothing to do.
+ * either was never analyzed nor vacuumed (`reltuples < 0`, PostgreSQL 14+) or, while young (under
+ * 256 pages at its last analysis), has at least doubled in pages since it last was analyzed or
+ * vacuumed (`relpages`, which both record). The new statistics invalidate the cached plans, and
+ * the next execution plans for the table's size. A table growing from nothing is analyzed about
+ * seven times, each on a small table; from then on it is autovacuum's.
  */
 import { getTableName, is } from 'drizzle-orm';
 import { PgTable } from 'drizzle-orm/pg-core';
@@ -47,9 +46,18 @@ export const STORE_TABLES: readonly string[] = Object.values(schema as Record<st
 const STALE_FLOOR_PAGES = 4;
 
 /**
+ * Statistics taken at this many pages or more are left to autovacuum: every key lookup plans as
+ * a key probe long before (`attempts` flips at a few thousand rows, ~100 pages), and an ANALYZE
+ * of a large table in the middle of a busy drain would cost CPU and every backend's cached
+ * plans for nothing (no harm was measured without the ceiling; bench/README.md).
+ */
+const YOUNG_CEILING_PAGES = 256;
+
+/**
  * Tables of `tables` (in the current schema) holding data whose statistics are missing (never
- * analyzed nor vacuumed) or stale by size (at least twice the pages they had when last analyzed
- * or vacuumed). Lock: none (catalog reads). No index: one pg_class row per table, by name.
+ * analyzed nor vacuumed) or, while young, stale by size (at least twice the pages they had when
+ * last analyzed or vacuumed, those being fewer than {@link YOUNG_CEILING_PAGES}). Lock: none
+ * (catalog reads). No index: one pg_class row per table, by name.
  */
 export async function tablesNeedingStatistics(
   sql: postgres.Sql,
@@ -61,8 +69,9 @@ export async function tablesNeedingStatistics(
       and c.relname = any(${tables as string[]}::text[])
       and pg_relation_size(c.oid) > 0
       and (c.reltuples < 0
-        or pg_relation_size(c.oid) >= 2 * greatest(c.relpages, ${STALE_FLOOR_PAGES})
-          * current_setting('block_size')::bigint)
+        or (c.relpages < ${YOUNG_CEILING_PAGES}
+          and pg_relation_size(c.oid) >= 2 * greatest(c.relpages, ${STALE_FLOOR_PAGES})
+            * current_setting('block_size')::bigint))
     order by c.relname`;
   return rows.map((row) => row.relname);
 }

@@ -247,12 +247,13 @@ export interface PostgresTaskStore extends TaskStore, CompletionStore, Retention
    */
   queueDepths(limit: number): Promise<QueueDepth[]>;
   /**
-   * Analyzes each of the store's tables that holds rows and was never analyzed (nor vacuumed) or
-   * has doubled in size since it last was, so the planner stops tying key lookups between the
-   * primary key and other indexes, and plans made while a table was small (a sequential scan of
-   * it per batch) are replaced as it grows (`statistics.ts`); returns the tables analyzed. A
-   * maintenance pass: the server runs it every maintenance interval. Once a table is large,
-   * autovacuum re-analyzes it before it doubles, and the pass is one catalog read.
+   * Analyzes each of the store's tables that holds rows and was never analyzed (nor vacuumed) or,
+   * while still small, has doubled in size since it last was, so the planner stops tying key
+   * lookups between the primary key and other indexes, and plans made while a table was tiny (a
+   * sequential scan of it per batch) are replaced as it grows (`statistics.ts`); returns the
+   * tables analyzed. A maintenance pass: the server runs it every maintenance interval. Once a
+   * table has been analyzed at 256 pages or more it is autovacuum's, and the pass is one catalog
+   * read.
    */
   analyzeGrowingTables(): Promise<string[]>;
 }
