@@ -221,4 +221,16 @@ describe('Settler', () => {
     expect(requests).toHaveLength(3);
     expect(settler.size).toBe(0);
   });
+
+  it('refuses a count option that is not a positive integer', () => {
+    const { send } = heldSend();
+    for (const bad of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+      expect(() => new Settler({ logger: silentLogger, send, maxInFlight: bad })).toThrow(
+        /maxInFlight must be a positive integer/,
+      );
+      expect(() => new Settler({ logger: silentLogger, send, maxBatch: bad })).toThrow(
+        /maxBatch must be a positive integer/,
+      );
+    }
+  });
 });

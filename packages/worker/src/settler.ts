@@ -53,6 +53,18 @@ interface Item {
 /** Below the server's BATCH_MAX_BYTES (16 MiB), leaving room for the envelope. */
 const DEFAULT_MAX_BATCH_BYTES = 15 * 1024 * 1024;
 
+/**
+ * A count option: a positive integer, or `fallback` when absent. Anything else would not fail
+ * loudly later — `NaN` in flight compares false both ways, so requests would go out unbounded.
+ */
+function countOption(name: string, value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  if (!Number.isInteger(value) || value < 1) {
+    throw new TypeError(`${name} must be a positive integer (got ${String(value)})`);
+  }
+  return value;
+}
+
 /** The settlement queue of one worker. */
 export class Settler {
   readonly #options: Required<Omit<SettlerOptions, 'backoff' | 'random' | 'now'>>;
@@ -69,9 +81,9 @@ export class Settler {
     this.#options = {
       send: options.send,
       logger: options.logger,
-      maxBatch: options.maxBatch ?? MAX_WORKER_BATCH,
-      maxBatchBytes: options.maxBatchBytes ?? DEFAULT_MAX_BATCH_BYTES,
-      maxInFlight: Math.max(1, options.maxInFlight ?? 1),
+      maxBatch: countOption('maxBatch', options.maxBatch, MAX_WORKER_BATCH),
+      maxBatchBytes: countOption('maxBatchBytes', options.maxBatchBytes, DEFAULT_MAX_BATCH_BYTES),
+      maxInFlight: countOption('maxInFlight', options.maxInFlight, 1),
     };
     this.#backoff = options.backoff ?? DEFAULT_BACKOFF;
     this.#random = options.random ?? Math.random;
