@@ -316,10 +316,12 @@ describe('lifecycle', () => {
 
 describe('listing', () => {
   it('pages in (submitted_at desc, task_id desc) order with filters', async () => {
+    const submitted: { task_id: string; submitted_at: number }[] = [];
     for (let i = 0; i < 7; i += 1) {
-      await h.store.submit(
+      const { snapshot } = await h.store.submit(
         submitCommand(`list${i}`, { queue: 'list', labels: { team: i % 2 ? 'a' : 'b', env: 'x' } }),
       );
+      submitted.push(snapshot);
     }
     const all: string[] = [];
     let cursor: string | undefined;
@@ -334,9 +336,19 @@ describe('listing', () => {
       cursor = page.next_cursor;
     }
     expect(all).toHaveLength(7);
-    const sorted = [...all].sort().reverse();
     expect(new Set(all).size).toBe(7);
-    expect(all).toEqual(sorted);
+    // Store time orders the listing, task ids only break its ties: two submits within one
+    // millisecond of the server's clock can get ids in either order (UUIDv7's random bits).
+    const expected = [...submitted]
+      .sort((a, b) =>
+        a.submitted_at !== b.submitted_at
+          ? b.submitted_at - a.submitted_at
+          : a.task_id < b.task_id
+            ? 1
+            : -1,
+      )
+      .map((t) => t.task_id);
+    expect(all).toEqual(expected);
     const labelled = await h.store.listTasks(SCOPE, {
       filters: { queue: 'list', labels: { team: 'a', env: 'x' } },
     });
