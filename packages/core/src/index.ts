@@ -104,6 +104,7 @@ export type {
   TaskStore,
   WakeSource,
   WakeTopic,
+  WakeWatch,
 } from './ports.js';
 export {
   countRecovery,

@@ -230,8 +230,23 @@ export type WakeTopic =
  */
 export interface WakeSource {
   /**
-   * Resolves when a hint for `topic` arrives, after `timeoutMs`, or when
-   * `signal` aborts — whichever comes first. Never rejects.
+   * Registers interest in `topic` from now on. A waiter watches *before* it
+   * looks (probes the store) and parks on the watch after: a hint that arrives
+   * between the look and the park — the change committed after the probe's
+   * snapshot — is kept for the watch instead of being dropped, which would
+   * leave the waiter to the periodic rescan. The caller closes the watch.
    */
-  wait(topic: WakeTopic, timeoutMs: number, signal?: AbortSignal): Promise<void>;
+  watch(topic: WakeTopic): WakeWatch;
+}
+
+/** One waiter's interest in a {@link WakeTopic}, from {@link WakeSource.watch}. */
+export interface WakeWatch {
+  /**
+   * Resolves at once if a hint for the topic arrived since the watch began or
+   * since the previous `next` resolved; otherwise when one arrives, after
+   * `timeoutMs`, or when `signal` aborts — whichever comes first. Never rejects.
+   */
+  next(timeoutMs: number, signal?: AbortSignal): Promise<void>;
+  /** Ends the interest (a pending `next` resolves). Idempotent. */
+  close(): void;
 }

@@ -30,6 +30,7 @@ import type {
   TaskStore,
   WakeSource,
   WakeTopic,
+  WakeWatch,
 } from './ports.js';
 
 /** How long a caller is willing to wait, and how to stop waiting early. */
@@ -98,20 +99,27 @@ export interface TaskService {
 
 const DEFAULT_RESCAN_INTERVAL_MS = 1_000;
 
-/** A wait that ends at once: no wake source, or nothing to wait for. */
-const noWake: WakeSource = {
-  wait: (_topic, timeoutMs, signal) =>
-    new Promise<void>((resolve) => {
-      if (signal?.aborted || timeoutMs <= 0) return resolve();
-      const timer = setTimeout(done, timeoutMs);
-      function done() {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', done);
-        resolve();
-      }
-      signal?.addEventListener('abort', done, { once: true });
-    }),
-};
+/** Sleeps `timeoutMs` or until `signal` aborts: a park with no hint to end it early. */
+function sleep(timeoutMs: number, signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    if (signal?.aborted || timeoutMs <= 0) return resolve();
+    const timer = setTimeout(done, timeoutMs);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+/** No wake source: every park lasts until the rescan, the deadline or an abort. */
+const noWake: WakeSource = { watch: () => ({ next: sleep, close() {} }) };
+
+/** The replies of a batch's outcomes, item failures as they are. */
+function replies(outcomes: readonly ItemResult<AcquireOutcome>[]): ItemResult<AcquireReply>[] {
+  return outcomes.map((o) => (o.ok ? { ok: true, value: o.value.reply } : o));
+}
 
 /** A fresh `empty` that the store did not record: probing again is still a new poll. */
 function unrecordedEmpty(outcome: AcquireOutcome): boolean {
@@ -141,8 +149,11 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
 
   const closing = options.closing;
 
-  /** Parks until a hint, the next rescan, the deadline, an abort or shutdown; true while time remains. */
-  async function park(topic: WakeTopic, deadline: number, signal?: AbortSignal): Promise<boolean> {
+  /**
+   * Parks on `watch` until a hint (including one that came while the caller was probing), the
+   * next rescan, the deadline, an abort or shutdown; true while time remains.
+   */
+  async function park(watch: WakeWatch, deadline: number, signal?: AbortSignal): Promise<boolean> {
     const remaining = deadline - Date.now();
     if (remaining <= 0 || signal?.aborted || closing?.aborted) return false;
     const stop =
@@ -151,8 +162,21 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
         : signal === undefined
           ? closing
           : AbortSignal.any([signal, closing]);
-    await wake.wait(topic, Math.min(remaining, rescanMs), stop);
+    await watch.next(Math.min(remaining, rescanMs), stop);
     return !signal?.aborted && !closing?.aborted && deadline - Date.now() > 0;
+  }
+
+  /**
+   * Runs `body` with a watch on `topic` taken before its first probe, so no hint is lost
+   * between a probe and the park after it; closes the watch whatever `body` does.
+   */
+  async function watching<T>(topic: WakeTopic, body: (watch: WakeWatch) => Promise<T>): Promise<T> {
+    const watch = wake.watch(topic);
+    try {
+      return await body(watch);
+    } finally {
+      watch.close();
+    }
   }
 
   /**
@@ -173,11 +197,14 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     const { deadline, parks } = budget(wait);
     if (!parks) return (await store.acquire(command, { recordEmpty: true })).reply;
     const topic: WakeTopic = { kind: 'queue', scope: command.scope, queue: command.queue };
-    for (;;) {
-      const probe = await store.acquire(command, { recordEmpty: false });
-      if (!unrecordedEmpty(probe)) return probe.reply;
-      if (!(await park(topic, deadline, wait?.signal))) break;
-    }
+    const found = await watching(topic, async (watch) => {
+      for (;;) {
+        const probe = await store.acquire(command, { recordEmpty: false });
+        if (!unrecordedEmpty(probe)) return probe.reply;
+        if (!(await park(watch, deadline, wait?.signal))) return undefined;
+      }
+    });
+    if (found !== undefined) return found;
     // A disconnected client gets nothing and consumes nothing: its retry of the
     // same sequence is still a new poll.
     if (wait?.signal?.aborted) return { disposition: 'empty', sequence: command.sequence };
@@ -191,41 +218,47 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     refuseWhileClosing();
     const { deadline, parks } = budget(wait);
     const first = commands[0];
-    let outcomes = await store.acquireBatch(commands, { recordEmpty: !parks });
-    if (parks && first !== undefined) {
-      const topic: WakeTopic = { kind: 'queue', scope: first.scope, queue: first.queue };
-      const waiting = () => outcomes.every((o) => o.ok && unrecordedEmpty(o.value));
-      while (waiting() && (await park(topic, deadline, wait?.signal))) {
-        outcomes = await store.acquireBatch(commands, { recordEmpty: false });
-      }
-      if (wait?.signal?.aborted) {
-        // Anything already assigned was recorded and will be replayed by the
-        // client's retry of the same sequences; unrecorded empties consumed nothing.
-        return outcomes.map((o) => (o.ok ? { ok: true, value: o.value.reply } : o));
-      }
-      // Record the empties this reply reports, so the client's next sequences follow on.
-      const unrecorded = outcomes.flatMap((o, i) => (o.ok && unrecordedEmpty(o.value) ? [i] : []));
-      if (unrecorded.length > 0) {
-        const recorded = await store.acquireBatch(
-          unrecorded.map((i) => commands[i] as AcquireCommand),
-          { recordEmpty: true },
-        );
-        unrecorded.forEach((index, k) => {
-          outcomes[index] = recorded[k] as ItemResult<AcquireOutcome>;
-        });
-      }
+    if (!parks || first === undefined) {
+      return replies(await store.acquireBatch(commands, { recordEmpty: true }));
     }
-    return outcomes.map((o) => (o.ok ? { ok: true, value: o.value.reply } : o));
+    const topic: WakeTopic = { kind: 'queue', scope: first.scope, queue: first.queue };
+    const outcomes = await watching(topic, async (watch) => {
+      const waiting = (batch: ItemResult<AcquireOutcome>[]) =>
+        batch.every((o) => o.ok && unrecordedEmpty(o.value));
+      let probed = await store.acquireBatch(commands, { recordEmpty: false });
+      while (waiting(probed) && (await park(watch, deadline, wait?.signal))) {
+        probed = await store.acquireBatch(commands, { recordEmpty: false });
+      }
+      return probed;
+    });
+    // Anything already assigned was recorded and will be replayed by a disconnected client's
+    // retry of the same sequences; its unrecorded empties consumed nothing.
+    if (wait?.signal?.aborted) return replies(outcomes);
+    // Record the empties this reply reports, so the client's next sequences follow on.
+    const unrecorded = outcomes.flatMap((o, i) => (o.ok && unrecordedEmpty(o.value) ? [i] : []));
+    if (unrecorded.length > 0) {
+      const recorded = await store.acquireBatch(
+        unrecorded.map((i) => commands[i] as AcquireCommand),
+        { recordEmpty: true },
+      );
+      unrecorded.forEach((index, k) => {
+        outcomes[index] = recorded[k] as ItemResult<AcquireOutcome>;
+      });
+    }
+    return replies(outcomes);
   }
 
   async function result(scope: Scope, taskId: string, wait?: WaitOptions): Promise<TaskResult> {
     const { deadline, parks } = budget(wait);
+    if (!parks) return store.result(scope, taskId);
     const topic: WakeTopic = { kind: 'task', scope, task_id: taskId };
-    for (;;) {
-      const current = await store.result(scope, taskId);
-      if (!parks || current.outcome.state !== 'pending') return current;
-      if (!(await park(topic, deadline, wait?.signal))) return store.result(scope, taskId);
-    }
+    return watching(topic, async (watch) => {
+      for (;;) {
+        const current = await store.result(scope, taskId);
+        if (current.outcome.state !== 'pending') return current;
+        if (!(await park(watch, deadline, wait?.signal))) return store.result(scope, taskId);
+      }
+    });
   }
 
   return {

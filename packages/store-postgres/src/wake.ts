@@ -1,11 +1,12 @@
 /**
  * Wake hints across replicas over PostgreSQL `LISTEN/NOTIFY` (DESIGN §1.7, §5 Acquire). The store
  * NOTIFYs `ledgence_wake` at commit with JSON arrays of hints; this source LISTENs on ONE
- * dedicated connection (`max: 1`) and resolves matching waiters. A hint is only a hint: waiters
- * rescan, and a periodic rescan stays necessary, because NOTIFYs sent while the connection was
- * down are lost — so every (re)connection wakes every waiter.
+ * dedicated connection (`max: 1`) and wakes matching watches, keeping the hint for a watch whose
+ * waiter is probing rather than parked. A hint is only a hint: waiters rescan, and a periodic
+ * rescan stays necessary, because NOTIFYs sent while the connection was down are lost — so every
+ * (re)connection wakes every watch.
  */
-import type { WakeSource, WakeTopic } from '@ledgence/core';
+import type { WakeSource, WakeTopic, WakeWatch } from '@ledgence/core';
 import postgres from 'postgres';
 import { WAKE_CHANNEL } from './hot-sql.js';
 
@@ -14,8 +15,9 @@ export interface PostgresWakeSourceOptions {
   /** postgres:// URL; the source opens its own single LISTEN connection. */
   url: string;
   /**
-   * Most waiters held at once (default 10 000). Beyond it a waiter is not registered and simply
-   * sleeps until its timeout: the caller's periodic rescan still finds work, and memory stays bounded.
+   * Most watches held at once (default 10 000). Beyond it a watch is not registered and its
+   * `next` simply sleeps until its timeout: the caller's periodic rescan still finds work, and
+   * memory stays bounded.
    */
   maxWaiters?: number;
 }
@@ -24,12 +26,45 @@ export interface PostgresWakeSourceOptions {
 export interface PostgresWakeSource extends WakeSource {
   /** Resolves once the first LISTEN is in place (hints sent before it are not seen). */
   ready(): Promise<void>;
-  /** Resolves every waiter and closes the LISTEN connection. */
+  /** Wakes every watch (each `next` then resolves at once) and closes the LISTEN connection. */
   close(): Promise<void>;
 }
 
-interface Waiter {
-  resolve: () => void;
+/**
+ * A registered watch: `hinted` keeps a hint that came while no `next` was pending (the waiter
+ * was probing), `wakeUp` ends the pending `next`, if any.
+ */
+interface Watcher {
+  hinted: boolean;
+  wakeUp: (() => void) | undefined;
+}
+
+function hint(watcher: Watcher): void {
+  watcher.hinted = true;
+  watcher.wakeUp?.();
+}
+
+/** A `next` that ends on its timeout, an abort, or `wakeUp`, and consumes the kept hint. */
+function nextOf(watcher: Watcher | undefined, isClosed: () => boolean): WakeWatch['next'] {
+  return (timeoutMs, signal) =>
+    new Promise<void>((resolve) => {
+      if (watcher?.hinted || isClosed() || signal?.aborted || timeoutMs <= 0) {
+        if (watcher) watcher.hinted = false;
+        return resolve();
+      }
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', done);
+        if (watcher) {
+          watcher.wakeUp = undefined;
+          watcher.hinted = false;
+        }
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      signal?.addEventListener('abort', done, { once: true });
+      if (watcher) watcher.wakeUp = done;
+    });
 }
 
 function topicKey(topic: WakeTopic): string {
@@ -58,19 +93,22 @@ function hintKey(hint: unknown): string | null {
  * @example
  * ```ts
  * const wake = createPostgresWakeSource({ url });
- * await wake.wait({ kind: 'queue', scope, queue: 'email' }, 20_000, request.signal);
- * // then rescan: the hint says only that something may have changed
+ * const watch = wake.watch({ kind: 'queue', scope, queue: 'email' }); // before looking
+ * // probe the store; if it has nothing yet:
+ * await watch.next(1_000, request.signal);
+ * // then probe again: the hint says only that something may have changed
+ * watch.close();
  * await wake.close();
  * ```
  */
 export function createPostgresWakeSource(options: PostgresWakeSourceOptions): PostgresWakeSource {
   const maxWaiters = options.maxWaiters ?? 10_000;
-  const interests = new Map<string, Set<Waiter>>();
+  const interests = new Map<string, Set<Watcher>>();
   let size = 0;
   let closed = false;
 
   const wakeAll = () => {
-    for (const set of interests.values()) for (const waiter of [...set]) waiter.resolve();
+    for (const set of interests.values()) for (const watcher of set) hint(watcher);
   };
   const onNotify = (payload: string) => {
     let hints: unknown;
@@ -79,11 +117,11 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
     } catch {
       return;
     }
-    for (const hint of Array.isArray(hints) ? hints : [hints]) {
-      const key = hintKey(hint);
+    for (const item of Array.isArray(hints) ? hints : [hints]) {
+      const key = hintKey(item);
       if (key === null) continue;
       const set = interests.get(key);
-      if (set) for (const waiter of [...set]) waiter.resolve();
+      if (set) for (const watcher of set) hint(watcher);
     }
   };
 
@@ -104,45 +142,28 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
 
   return {
     ready: () => listening,
-    wait(topic: WakeTopic, timeoutMs: number, signal?: AbortSignal): Promise<void> {
-      return new Promise<void>((resolve) => {
-        if (closed || signal?.aborted) return resolve();
-        let timer: NodeJS.Timeout | undefined;
-        if (size >= maxWaiters) {
-          timer = setTimeout(resolve, Math.max(0, timeoutMs));
-          signal?.addEventListener(
-            'abort',
-            () => {
-              clearTimeout(timer);
-              resolve();
-            },
-            { once: true },
-          );
-          return;
-        }
-        const key = topicKey(topic);
-        let set = interests.get(key);
-        if (set === undefined) {
-          set = new Set();
-          interests.set(key, set);
-        }
-        const mine = set;
-        const onAbort = () => waiter.resolve();
-        const waiter: Waiter = {
-          resolve: () => {
-            if (!mine.delete(waiter)) return;
-            size -= 1;
-            if (mine.size === 0 && interests.get(key) === mine) interests.delete(key);
-            clearTimeout(timer);
-            signal?.removeEventListener('abort', onAbort);
-            resolve();
-          },
-        };
-        mine.add(waiter);
-        size += 1;
-        timer = setTimeout(waiter.resolve, Math.max(0, timeoutMs));
-        signal?.addEventListener('abort', onAbort, { once: true });
-      });
+    watch(topic: WakeTopic): WakeWatch {
+      const isClosed = () => closed;
+      if (closed || size >= maxWaiters) return { next: nextOf(undefined, isClosed), close() {} };
+      const key = topicKey(topic);
+      let set = interests.get(key);
+      if (set === undefined) {
+        set = new Set();
+        interests.set(key, set);
+      }
+      const mine = set;
+      const watcher: Watcher = { hinted: false, wakeUp: undefined };
+      mine.add(watcher);
+      size += 1;
+      return {
+        next: nextOf(watcher, isClosed),
+        close() {
+          if (!mine.delete(watcher)) return;
+          size -= 1;
+          if (mine.size === 0 && interests.get(key) === mine) interests.delete(key);
+          watcher.wakeUp?.();
+        },
+      };
     },
     async close(): Promise<void> {
       if (closed) return;
