@@ -245,6 +245,7 @@ export interface WakeWatch {
    * Resolves at once if a hint for the topic arrived since the watch began or
    * since the previous `next` resolved; otherwise when one arrives, after
    * `timeoutMs`, or when `signal` aborts — whichever comes first. Never rejects.
+   * One `next` at a time: a waiter parks, then probes, then parks again.
    */
   next(timeoutMs: number, signal?: AbortSignal): Promise<void>;
   /** Ends the interest (a pending `next` resolves). Idempotent. */

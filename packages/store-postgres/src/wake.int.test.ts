@@ -93,6 +93,26 @@ it('closing a watch ends its pending park', async () => {
   expect(await parked).toBeLessThan(TIMEOUT);
 });
 
+it('holds at most maxWaiters watches; one beyond is not woken, and a closed one frees its place', async () => {
+  const bounded = createPostgresWakeSource({ url: h.db.url, maxWaiters: 1 });
+  await bounded.ready();
+  const topic: WakeTopic = { kind: 'queue', scope: SCOPE, queue: 'bounded' };
+  const held = bounded.watch(topic);
+  const beyond = bounded.watch(topic);
+  await h.store.submit(submitCommand('wake-bounded-1', { queue: 'bounded' }));
+  // The held watch is woken by the hint; the same NOTIFY would have marked the other one too.
+  expect(await timed(held.next(TIMEOUT))).toBeLessThan(TIMEOUT);
+  // Not registered, so no hint was kept for it: its park lasts its whole timeout.
+  expect(await timed(beyond.next(200))).toBeGreaterThanOrEqual(195);
+  held.close();
+  const next = bounded.watch(topic);
+  await h.store.submit(submitCommand('wake-bounded-2', { queue: 'bounded' }));
+  expect(await timed(next.next(TIMEOUT))).toBeLessThan(TIMEOUT);
+  next.close();
+  beyond.close();
+  await bounded.close();
+});
+
 it('a reconnection wakes every waiter (hints may have been lost meanwhile)', async () => {
   const waiting = timed(waitOnce({ kind: 'queue', scope: SCOPE, queue: 'quiet' }, TIMEOUT));
   await h.sql`
