@@ -5,14 +5,19 @@
  * The certificate (`testdata/tls`, localhost and 127.0.0.1, self-signed) exists only for tests.
  */
 import { readFileSync } from 'node:fs';
-import { request as httpRequest } from 'node:http';
-import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
-import { client, idsOf, Stack, settled, until } from './test/harness.js';
+import {
+  client,
+  type HttpProxy,
+  idsOf,
+  Stack,
+  settled,
+  startHttpProxy,
+  until,
+} from './test/harness.js';
 import { startWorkerProcess, type WorkerProcess } from './test/worker-process.js';
 
 const tls = join(dirname(fileURLToPath(import.meta.url)), 'testdata', 'tls');
@@ -21,51 +26,22 @@ const KEY = join(tls, 'localhost-test-only.key');
 
 const stack = new Stack('https_e2e');
 let server: ServerProcess;
-let proxy: Server;
-let httpsUrl: string;
-/** Requests the proxy forwarded, i.e. that arrived over TLS. */
-let forwarded = 0;
+/** Terminates TLS in front of the server: every request it forwards arrived over TLS. */
+let proxy: HttpProxy;
 const processes: WorkerProcess[] = [];
-
-/** Terminates TLS and forwards each request to the server as it is, streaming both ways. */
-function startTlsProxy(target: string): Promise<Server> {
-  const upstream = new URL(target);
-  const tlsServer = createServer(
-    { cert: readFileSync(CERT), key: readFileSync(KEY) },
-    (req, res) => {
-      forwarded += 1;
-      const out = httpRequest(
-        {
-          host: upstream.hostname,
-          port: upstream.port,
-          method: req.method,
-          path: req.url,
-          headers: req.headers,
-        },
-        (reply) => {
-          res.writeHead(reply.statusCode ?? 502, reply.headers);
-          reply.pipe(res);
-        },
-      );
-      out.on('error', () => res.destroy());
-      req.pipe(out);
-    },
-  );
-  return new Promise((resolve) => tlsServer.listen(0, '127.0.0.1', () => resolve(tlsServer)));
-}
 
 beforeAll(async () => {
   await stack.open();
   server = await stack.start();
-  proxy = await startTlsProxy(server.url);
-  httpsUrl = `https://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+  proxy = await startHttpProxy(server.url, {
+    tls: { cert: readFileSync(CERT), key: readFileSync(KEY) },
+  });
 });
 afterEach(async () => {
   await Promise.all(processes.splice(0).map((p) => p.stop('SIGKILL')));
 });
 afterAll(async () => {
-  proxy.closeAllConnections();
-  await new Promise((resolve) => proxy.close(resolve));
+  await proxy.close();
   await stack.close();
 });
 
@@ -77,8 +53,8 @@ describe('the worker SDK over https', () => {
         Array.from({ length: 20 }, (_, i) => ({ queue, program: 'job', data: { i } })),
       ),
     );
-    const before = forwarded;
-    const worker = await startWorkerProcess('tls', httpsUrl, queue, {
+    const before = proxy.forwarded();
+    const worker = await startWorkerProcess('tls', proxy.url, queue, {
       NODE_EXTRA_CA_CERTS: CERT,
     });
     processes.push(worker);
@@ -88,7 +64,7 @@ describe('the worker SDK over https', () => {
     });
     expect(worker.lines.filter((l) => l.event === 'done')).toHaveLength(20);
     // Sessions, polls, renewals and settlements: all of them came through the TLS proxy.
-    expect(forwarded - before).toBeGreaterThanOrEqual(4);
+    expect(proxy.forwarded() - before).toBeGreaterThanOrEqual(4);
   });
 
   it('refuses a server whose certificate it does not trust, and runs nothing', async () => {
@@ -96,8 +72,8 @@ describe('the worker SDK over https', () => {
     const ids = idsOf(
       await client(server.url).submitBatch([{ queue, program: 'job', data: { i: 0 } }]),
     );
-    const before = forwarded;
-    const worker = await startWorkerProcess('untrusted', httpsUrl, queue);
+    const before = proxy.forwarded();
+    const worker = await startWorkerProcess('untrusted', proxy.url, queue);
     processes.push(worker);
     await until(
       () => /self[- ]signed certificate/i.test(worker.stderr()),
@@ -106,7 +82,7 @@ describe('the worker SDK over https', () => {
     );
     expect(worker.lines.filter((l) => l.event === 'start')).toHaveLength(0);
     // The handshake failed, so no request reached the server through the proxy.
-    expect(forwarded).toBe(before);
+    expect(proxy.forwarded()).toBe(before);
     const status = await client(server.url).status(ids[0] as string);
     expect(status.state).toBe('queued');
   });

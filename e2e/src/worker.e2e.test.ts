@@ -27,6 +27,7 @@ import {
   Stack,
   settled,
   sleep,
+  startHttpProxy,
   startProxy,
   type TcpProxy,
   TENANT,
@@ -404,25 +405,25 @@ describe('Worker against the real server', () => {
         Array.from({ length: 600 }, (_, i) => ({ queue, program: 'lane', data: { i } })),
       ),
     );
-    // Every acquire request, as sent over the real socket: how many polls it carried and how
-    // many acquire requests were out at that moment.
+    // Every acquire request the SDK's default exchange sent, as it reached a forwarding proxy
+    // in front of the server: how many polls it carried and how many acquire requests were out
+    // at that moment.
     const polls: { size: number; outstanding: number }[] = [];
     let outstanding = 0;
-    const w = worker(queue, {
-      concurrency: 256,
-      fetch: async (input, init) => {
-        const isPoll = String(input).includes('/v1/worker/acquire:batch');
-        if (!isPoll) return fetch(input, init);
-        const body = JSON.parse(String(init?.body)) as { commands: unknown[] };
+    const proxy = await startHttpProxy(server.url, {
+      observe({ path, body }) {
+        if (!path.startsWith('/v1/worker/acquire:batch')) return undefined;
         outstanding += 1;
-        polls.push({ size: body.commands.length, outstanding });
-        try {
-          return await fetch(input, init);
-        } finally {
+        polls.push({
+          size: (JSON.parse(body.toString()) as { commands: unknown[] }).commands.length,
+          outstanding,
+        });
+        return () => {
           outstanding -= 1;
-        }
+        };
       },
     });
+    const w = worker(queue, { concurrency: 256, url: proxy.url });
     const runs = new Map<string, number>();
     w.register('lane', async (data: unknown, ctx) => {
       runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1);
@@ -432,6 +433,7 @@ describe('Worker against the real server', () => {
     const results = await settled(c, ids);
     await w.stop();
     await running;
+    await proxy.close();
     results.forEach((result, i) => {
       expect(result.outcome).toEqual({ state: 'succeeded', output: { i } });
     });

@@ -1,10 +1,18 @@
 /**
  * Shared pieces of the SDK's end-to-end tests: a real server process with
  * short lease timings on a per-file test database, waiting helpers that read
- * the server's record through the public API, and a TCP proxy that can drop
- * or black-hole connections between a worker and the server.
+ * the server's record through the public API, a TCP proxy that can drop
+ * or black-hole connections between a worker and the server, and an HTTP(S)
+ * proxy that forwards requests as they are and lets a test see each one.
  */
 
+import {
+  request as httpRequest,
+  createServer as httpServer,
+  type IncomingMessage,
+  type ServerResponse,
+} from 'node:http';
+import { createServer as httpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import type {
@@ -247,6 +255,86 @@ export async function startProxy(target: string, rate = 0, seed = 1): Promise<Tc
     close: () =>
       new Promise<void>((resolve) => {
         for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** One request the HTTP proxy is about to forward, with its whole body. */
+export interface ProxiedRequest {
+  method: string;
+  path: string;
+  body: Buffer;
+}
+
+/** Options of {@link startHttpProxy}. */
+export interface HttpProxyOptions {
+  /** Serve HTTPS with this certificate and key; the proxy terminates TLS. */
+  tls?: { cert: Buffer; key: Buffer };
+  /**
+   * Sees each request before it is forwarded; a function it returns runs once the reply has
+   * been passed on (or the exchange failed).
+   */
+  observe?: (request: ProxiedRequest) => (() => void) | undefined;
+}
+
+/** An HTTP(S) proxy in front of a server. */
+export interface HttpProxy {
+  readonly url: string;
+  /** Requests forwarded so far. */
+  forwarded(): number;
+  close(): Promise<void>;
+}
+
+/**
+ * A forwarding proxy to `target` that sees every request: the SDK's default exchange talks to
+ * it over real sockets (HTTP, or HTTPS with `tls`), and the test observes what was sent without
+ * replacing the client's transport. Replies stream through unchanged (long polls included).
+ */
+export async function startHttpProxy(
+  target: string,
+  options: HttpProxyOptions = {},
+): Promise<HttpProxy> {
+  const upstream = new URL(target);
+  let forwarded = 0;
+  const forward = (req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      forwarded += 1;
+      const body = Buffer.concat(chunks);
+      const done = options.observe?.({ method: req.method ?? '', path: req.url ?? '', body });
+      const out = httpRequest(
+        {
+          host: upstream.hostname,
+          port: upstream.port,
+          method: req.method,
+          path: req.url,
+          headers: req.headers,
+        },
+        (reply) => {
+          res.writeHead(reply.statusCode ?? 502, reply.headers);
+          reply.pipe(res);
+          reply.on('end', () => done?.());
+        },
+      );
+      out.on('error', () => {
+        done?.();
+        res.destroy();
+      });
+      out.end(body);
+    });
+  };
+  const server =
+    options.tls === undefined ? httpServer(forward) : httpsServer(options.tls, forward);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `${options.tls === undefined ? 'http' : 'https'}://127.0.0.1:${port}`,
+    forwarded: () => forwarded,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
         server.close(() => resolve());
       }),
   };
