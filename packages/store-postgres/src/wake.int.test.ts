@@ -51,18 +51,24 @@ it('a submit on another store instance wakes a waiter on its queue', async () =>
   await unrelated;
 });
 
-it('a task becoming terminal wakes its result waiters', async () => {
-  const { snapshot } = await h.store.submit(submitCommand('wake-2', { queue: 'wt' }));
-  const session = await h.store.openSession({ scope: SCOPE, queue: 'wt', concurrency: 1 });
-  const { reply } = await h.store.acquire(acquireCommand(session.id, 0, 1, 'wt'), {
+/** A task submitted on `queue`, claimed and granted dispatch: ready to be settled. */
+async function dispatchedTask(key: string, queue: string) {
+  const { snapshot } = await h.store.submit(submitCommand(key, { queue }));
+  const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 1 });
+  const { reply } = await h.store.acquire(acquireCommand(session.id, 0, 1, queue), {
     recordEmpty: true,
   });
   if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
   await h.store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
+  return { snapshot, assignment: reply.assignment };
+}
+
+it('a task becoming terminal wakes its result waiters', async () => {
+  const { snapshot, assignment } = await dispatchedTask('wake-2', 'wt');
   const waiting = timed(
     waitOnce({ kind: 'task', scope: SCOPE, task_id: snapshot.task_id }, TIMEOUT),
   );
-  await h.makeStore(1).settle(successCommand(reply.assignment, 'w'));
+  await h.makeStore(1).settle(successCommand(assignment, 'w'));
   expect(await waiting).toBeLessThan(TIMEOUT);
 });
 
@@ -218,17 +224,11 @@ it('the batch poll is woken the same way', async () => {
 });
 
 it('a result wait is woken by a settle whose hint arrives between its probe and its park', async () => {
-  const { snapshot } = await h.store.submit(submitCommand('race-result', { queue: 'race-r' }));
-  const session = await h.store.openSession({ scope: SCOPE, queue: 'race-r', concurrency: 1 });
-  const { reply } = await h.store.acquire(acquireCommand(session.id, 0, 1, 'race-r'), {
-    recordEmpty: true,
-  });
-  if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
-  await h.store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
+  const { snapshot, assignment } = await dispatchedTask('race-result', 'race-r');
   const settler = h.makeStore(1);
   const topic: WakeTopic = { kind: 'task', scope: SCOPE, task_id: snapshot.task_id };
   const service = serviceOver(
-    racingStore('result', topic, () => settler.settle(successCommand(reply.assignment, 'w'))),
+    racingStore('result', topic, () => settler.settle(successCommand(assignment, 'w'))),
   );
   const started = performance.now();
   const result = await service.result(SCOPE, snapshot.task_id, { waitMs: RACE_WAIT_MS });
