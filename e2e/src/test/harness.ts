@@ -303,7 +303,16 @@ export async function startHttpProxy(
     req.on('end', () => {
       forwarded += 1;
       const body = Buffer.concat(chunks);
-      const done = options.observe?.({ method: req.method ?? '', path: req.url ?? '', body });
+      const observed = options.observe?.({ method: req.method ?? '', path: req.url ?? '', body });
+      // Once, whichever way the exchange ends: replied, failed, or the client went away mid-reply
+      // (a long poll aborted at stop), so a test's count of open requests stays true.
+      let ended = false;
+      const done = () => {
+        if (ended) return;
+        ended = true;
+        observed?.();
+      };
+      res.on('close', done);
       const out = httpRequest(
         {
           host: upstream.hostname,
@@ -315,11 +324,11 @@ export async function startHttpProxy(
         (reply) => {
           res.writeHead(reply.statusCode ?? 502, reply.headers);
           reply.pipe(res);
-          reply.on('end', () => done?.());
+          reply.on('end', done);
         },
       );
       out.on('error', () => {
-        done?.();
+        done();
         res.destroy();
       });
       out.end(body);
