@@ -31,6 +31,7 @@ describe('loadConfig', () => {
     expect(config).toMatchObject({
       databaseUrl: undefined,
       dataDir: '.ledgence/pg',
+      dbPoolSize: 10,
       host: '127.0.0.1',
       port: 8080,
       apiKeys: [],
@@ -48,6 +49,7 @@ describe('loadConfig', () => {
       {
         DATABASE_URL: 'postgres://u@db:5432/ledgence',
         LEDGENCE_DATA_DIR: '/var/lib/ledgence',
+        LEDGENCE_DB_POOL_SIZE: '3',
         HOST: '0.0.0.0',
         PORT: '9000',
         LEDGENCE_API_KEYS: KEYS,
@@ -77,6 +79,7 @@ describe('loadConfig', () => {
       completionLeaseMs: 30_000,
       databaseUrl: 'postgres://u@db:5432/ledgence',
       dataDir: '/var/lib/ledgence',
+      dbPoolSize: 3,
       host: '0.0.0.0',
       port: 9000,
       apiKeys: JSON.parse(KEYS),
@@ -127,6 +130,17 @@ describe('loadConfig', () => {
     const lease = (value: string) => ({ LEDGENCE_COMPLETION_LEASE_MS: value });
     expect(loadConfig(lease('100'), noFiles).completionLeaseMs).toBe(100);
     expect(problemsOf(lease('99')).join()).toContain('LEDGENCE_COMPLETION_LEASE_MS');
+  });
+
+  it('bounds the database pool size from 1 to 1 000 connections', () => {
+    const pool = (value: string) => ({ LEDGENCE_DB_POOL_SIZE: value });
+    expect(loadConfig(pool('1'), noFiles).dbPoolSize).toBe(1);
+    expect(loadConfig(pool('1000'), noFiles).dbPoolSize).toBe(1_000);
+    for (const bad of ['0', '1001', 'ten']) {
+      expect(problemsOf(pool(bad))).toEqual([
+        `LEDGENCE_DB_POOL_SIZE must be a whole number from 1 to 1000 (got "${bad}")`,
+      ]);
+    }
   });
 
   it('bounds the callback retry base and the retention policy at their edges', () => {

@@ -37,6 +37,12 @@ export interface ServerConfig {
   databaseUrl: string | undefined;
   /** `LEDGENCE_DATA_DIR`: the embedded database's folder (default `./.ledgence/pg`). */
   dataDir: string;
+  /**
+   * `LEDGENCE_DB_POOL_SIZE`: the most connections the store opens (default 10), besides one for
+   * LISTEN. Replicas × this must fit PostgreSQL's `max_connections`; batching keeps the hot path
+   * on a few connections (2 and 10 drained alike in bench/README.md).
+   */
+  dbPoolSize: number;
   /** `HOST` (default 127.0.0.1). */
   host: string;
   /** `PORT` (default 8080; 0 picks a free port). */
@@ -122,6 +128,7 @@ const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
 export const CONFIG_VARIABLES = [
   'DATABASE_URL',
   'LEDGENCE_DATA_DIR',
+  'LEDGENCE_DB_POOL_SIZE',
   'HOST',
   'PORT',
   'LEDGENCE_API_KEYS',
@@ -222,6 +229,7 @@ export function loadConfig(
   const config: ServerConfig = {
     databaseUrl,
     dataDir: text('LEDGENCE_DATA_DIR') ?? '.ledgence/pg',
+    dbPoolSize: integer('LEDGENCE_DB_POOL_SIZE', 10, 1, 1_000),
     host,
     port,
     apiKeys,

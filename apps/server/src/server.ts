@@ -93,7 +93,12 @@ export async function startServer(
     });
     // TEST ONLY (LEDGENCE_FAILPOINTS); none armed in any normal run.
     const failpoints = serverFailpoints(config.failpoints);
-    const store = createPostgresTaskStore({ url, config: lifecycle, failpoints });
+    const store = createPostgresTaskStore({
+      url,
+      config: lifecycle,
+      failpoints,
+      max: config.dbPoolSize,
+    });
     cleanups.push(() => store.close());
     const wake = createPostgresWakeSource({ url });
     cleanups.push(() => wake.close());
