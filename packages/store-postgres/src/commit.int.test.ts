@@ -1,5 +1,5 @@
 /**
- * A lifecycle transaction sends COMMIT behind its last writes instead of after their answers
+ * A lifecycle or submit transaction sends COMMIT behind its last writes instead of after their answers
  * (store.ts `Finish`, issue #7): one round trip less per transaction; a claim also reads its
  * tasks' data with them (`selectClaimable`). This test counts the round trips;
  * the other side, that a write failing in front of that COMMIT commits nothing and leaves the
@@ -28,6 +28,7 @@ beforeAll(async () => {
   // postgres.js prepares a statement with a round trip of its own the first time a connection
   // runs it; a first lifecycle leaves only steady-state traffic for the counted one.
   await lifecycle('warm-up');
+  await store.submit(submitCommand('warm-up-0', { queue: 'warm-up' })); // a replay's lookups
 });
 afterAll(() => h.close());
 
@@ -84,4 +85,25 @@ it('a lifecycle takes seven round trips: claim 3, dispatch renewal 2, settle 2',
   const [row] = await h.sql<{ state: string }[]>`
     select state from tasks where task_id = ${taskId}`;
   expect(row?.state).toBe('succeeded');
+});
+
+it('a submit takes two round trips, BEGIN with the store time and the insert with COMMIT; a replay looks up after', async () => {
+  const command = submitCommand('trips-submit', { queue: 'trips-submit' });
+  let first: Awaited<ReturnType<PostgresTaskStore['submit']>> | undefined;
+  const submit = await roundTrips(async () => {
+    first = await store.submit(command);
+  });
+  expect(submit).toBe(2);
+  expect(first?.created).toBe(true);
+  // The replay's insert skips the held key after the COMMIT has gone out; the task and its
+  // payload are read after it, one round trip each.
+  let replay: Awaited<ReturnType<PostgresTaskStore['submit']>> | undefined;
+  const replayed = await roundTrips(async () => {
+    replay = await store.submit(command);
+  });
+  expect(replayed).toBe(4);
+  expect(replay).toEqual({ created: false, snapshot: first?.snapshot });
+  const [count] = await h.sql<{ n: number }[]>`
+    select count(*)::int as n from tasks where idempotency_key = 'trips-submit'`;
+  expect(count?.n).toBe(1);
 });

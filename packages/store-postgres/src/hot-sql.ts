@@ -489,13 +489,14 @@ export async function loadTasksByIdempotencyKey(
  * New tasks with their payload and history rows, and the wake NOTIFY, in ONE round trip (a
  * statement of data-modifying CTEs). Measured before (bench/README.md, "Changes and their
  * measured effect"): a submit sent begin, an idempotency lookup, store time, three INSERTs, a
- * NOTIFY and commit — 8 round trips for a lone task; now begin, store time, this, commit.
+ * NOTIFY and commit — 8 round trips for a lone task; now begin with store time, then this with
+ * COMMIT behind it: 2.
  *
  * Insert first, look up only on conflict: `ON CONFLICT DO NOTHING` on the unique
  * `tasks_idempotency_key` skips a key that is already held (waiting, if another transaction is
  * inserting it, for that one to end), so the usual all-new submit never runs the idempotency
- * lookup. The caller then looks up only the skipped keys ({@link loadTasksByIdempotencyKey}) and
- * answers them as replays or conflicts. Payload and history rows are inserted only for the tasks
+ * lookup. The caller then looks up only the skipped keys ({@link loadTasksByIdempotencyKey}),
+ * after the commit, and answers them as replays or conflicts. Payload and history rows are inserted only for the tasks
  * `ins` returned (joined on the fresh task id), so a skipped task leaves no rows behind.
  *
  * `wake` is the NOTIFY payload (a JSON array of hints), or null when the caller sends it itself;

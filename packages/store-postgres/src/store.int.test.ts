@@ -1,7 +1,10 @@
 import { type Assignment, ContractError } from '@ledgence/contracts';
+import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createPostgresTaskStore } from './store.js';
 import {
   acquireCommand,
+  CONFIG,
   failureCommand,
   type Harness,
   harness,
@@ -25,6 +28,36 @@ async function code(promise: Promise<unknown>): Promise<string> {
     if (error instanceof ContractError) return error.code;
     throw error;
   }
+}
+
+/**
+ * A store on a connection of its own that runs `before` ahead of the first lookup of
+ * submitted keys (the statement of `loadTasksByIdempotencyKey`), to step between a submit's
+ * insert and that lookup.
+ */
+function storeBeforeFirstLookup(before: () => Promise<void>) {
+  let fired = false;
+  const client = postgres(h.db.url, { max: 1, onnotice: () => {} });
+  const intercepting = new Proxy(client, {
+    get(target, property, receiver) {
+      if (property !== 'reserve') return Reflect.get(target, property, receiver);
+      return async () =>
+        new Proxy(await target.reserve(), {
+          apply(query, self, args) {
+            const text = Array.isArray(args[0]) ? args[0].join('$') : '';
+            if (fired || !text.includes('t.idempotency_key = k.key')) {
+              return Reflect.apply(query, self, args);
+            }
+            fired = true;
+            return before().then(() => Reflect.apply(query, self, args));
+          },
+        });
+    },
+  });
+  return {
+    store: createPostgresTaskStore({ sql: intercepting, config: CONFIG }),
+    close: () => client.end(),
+  };
 }
 
 async function session(queue = 'q', concurrency = 2) {
@@ -113,6 +146,65 @@ describe('submit', () => {
     expect(history.map((e) => e.event.reason)).toEqual(['submitted']);
     const freshHistory = await h.store.history(SCOPE, fresh?.task_id ?? '', 0);
     expect(freshHistory.map((e) => e.event.reason)).toEqual(['submitted']);
+  });
+
+  it('submits again a key whose task is deleted between the insert and its lookup; the rest keep their answers', async () => {
+    // The lookup of a skipped key runs after the COMMIT (store.ts `submitTx`); here the held
+    // task is deleted right before it, as retention could.
+    const held = await h.store.submit(submitCommand('released', { queue: 'sub' }));
+    const deletes: string[] = [];
+    const racing = storeBeforeFirstLookup(async () => {
+      const rows = await h.sql`
+        delete from tasks where idempotency_key = 'released' returning task_id`;
+      deletes.push(...rows.map((row) => String(row.task_id)));
+    });
+    try {
+      const results = await racing.store.submitBatch([
+        submitCommand('before-released', { queue: 'sub' }),
+        submitCommand('released', { queue: 'sub' }),
+        submitCommand('after-released', { queue: 'sub' }),
+      ]);
+      expect(deletes).toEqual([held.snapshot.task_id]);
+      // All three created: the first and last by the batch's committed insert (not replays of
+      // it), the released key by a submit of its own.
+      expect(results.map((r) => r.ok && r.value.created)).toEqual([true, true, true]);
+      const ids = results.map((r) => (r.ok ? r.value.snapshot.task_id : ''));
+      expect(ids[1]).not.toBe(held.snapshot.task_id);
+      const rows = await h.sql<{ idempotency_key: string; task_id: string }[]>`
+        select idempotency_key, task_id from tasks
+        where idempotency_key in ('before-released', 'released', 'after-released')`;
+      expect(Object.fromEntries(rows.map((row) => [row.idempotency_key, row.task_id]))).toEqual({
+        'before-released': ids[0],
+        released: ids[1],
+        'after-released': ids[2],
+      });
+    } finally {
+      await racing.close();
+    }
+  });
+
+  it('a lookup that fails after the commit fails only its own items, retryably', async () => {
+    const held = await h.store.submit(submitCommand('looked-up', { queue: 'sub' }));
+    const failing = storeBeforeFirstLookup(() => Promise.reject(new Error('connection lost')));
+    try {
+      const results = await failing.store.submitBatch([
+        submitCommand('beside-lookup', { queue: 'sub' }),
+        submitCommand('looked-up', { queue: 'sub' }),
+      ]);
+      expect(results[0]?.ok && results[0].value.created).toBe(true);
+      expect(results[1]?.ok ? 'ok' : [results[1]?.error.code, results[1]?.error.retryable]).toEqual(
+        ['unavailable', true],
+      );
+      // The retry the error asks for answers the replay.
+      expect(await h.store.submit(submitCommand('looked-up', { queue: 'sub' }))).toEqual({
+        created: false,
+        snapshot: held.snapshot,
+      });
+      const fresh = results[0]?.ok ? results[0].value.snapshot : undefined;
+      expect((await h.store.status(SCOPE, fresh?.task_id ?? '')).state).toBe('queued');
+    } finally {
+      await failing.close();
+    }
   });
 
   it('a foreign scope cannot see a task', async () => {

@@ -320,15 +320,25 @@ const RECOVERY_POINT: TxFailpoint<RecoveryProgress> = {
 };
 
 /**
- * Sends a transaction's last statements with its COMMIT behind them, in one round trip: the
- * caller's body must do nothing after it but return. If a statement fails, PostgreSQL has
- * aborted the transaction and answers the COMMIT with a rollback; the failure is thrown, as
- * from `pipelined` (issue #7: one round trip less for every lifecycle transaction).
+ * Sends a transaction's last statements with its COMMIT behind them, in one round trip, and
+ * resolves `true` once committed (issue #7: one round trip less for every lifecycle
+ * transaction). With a failpoint armed it only sends them and resolves `false`: the COMMIT
+ * follows the body. The body writes nothing after it; a read after it runs outside the
+ * transaction when it resolved `true`. If a statement fails, PostgreSQL has aborted the
+ * transaction and answers the COMMIT with a rollback; the failure is thrown, as from
+ * `pipelined`.
  */
-type Finish = (last: readonly Promise<unknown>[]) => Promise<void>;
+type Finish = (last: readonly Promise<unknown>[]) => Promise<boolean>;
 
-/** Thrown inside a transaction when a concurrent submit of the same key won the insert. */
-class SubmitRaceLost extends Error {}
+/** One submit transaction's answers, and the items to submit again in a transaction of their own. */
+interface SubmitTxOutcome {
+  results: ItemResult<SubmitOutcome>[];
+  /**
+   * Indexes of items whose key the insert found held, by a task that was gone when looked up
+   * (deleted by retention in between): a new submit inserts them.
+   */
+  rerun: number[];
+}
 
 type ScopedCursor = CursorRow & { tenant_id: string; namespace: string };
 
@@ -542,13 +552,14 @@ class PgTaskStore implements PostgresTaskStore {
       // An armed failpoint needs a moment between the body and COMMIT: the COMMIT below.
       if (point !== undefined) {
         await pipelined(last);
-        return;
+        return false;
       }
       const answers = await pipelined([...last, connection.unsafe('commit')]);
       // A COMMIT of an aborted transaction answers ROLLBACK, not an error.
       const tag = (answers.at(-1) as { command?: string } | undefined)?.command;
       if (tag !== 'COMMIT') throw new Error(`COMMIT was answered with ${tag}`);
       committed = true;
+      return true;
     };
     try {
       // BEGIN travels with the body's first statements (postgres.js pipelines queries issued in
@@ -575,11 +586,11 @@ class PgTaskStore implements PostgresTaskStore {
           await connection.unsafe('rollback');
           ended = true;
         } catch (rollbackError) {
-          if (error instanceof ContractError || error instanceof SubmitRaceLost) throw error;
+          if (error instanceof ContractError) throw error;
           throw unavailable(rollbackError);
         }
       }
-      if (error instanceof ContractError || error instanceof SubmitRaceLost) throw error;
+      if (error instanceof ContractError) throw error;
       throw unavailable(error);
     } finally {
       if (ended) connection.release();
@@ -769,46 +780,52 @@ class PgTaskStore implements PostgresTaskStore {
 
   async submit(command: SubmitCommand): Promise<SubmitOutcome> {
     // The insert waits out a concurrent first submit of the same key and the lookup after it
-    // sees that task; a retry is left only for a key whose (terminal) task retention deleted
-    // between the two statements — the retry then inserts it anew.
+    // sees that task; a rerun is left only for a key whose (terminal) task retention deleted
+    // between the two statements — the rerun then inserts it anew.
     for (let round = 0; ; round += 1) {
-      try {
-        const [result] = await this.transact(
-          (tx, now) => this.submitTx(tx, [command], now),
-          undefined,
-          SUBMIT_POINT,
-          true,
-        );
-        if (result === undefined) throw unavailable(new Error('no result'));
-        if (!result.ok) throw result.error;
-        return result.value;
-      } catch (error) {
-        if (error instanceof SubmitRaceLost && round < 2) continue;
-        throw asContractError(error);
+      const { results, rerun } = await this.submitTransaction([command]);
+      if (rerun.length > 0) {
+        if (round < 2) continue;
+        throw unavailable(new Error('the idempotency key was taken and released meanwhile'));
       }
+      const [result] = results;
+      if (result === undefined) throw unavailable(new Error('no result'));
+      if (!result.ok) throw result.error;
+      return result.value;
     }
   }
 
   async submitBatch(commands: readonly SubmitCommand[]): Promise<ItemResult<SubmitOutcome>[]> {
     if (commands.length === 0) return [];
+    let outcome: SubmitTxOutcome;
     try {
-      return await this.transact(
-        (tx, now) => this.submitTx(tx, commands, now),
-        undefined,
-        SUBMIT_POINT,
-        true,
-      );
+      outcome = await this.submitTransaction(commands);
     } catch {
       // One by one, each with the single path's race handling.
       const results: ItemResult<SubmitOutcome>[] = [];
-      for (const command of commands) {
-        try {
-          results.push({ ok: true, value: await this.submit(command) });
-        } catch (error) {
-          results.push({ ok: false, error: asContractError(error) });
-        }
-      }
+      for (const command of commands) results.push(await this.submitAlone(command));
       return results;
+    }
+    for (const index of outcome.rerun) {
+      outcome.results[index] = await this.submitAlone(commands[index] as SubmitCommand);
+    }
+    return outcome.results;
+  }
+
+  private submitTransaction(commands: readonly SubmitCommand[]): Promise<SubmitTxOutcome> {
+    return this.transact(
+      (tx, now, finish) => this.submitTx(tx, commands, now, finish),
+      undefined,
+      SUBMIT_POINT,
+      true,
+    );
+  }
+
+  private async submitAlone(command: SubmitCommand): Promise<ItemResult<SubmitOutcome>> {
+    try {
+      return { ok: true, value: await this.submit(command) };
+    } catch (error) {
+      return { ok: false, error: asContractError(error) };
     }
   }
 
@@ -821,12 +838,19 @@ class PgTaskStore implements PostgresTaskStore {
    * for every submit and, on a table without statistics yet (any fresh database, and the whole
    * benchmark run), PostgreSQL probed it through `tasks_listing` and filtered by key — a scan of
    * the namespace per key, 5.3 s for 1 000 keys over 22 000 tasks (bench/README.md).
+   *
+   * COMMIT travels behind the insert (`finish`): a submit is 2 round trips, not 3. The lookup
+   * therefore runs after the commit when there is one: it reads only other transactions'
+   * committed tasks, which this transaction never touched. A key that is gone by then
+   * (retention deleted its terminal task) goes to `rerun`; a lookup that fails leaves its items
+   * retryable while the committed ones keep their answers.
    */
   private async submitTx(
     tx: Tx,
     commands: readonly SubmitCommand[],
     startedAt: Timestamp | undefined,
-  ): Promise<ItemResult<SubmitOutcome>[]> {
+    finish: Finish,
+  ): Promise<SubmitTxOutcome> {
     const idem = (c: SubmitCommand) =>
       `${c.input.tenant_id}\u0000${c.input.namespace}\u0000${c.idempotency_key}`;
     const now = startedAt ?? (await this.time(tx));
@@ -853,15 +877,30 @@ class PgTaskStore implements PostgresTaskStore {
         results.push({ ok: false, error });
       }
     }
-    const tasks = [...created.values()];
-    const hints = uniqueBy(tasks.map(queueHint), (hint) => JSON.stringify(hint));
-    // One NOTIFY inside the statement unless the hints exceed a NOTIFY payload (then notifyWake
-    // splits them after it).
-    const wake = `[${hints.map((hint) => JSON.stringify(hint)).join(',')}]`;
-    const inline = wake.length <= 7900;
     const inserted = new Set<string>();
+    let committed = false;
+    const tasks = [...created.values()];
     if (tasks.length > 0) {
-      for (const row of await insertSubmitted(tx, tasks, history, inline ? wake : null)) {
+      const hints = uniqueBy(tasks.map(queueHint), (hint) => JSON.stringify(hint));
+      // One NOTIFY inside the statement unless the hints exceed a NOTIFY payload (then
+      // notifyWake splits them behind it).
+      const wake = `[${hints.map((hint) => JSON.stringify(hint)).join(',')}]`;
+      const inline = wake.length <= 7900;
+      const insert = insertSubmitted(tx, tasks, history, inline ? wake : null);
+      const writes: Promise<unknown>[] = [insert];
+      // Sent with the insert, before its answer says which keys it skipped: a key row for a
+      // skipped task's concurrency key (active 0) and a spurious hint cost nothing.
+      const concurrency = tasks
+        .filter((t) => t.concurrency_key !== null)
+        .map((t) => ({
+          tenant_id: t.tenant_id,
+          namespace: t.namespace,
+          key: t.concurrency_key as string,
+        }));
+      if (concurrency.length > 0) writes.push(ensureConcurrencyKeys(tx, concurrency));
+      if (!inline) writes.push(notifyWake(tx, hints));
+      committed = await finish(writes);
+      for (const row of await insert) {
         inserted.add(
           `${String(row.tenant_id)}\u0000${String(row.namespace)}\u0000${String(row.idempotency_key)}`,
         );
@@ -869,80 +908,77 @@ class PgTaskStore implements PostgresTaskStore {
     }
     // Pass 2: keys a stored task holds (the insert skipped them), and keys whose items all
     // failed in pass 1 (a stored task would have answered them first: replay or conflict).
-    const recheck = new Set<string>();
-    for (const command of commands) {
-      const key = idem(command);
-      if (!inserted.has(key)) recheck.add(key);
+    const recheck = commands
+      .map((command, index) => ({ command, index, key: idem(command) }))
+      .filter(({ key }) => !inserted.has(key));
+    const rerun: number[] = [];
+    if (recheck.length === 0) return { results, rerun };
+    let stored: Map<string, TaskRow>;
+    try {
+      stored = await this.storedByIdempotencyKey(
+        tx,
+        uniqueBy(
+          recheck.map(({ command }) => command),
+          idem,
+        ),
+      );
+    } catch (error) {
+      // Before the commit this fails the transaction; after it, only these items.
+      if (!committed) throw error;
+      for (const { index } of recheck) results[index] = { ok: false, error: unavailable(error) };
+      return { results, rerun };
     }
-    if (recheck.size > 0) {
-      const keys = uniqueBy(
-        commands.filter((c) => recheck.has(idem(c))),
-        idem,
-      ).map((c) => ({
+    for (const { command, index, key } of recheck) {
+      const existing = stored.get(key);
+      if (existing === undefined) {
+        // The insert skipped the key, yet no committed task holds it: it was deleted in
+        // between (retention). Submit it again, as a lost race did before.
+        if (created.has(key)) rerun.push(index);
+        continue; // no task holds it: pass 1's answer (an error) stands
+      }
+      try {
+        const result = submitTask(existing, command, digests[index] as string, now, {
+          task_id: '',
+          run_id: '',
+        });
+        results[index] = { ok: true, value: { created: result.created, snapshot: result.reply } };
+      } catch (error) {
+        if (!(error instanceof ContractError)) throw error;
+        results[index] = { ok: false, error };
+      }
+    }
+    return { results, rerun };
+  }
+
+  /** The stored tasks holding these commands' idempotency keys, with their payloads, by key. */
+  private async storedByIdempotencyKey(
+    tx: Tx,
+    commands: readonly SubmitCommand[],
+  ): Promise<Map<string, TaskRow>> {
+    const rows = await loadTasksByIdempotencyKey(
+      tx,
+      commands.map((c) => ({
         tenant_id: c.input.tenant_id,
         namespace: c.input.namespace,
         idempotency_key: c.idempotency_key,
-      }));
-      const existingRows = await loadTasksByIdempotencyKey(tx, keys);
-      const payloads =
-        existingRows.length > 0
-          ? payloadOf(
-              await loadPayloads(
-                tx,
-                existingRows.map((r) => taskFromDb(r)),
-              ),
-            )
-          : new Map<string, LoadedPayload>();
-      const stored = new Map<string, TaskRow>();
-      for (const row of existingRows) {
-        const task = taskFromDb(row);
-        stored.set(
-          `${task.tenant_id}\u0000${task.namespace}\u0000${task.idempotency_key}`,
-          taskFromDb(row, payloads.get(taskKeyOf(task)) ?? {}),
-        );
-      }
-      commands.forEach((command, index) => {
-        const key = idem(command);
-        if (!recheck.has(key)) return;
-        const existing = stored.get(key);
-        if (existing === undefined) {
-          // The insert skipped the key, yet no committed task holds it: it was deleted in
-          // between (retention). Rerun, as a lost race did before.
-          if (created.has(key)) throw new SubmitRaceLost('idempotency key raced');
-          return; // no task holds it: pass 1's answer (an error) stands
-        }
-        try {
-          const result = submitTask(existing, command, digests[index] as string, now, {
-            task_id: '',
-            run_id: '',
-          });
-          results[index] = {
-            ok: true,
-            value: { created: result.created, snapshot: result.reply },
-          };
-        } catch (error) {
-          if (!(error instanceof ContractError)) throw error;
-          results[index] = { ok: false, error };
-        }
-      });
+      })),
+    );
+    const stored = new Map<string, TaskRow>();
+    if (rows.length === 0) return stored;
+    const payloads = payloadOf(
+      await loadPayloads(
+        tx,
+        rows.map((r) => taskFromDb(r)),
+      ),
+    );
+    for (const row of rows) {
+      const task = taskFromDb(row);
+      stored.set(
+        `${task.tenant_id}\u0000${task.namespace}\u0000${task.idempotency_key}`,
+        taskFromDb(row, payloads.get(taskKeyOf(task)) ?? {}),
+      );
     }
-    if (inserted.size > 0) {
-      const fresh = [...created].filter(([key]) => inserted.has(key)).map(([, task]) => task);
-      const concurrency = fresh
-        .filter((t) => t.concurrency_key !== null)
-        .map((t) => ({
-          tenant_id: t.tenant_id,
-          namespace: t.namespace,
-          key: t.concurrency_key as string,
-        }));
-      if (concurrency.length > 0) await ensureConcurrencyKeys(tx, concurrency);
-      if (!inline)
-        await notifyWake(
-          tx,
-          uniqueBy(fresh.map(queueHint), (h) => JSON.stringify(h)),
-        );
-    }
-    return results;
+    return stored;
   }
 
   // ---- sessions -----------------------------------------------------------------------------
