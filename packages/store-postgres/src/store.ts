@@ -932,9 +932,10 @@ class PgTaskStore implements PostgresTaskStore {
       const existing = stored.get(key);
       if (existing === undefined) {
         // The insert skipped the key, yet no committed task holds it: it was deleted in
-        // between (retention). Submit it again, as a lost race did before.
+        // between (retention); submit it again on its own. Otherwise nothing held the key and
+        // pass 1's answer (an error) stands.
         if (created.has(key)) rerun.push(index);
-        continue; // no task holds it: pass 1's answer (an error) stands
+        continue;
       }
       try {
         const result = submitTask(existing, command, digests[index] as string, now, {
