@@ -330,6 +330,10 @@ const RECOVERY_POINT: TxFailpoint<RecoveryProgress> = {
  */
 type Finish = (last: readonly Promise<unknown>[]) => Promise<boolean>;
 
+/** A submit's in-memory map key: the idempotency key within its scope. */
+const idempotencyKey = (tenantId: string, namespace: string, key: string): string =>
+  `${tenantId}\u0000${namespace}\u0000${key}`;
+
 /** One submit transaction's answers, and the items to submit again in a transaction of their own. */
 interface SubmitTxOutcome {
   results: ItemResult<SubmitOutcome>[];
@@ -852,7 +856,7 @@ class PgTaskStore implements PostgresTaskStore {
     finish: Finish,
   ): Promise<SubmitTxOutcome> {
     const idem = (c: SubmitCommand) =>
-      `${c.input.tenant_id}\u0000${c.input.namespace}\u0000${c.idempotency_key}`;
+      idempotencyKey(c.input.tenant_id, c.input.namespace, c.idempotency_key);
     const now = startedAt ?? (await this.time(tx));
     // Pass 1: every item answered as if no stored task held its key.
     const created = new Map<string, TaskRow>();
@@ -902,7 +906,7 @@ class PgTaskStore implements PostgresTaskStore {
       committed = await finish(writes);
       for (const row of await insert) {
         inserted.add(
-          `${String(row.tenant_id)}\u0000${String(row.namespace)}\u0000${String(row.idempotency_key)}`,
+          idempotencyKey(String(row.tenant_id), String(row.namespace), String(row.idempotency_key)),
         );
       }
     }
@@ -975,7 +979,7 @@ class PgTaskStore implements PostgresTaskStore {
     for (const row of rows) {
       const task = taskFromDb(row);
       stored.set(
-        `${task.tenant_id}\u0000${task.namespace}\u0000${task.idempotency_key}`,
+        idempotencyKey(task.tenant_id, task.namespace, task.idempotency_key),
         taskFromDb(row, payloads.get(taskKeyOf(task)) ?? {}),
       );
     }
