@@ -86,6 +86,22 @@ it("a poll's slot read probes the whole attempts key in its generic plan", async
   // Every key column in the index condition, none left to a filter over the namespace's attempts.
   expect(probe?.next).toMatch(/Index Cond: .*task_id = .*attempt_id = /);
   expect(plan).not.toMatch(/Seq Scan on attempts|Join Filter: .*attempt_id/);
+
+  // The claim select, sent with that read, counts the new polls from their cursors: a probe of
+  // the whole cursor key too.
+  const claim = captured.find(
+    (query) => /skip locked/i.test(query) && /consumer_cursors/.test(query),
+  );
+  if (claim === undefined) throw new Error('the first-round claim select was not captured');
+  const claimPlan = await genericPlan(claim);
+  const cursorProbe = claimPlan
+    .split('\n')
+    .map((line, i, lines) => ({ line, next: lines[i + 1] ?? '' }))
+    .find(({ line }) => /Index Scan using consumer_cursors_\w+ on consumer_cursors/.test(line));
+  expect(cursorProbe, claimPlan).toBeDefined();
+  expect(cursorProbe?.next).toMatch(/Index Cond: .*worker_session_id = .*consumer_id = /);
+  expect(claimPlan).not.toMatch(/Seq Scan on consumer_cursors/);
+  expect(claimPlan).toMatch(/Index Scan using tasks_acquire on tasks/);
 });
 
 /** Tables' `reltuples`: -1 until a table is first analyzed or vacuumed. */

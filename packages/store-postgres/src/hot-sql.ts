@@ -212,13 +212,41 @@ export async function loadPayloads(tx: Tx, keys: readonly TaskRef[]): Promise<Db
 }
 
 /**
+ * How many tasks a claim select asks for, and from which store time they must be available.
+ * `later`: a known time and count (a claim's second or third round, after refusals by
+ * concurrency keys). `first`: the first round, sent in the claim's opening round trip beside the
+ * slot locks and reads (issue #7: a claim in 2 round trips, not 3) — before the server knows the
+ * slots' cursors, so store time is read by the statement itself and the count is the polls that
+ * are new by their slot's cursor (`sequence` = the cursor's + 1, or 1 without a cursor), counted
+ * in SQL from the same cursors the server then classifies. A replay or a sequence conflict asks
+ * for nothing; a poll the server rejects later (expired session, busy slot) may have asked for
+ * one task too many — the caller leaves it unwritten and wakes the queue at commit.
+ */
+export type ClaimBound =
+  | { round: 'later'; now: number; limit: number }
+  | { round: 'first'; clockOffsetMs: number; polls: readonly PollSlot[] };
+
+/** A poll's slot and sequence, as {@link ClaimBound} counts new polls. */
+export interface PollSlot {
+  worker_session_id: string;
+  consumer_id: number;
+  sequence: number;
+}
+
+/**
  * The best claimable tasks of a queue (DESIGN §5 Acquire): queued, available, and whose
  * concurrency key (if any) is under its limit by the committed count; ordered priority desc,
  * available_at, task_id. Lock: `FOR UPDATE SKIP LOCKED` — concurrent claimers take different
  * rows instead of queueing on the first one. Index: the partial `tasks_acquire`
  * (tenant_id, namespace, queue, priority desc, available_at, task_id) WHERE state = 'queued',
  * walked in order; `available_at <= now` and the key check are filters on it, and LIMIT stops
- * the walk early. The key check here is only a pre-filter: {@link takeConcurrencySlot} decides.
+ * the walk early. In the first round, store time and the count are uncorrelated subqueries
+ * (InitPlans, evaluated once before the walk), so the plan is the same walk
+ * (explain.int.test.ts); the count reads each poll's cursor by a scalar subquery on all four
+ * columns of `consumer_cursors`' primary key, a probe whatever the table's statistics (as a
+ * join, a never-analyzed table can get a plan that reads every cursor of the namespace; see
+ * {@link loadSlots}). The key check here is only a
+ * pre-filter: {@link takeConcurrencySlot} decides.
  * Each row brings its application data (`payload_data`; not locked), probed by `task_payloads`'
  * primary key: a claim needs no payload read of its own (issue #7, one round trip). The task id
  * is compared in the default collation, the payload key's: compared in `tasks.task_id`'s `C`
@@ -229,16 +257,31 @@ export async function selectClaimable(
   tx: Tx,
   scope: { tenant_id: string; namespace: string },
   queue: string,
-  now: number,
-  limit: number,
+  bound: ClaimBound,
   excluded: readonly string[],
 ): Promise<DbRow[]> {
+  const availableBy =
+    bound.round === 'later'
+      ? tx`${bound.now}`
+      : tx`(select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${bound.clockOffsetMs}::bigint)`;
+  const limit =
+    bound.round === 'later'
+      ? tx`${bound.limit}`
+      : tx`(select count(*) from unnest(
+            ${column(bound.polls, (s) => s.worker_session_id)}::text[],
+            ${column(bound.polls, (s) => s.consumer_id)}::int[],
+            ${column(bound.polls, (s) => s.sequence)}::bigint[])
+              as s(worker_session_id, consumer_id, sequence)
+          where s.sequence = 1 + coalesce((select c.sequence from consumer_cursors c
+            where c.tenant_id = ${scope.tenant_id} and c.namespace = ${scope.namespace}
+              and c.worker_session_id = s.worker_session_id
+              and c.consumer_id = s.consumer_id), 0))`;
   return tx`
     select t.*, p.data as payload_data from tasks t
     left join task_payloads p on p.tenant_id = t.tenant_id and p.namespace = t.namespace
       and p.task_id = t.task_id collate "default"
     where t.tenant_id = ${scope.tenant_id} and t.namespace = ${scope.namespace}
-      and t.queue = ${queue} and t.state = 'queued' and t.available_at <= ${now}
+      and t.queue = ${queue} and t.state = 'queued' and t.available_at <= ${availableBy}
       and t.task_id <> all(${excluded as string[]}::text[])
       and (t.concurrency_key is null or not exists (
         select 1 from concurrency_keys k

@@ -1066,7 +1066,16 @@ class PgTaskStore implements PostgresTaskStore {
     const sessions = new Map<string, SessionRow>();
     const cursors = new Map<string, CursorRow>();
     const attempts = new Map<string, AttemptRow>();
-    const [locked, slotRows] = await pipelined([
+    // The polls by queue, each queue's first claim select sent in the same round trip as the
+    // slot locks and reads (after them, so it counts new polls from the locked slots' cursors).
+    const queues = new Map<string, AcquireCommand[]>();
+    for (const command of commands) {
+      const group = queueKey(command.scope, command.queue);
+      const polls = queues.get(group);
+      if (polls === undefined) queues.set(group, [command]);
+      else polls.push(command);
+    }
+    const [locked, slotRows, ...firstRows] = await pipelined([
       // JSON text: unambiguous, and free of the NUL the in-memory keys use (PostgreSQL text
       // rejects it).
       lockConsumerSlots(tx, [
@@ -1090,7 +1099,25 @@ class PgTaskStore implements PostgresTaskStore {
           consumer_id: c.consumer_id,
         })),
       ),
+      ...[...queues.values()].map((polls) =>
+        selectClaimable(
+          tx,
+          (polls[0] as AcquireCommand).scope,
+          (polls[0] as AcquireCommand).queue,
+          {
+            round: 'first',
+            clockOffsetMs: this.offset(),
+            polls: polls.map((command) => ({
+              worker_session_id: command.worker_session_id,
+              consumer_id: command.consumer_id,
+              sequence: command.sequence,
+            })),
+          },
+          [],
+        ),
+      ),
     ]);
+    const firstRoundOf = new Map([...queues.keys()].map((group, i) => [group, firstRows[i] ?? []]));
     const now = locked + this.offset();
     for (const row of slotRows) {
       const command = commands[num(row.ordinality) - 1];
@@ -1130,7 +1157,7 @@ class PgTaskStore implements PostgresTaskStore {
         const kind = classifyPoll(session, cursor, slotAttempt(command, cursor), command, now);
         if (kind.kind === 'replay') replays.push({ index, cursor: kind.cursor, command });
         else {
-          const group = `${command.scope.tenant_id}\u0000${command.scope.namespace}\u0000${command.queue}`;
+          const group = queueKey(command.scope, command.queue);
           const list = fresh.get(group) ?? [];
           list.push({ index, command });
           fresh.set(group, list);
@@ -1141,12 +1168,20 @@ class PgTaskStore implements PostgresTaskStore {
       }
     });
 
-    // New polls: the best claimable tasks of each queue, one select per queue.
+    // New polls: the best claimable tasks of each queue, from its first-round select (and
+    // more rounds only where concurrency keys refused some).
     const winners = new Map<string, TaskRow[]>();
-    for (const [group, polls] of fresh) {
-      const first = polls[0];
-      if (first === undefined) continue;
-      winners.set(group, await this.claimable(tx, first.command, now, polls.length));
+    const changes = new Changes();
+    for (const [group, polls] of queues) {
+      const need = fresh.get(group)?.length ?? 0;
+      const offered = firstRoundOf.get(group) ?? [];
+      const command = polls[0] as AcquireCommand;
+      const { won, surplus } = await this.claimable(tx, command, now, need, offered);
+      winners.set(group, won);
+      // Rows locked for polls that turned out not to be new (or not yet available at `now`)
+      // stay unwritten until COMMIT; a poll that skipped them meanwhile may have parked, so the
+      // queue is woken once they are free.
+      if (surplus !== undefined) changes.hint(queueHint(surplus));
     }
     // Replays answer from the cursor's attempt and its task, unlocked (a replay writes nothing).
     const replayRefs = replays
@@ -1172,7 +1207,6 @@ class PgTaskStore implements PostgresTaskStore {
       results[index] = { ok: true, value: { reply, recorded: true } };
     }
 
-    const changes = new Changes();
     for (const [group, polls] of fresh) {
       const queue = winners.get(group) ?? [];
       for (const { index, command } of polls) {
@@ -1208,29 +1242,41 @@ class PgTaskStore implements PostgresTaskStore {
 
   /**
    * Up to `need` claimable tasks of the command's queue, locked, each holding its concurrency
-   * slot. A task whose key filled up between the select and the slot update is passed over and
-   * the select runs again past it (at most three rounds: contention on one key is bounded by
-   * its limit, and the next poll finds the rest).
+   * slot, taken from `offered` (the first-round select's rows, in claim order). A task whose key
+   * filled up between the select and the slot update is passed over and the select runs again
+   * past it (at most three rounds: contention on one key is bounded by its limit, and the next
+   * poll finds the rest). `surplus` is a row the first round locked and the claim leaves
+   * unwritten: beyond `need`, or available only after `now` (the select read store time a little
+   * later than the claim's `now`).
    */
   private async claimable(
     tx: Tx,
     command: AcquireCommand,
     now: Timestamp,
     need: number,
-  ): Promise<TaskRow[]> {
+    offered: readonly DbRow[],
+  ): Promise<{ won: TaskRow[]; surplus: TaskRow | undefined }> {
     const won: TaskRow[] = [];
     const excluded: string[] = [];
-    for (let round = 0; round < 3 && won.length < need; round += 1) {
-      const rows = await selectClaimable(
-        tx,
-        command.scope,
-        command.queue,
-        now,
-        need - won.length,
-        excluded,
-      );
+    let surplus: TaskRow | undefined;
+    let rows = offered;
+    for (let round = 0; round < 3; round += 1) {
+      if (round > 0) {
+        rows = await selectClaimable(
+          tx,
+          command.scope,
+          command.queue,
+          { round: 'later', now, limit: need - won.length },
+          excluded,
+        );
+      }
       if (rows.length === 0) break;
-      const tasks = rows.map((row) => taskFromDb(row, { data: jsonColumn(row.payload_data) }));
+      const tasks: TaskRow[] = [];
+      for (const row of rows) {
+        const task = taskFromDb(row, { data: jsonColumn(row.payload_data) });
+        if (task.available_at <= now && tasks.length < need - won.length) tasks.push(task);
+        else surplus = task;
+      }
       const keyed = tasks
         .filter((t) => t.concurrency_key !== null)
         .sort((a, b) => ((a.concurrency_key ?? '') < (b.concurrency_key ?? '') ? -1 : 1));
@@ -1248,9 +1294,10 @@ class PgTaskStore implements PostgresTaskStore {
         excluded.push(task.task_id);
         if (!refused.has(task.task_id)) won.push(task);
       }
+      // Refusals leave polls unserved: another round past the refused tasks.
       if (refused.size === 0) break;
     }
-    return won.sort(claimOrder);
+    return { won: won.sort(claimOrder), surplus };
   }
 
   // ---- renew / settle / confirm -------------------------------------------------------------
@@ -1772,6 +1819,11 @@ class PgTaskStore implements PostgresTaskStore {
       };
     });
   }
+}
+
+/** The key of a scope's queue: polls of one queue share a claim select. */
+function queueKey(scope: Scope, queue: string): string {
+  return `${scope.tenant_id}\u0000${scope.namespace}\u0000${queue}`;
 }
 
 function slotKey(command: AcquireCommand): string {
