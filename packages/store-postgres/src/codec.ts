@@ -262,9 +262,18 @@ export function cursorFromDb(row: DbRow): CursorRow {
   };
 }
 
-/** The in-memory key of a task: tenant, namespace and id (control characters cannot occur). */
+/**
+ * The in-memory map key of something identified by `id` within a scope (a task, a session, a
+ * queue, an idempotency or concurrency key): the parts NUL-joined, which is unambiguous because
+ * no scope text or identifier can contain a control character.
+ */
+export function scopedKey(tenant: string, namespace: string, id: string): string {
+  return `${tenant}\u0000${namespace}\u0000${id}`;
+}
+
+/** The in-memory key of a task. */
 export function taskKey(tenant: string, namespace: string, taskId: string): string {
-  return `${tenant}\u0000${namespace}\u0000${taskId}`;
+  return scopedKey(tenant, namespace, taskId);
 }
 
 /** The in-memory key of an attempt. */
@@ -274,7 +283,7 @@ export function attemptKey(
   taskId: string,
   attemptId: string,
 ): string {
-  return `${tenant}\u0000${namespace}\u0000${taskId}\u0000${attemptId}`;
+  return scopedKey(tenant, namespace, `${taskId}\u0000${attemptId}`);
 }
 
 /**

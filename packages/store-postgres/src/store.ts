@@ -115,6 +115,7 @@ import {
   jsonColumn,
   type LoadedPayload,
   num,
+  scopedKey,
   sessionFromDb,
   subscriptionFromDb,
   taskFromDb,
@@ -329,10 +330,6 @@ const RECOVERY_POINT: TxFailpoint<RecoveryProgress> = {
  * `pipelined`.
  */
 type Finish = (last: readonly Promise<unknown>[]) => Promise<boolean>;
-
-/** A submit's in-memory map key: the idempotency key within its scope. */
-const idempotencyKey = (tenantId: string, namespace: string, key: string): string =>
-  `${tenantId}\u0000${namespace}\u0000${key}`;
 
 /** One submit transaction's answers, and the items to submit again in a transaction of their own. */
 interface SubmitTxOutcome {
@@ -745,7 +742,7 @@ class PgTaskStore implements PostgresTaskStore {
         });
       }
       if (before.state === 'active' && after.state !== 'active' && after.concurrency_key !== null) {
-        const key = `${after.tenant_id}\u0000${after.namespace}\u0000${after.concurrency_key}`;
+        const key = scopedKey(after.tenant_id, after.namespace, after.concurrency_key);
         const entry = releases.get(key);
         if (entry) entry.count += 1;
         else {
@@ -856,7 +853,7 @@ class PgTaskStore implements PostgresTaskStore {
     finish: Finish,
   ): Promise<SubmitTxOutcome> {
     const idem = (c: SubmitCommand) =>
-      idempotencyKey(c.input.tenant_id, c.input.namespace, c.idempotency_key);
+      scopedKey(c.input.tenant_id, c.input.namespace, c.idempotency_key);
     const now = startedAt ?? (await this.time(tx));
     // Pass 1: every item answered as if no stored task held its key.
     const created = new Map<string, TaskRow>();
@@ -906,7 +903,7 @@ class PgTaskStore implements PostgresTaskStore {
       committed = await finish(writes);
       for (const row of await insert) {
         inserted.add(
-          idempotencyKey(String(row.tenant_id), String(row.namespace), String(row.idempotency_key)),
+          scopedKey(String(row.tenant_id), String(row.namespace), String(row.idempotency_key)),
         );
       }
     }
@@ -979,7 +976,7 @@ class PgTaskStore implements PostgresTaskStore {
     for (const row of rows) {
       const task = taskFromDb(row);
       stored.set(
-        idempotencyKey(task.tenant_id, task.namespace, task.idempotency_key),
+        scopedKey(task.tenant_id, task.namespace, task.idempotency_key),
         taskFromDb(row, payloads.get(taskKeyOf(task)) ?? {}),
       );
     }
@@ -1124,7 +1121,7 @@ class PgTaskStore implements PostgresTaskStore {
       if (command === undefined) continue;
       if (row.session !== null) {
         const session = sessionFromDb(row.session as DbRow);
-        sessions.set(`${session.tenant_id}\u0000${session.namespace}\u0000${session.id}`, session);
+        sessions.set(scopedKey(session.tenant_id, session.namespace, session.id), session);
       }
       if (row.cursor !== null) cursors.set(slotKey(command), cursorFromDb(row.cursor as DbRow));
       if (row.attempt !== null) {
@@ -1150,7 +1147,7 @@ class PgTaskStore implements PostgresTaskStore {
     commands.forEach((command, index) => {
       const session =
         sessions.get(
-          `${command.scope.tenant_id}\u0000${command.scope.namespace}\u0000${command.worker_session_id}`,
+          scopedKey(command.scope.tenant_id, command.scope.namespace, command.worker_session_id),
         ) ?? null;
       const cursor = cursors.get(slotKey(command)) ?? null;
       try {
@@ -1823,11 +1820,13 @@ class PgTaskStore implements PostgresTaskStore {
 
 /** The key of a scope's queue: polls of one queue share a claim select. */
 function queueKey(scope: Scope, queue: string): string {
-  return `${scope.tenant_id}\u0000${scope.namespace}\u0000${queue}`;
+  return scopedKey(scope.tenant_id, scope.namespace, queue);
 }
 
+/** The key of a poll's consumer slot. */
 function slotKey(command: AcquireCommand): string {
-  return `${command.scope.tenant_id}\u0000${command.scope.namespace}\u0000${command.worker_session_id}\u0000${command.consumer_id}`;
+  const { scope, worker_session_id, consumer_id } = command;
+  return scopedKey(scope.tenant_id, scope.namespace, `${worker_session_id}\u0000${consumer_id}`);
 }
 
 /**
