@@ -240,13 +240,14 @@ export interface PollSlot {
  * rows instead of queueing on the first one. Index: the partial `tasks_acquire`
  * (tenant_id, namespace, queue, priority desc, available_at, task_id) WHERE state = 'queued',
  * walked in order; `available_at <= now` and the key check are filters on it, and LIMIT stops
- * the walk early. In the first round, store time and the count are uncorrelated subqueries
- * (InitPlans, evaluated once before the walk), so the plan is the same walk
- * (explain.int.test.ts); the count reads each poll's cursor by a scalar subquery on all four
- * columns of `consumer_cursors`' primary key, a probe whatever the table's statistics (as a
- * join, a never-analyzed table can get a plan that reads every cursor of the namespace; see
- * {@link loadSlots}). The key check here is only a
- * pre-filter: {@link takeConcurrencySlot} decides.
+ * the walk early. The key check here is only a pre-filter: {@link takeConcurrencySlot} decides.
+ * In the first round, store time and the count are uncorrelated subqueries (InitPlans,
+ * evaluated once before the walk), so the plan is the same walk (explain.int.test.ts). The count
+ * reads each poll's cursor unlocked — the slot's advisory lock, taken by the statement before it
+ * in the same round trip, serialises its polls — by a scalar subquery on all four columns of
+ * `consumer_cursors`' primary key: a probe whatever the table's statistics (as a join, a
+ * never-analyzed table can get a plan that reads every cursor of the namespace; see
+ * {@link loadSlots}; fresh-plans.int.test.ts checks it).
  * Each row brings its application data (`payload_data`; not locked), probed by `task_payloads`'
  * primary key: a claim needs no payload read of its own (issue #7, one round trip). The task id
  * is compared in the default collation, the payload key's: compared in `tasks.task_id`'s `C`
