@@ -150,6 +150,7 @@ import {
   lockExpiredLeases,
   lockTasks,
   notifyWake,
+  type PollSlot,
   pipelined,
   queueDepths,
   releaseConcurrencySlots,
@@ -1065,12 +1066,17 @@ class PgTaskStore implements PostgresTaskStore {
     const attempts = new Map<string, AttemptRow>();
     // The polls by queue, each queue's first claim select sent in the same round trip as the
     // slot locks and reads (after them, so it counts new polls from the locked slots' cursors).
-    const queues = new Map<string, AcquireCommand[]>();
+    const queues = new Map<string, { first: AcquireCommand; polls: PollSlot[] }>();
     for (const command of commands) {
       const group = queueKey(command.scope, command.queue);
-      const polls = queues.get(group);
-      if (polls === undefined) queues.set(group, [command]);
-      else polls.push(command);
+      const poll: PollSlot = {
+        worker_session_id: command.worker_session_id,
+        consumer_id: command.consumer_id,
+        sequence: command.sequence,
+      };
+      const entry = queues.get(group);
+      if (entry === undefined) queues.set(group, { first: command, polls: [poll] });
+      else entry.polls.push(poll);
     }
     const [locked, slotRows, ...firstRows] = await pipelined([
       // JSON text: unambiguous, and free of the NUL the in-memory keys use (PostgreSQL text
@@ -1096,20 +1102,12 @@ class PgTaskStore implements PostgresTaskStore {
           consumer_id: c.consumer_id,
         })),
       ),
-      ...[...queues.values()].map((polls) =>
+      ...[...queues.values()].map(({ first, polls }) =>
         selectClaimable(
           tx,
-          (polls[0] as AcquireCommand).scope,
-          (polls[0] as AcquireCommand).queue,
-          {
-            round: 'first',
-            clockOffsetMs: this.offset(),
-            polls: polls.map((command) => ({
-              worker_session_id: command.worker_session_id,
-              consumer_id: command.consumer_id,
-              sequence: command.sequence,
-            })),
-          },
+          first.scope,
+          first.queue,
+          { round: 'first', clockOffsetMs: this.offset(), polls },
           [],
         ),
       ),
@@ -1169,11 +1167,10 @@ class PgTaskStore implements PostgresTaskStore {
     // more rounds only where concurrency keys refused some).
     const winners = new Map<string, TaskRow[]>();
     const changes = new Changes();
-    for (const [group, polls] of queues) {
+    for (const [group, { first }] of queues) {
       const need = fresh.get(group)?.length ?? 0;
       const offered = firstRoundOf.get(group) ?? [];
-      const command = polls[0] as AcquireCommand;
-      const { won, surplus } = await this.claimable(tx, command, now, need, offered);
+      const { won, surplus } = await this.claimable(tx, first, now, need, offered);
       winners.set(group, won);
       // Rows locked for polls that turned out not to be new (or not yet available at `now`)
       // stay unwritten until COMMIT; a poll that skipped them meanwhile may have parked, so the
