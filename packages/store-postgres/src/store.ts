@@ -708,12 +708,6 @@ class PgTaskStore implements PostgresTaskStore {
       { tenant_id: string; namespace: string; key: string; count: number }
     >();
     for (const { before, after } of changed) {
-      const queueHint = {
-        kind: 'queue',
-        tenant: after.tenant_id,
-        namespace: after.namespace,
-        queue: after.queue,
-      };
       if (
         after.state === 'succeeded' &&
         before.state !== 'succeeded' &&
@@ -726,7 +720,7 @@ class PgTaskStore implements PostgresTaskStore {
           output: after.outcome.output,
         });
       }
-      if (after.state === 'queued' && before.state !== 'queued') changes.hint(queueHint);
+      if (after.state === 'queued' && before.state !== 'queued') changes.hint(queueHint(after));
       if (TERMINAL.has(after.state) && !TERMINAL.has(before.state)) {
         // Every terminal transition sets terminal_at to its own store time: the hook's `now`.
         terminal.push({
@@ -755,7 +749,7 @@ class PgTaskStore implements PostgresTaskStore {
           });
         }
         // A freed slot may make key-blocked work claimable.
-        changes.hint(queueHint);
+        changes.hint(queueHint(after));
       }
     }
     if (outputs.length > 0) writes.push(writeOutputs(tx, outputs));
