@@ -1,13 +1,16 @@
 /**
  * The one PostgreSQL of a run (embedded, or `DATABASE_URL`), one database per system, and the
  * counters read around a measured window: `pg_stat_database.xact_commit` of the system's
- * database and `pg_current_wal_lsn()` of the cluster.
+ * database, `pg_current_wal_lsn()` of the cluster, and the system's statements from
+ * `pg_stat_statements` (loaded in the embedded server; used with `DATABASE_URL` when the
+ * extension is there).
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { startEmbeddedPostgres } from '@ledgence/store-postgres';
 import pg from 'pg';
 import { treeCpuMs } from './cpu.js';
+import type { StatementCounters } from './stats.js';
 
 /** The PostgreSQL server of a run. */
 export interface Postgres {
@@ -21,6 +24,13 @@ export interface Postgres {
   walBytes(from: Counters, to: Counters): Promise<number>;
   /** `SHOW server_version`. */
   version(): Promise<string>;
+  /**
+   * The statements PostgreSQL has run for `database` so far, from `pg_stat_statements`; read at
+   * once (no statistics flush delay). `undefined` when the extension is not available.
+   */
+  statements(database: string): Promise<StatementCounters | undefined>;
+  /** Why `statements` is unavailable, or `undefined` when it works. */
+  readonly statementsUnavailable: string | undefined;
   /** CPU ms PostgreSQL has used so far (embedded only; NaN with `DATABASE_URL`). */
   cpuMs(): Promise<number>;
   stop(): Promise<void>;
@@ -39,6 +49,16 @@ export interface Counters {
 }
 
 /**
+ * Settings of the embedded server for statement counts. `max` well above the distinct
+ * statements of a run (each queue's name may be part of a peer's statement text), so that no
+ * entry is evicted and no count lost.
+ */
+const STATEMENT_SETTINGS = {
+  shared_preload_libraries: 'pg_stat_statements',
+  'pg_stat_statements.max': '20000',
+};
+
+/**
  * Starts embedded PostgreSQL in `bench/.data/pg` (crash-safe settings: fsync on), or uses
  * `databaseUrl` when given (its database is used for admin work only).
  */
@@ -53,6 +73,7 @@ export async function startPostgres(
     const embedded = await startEmbeddedPostgres({
       dataDir: join(benchDir, '.data', 'pg'),
       durability: 'full',
+      settings: STATEMENT_SETTINGS,
     });
     urlFor = (database) => embedded.urlFor(database);
     stopServer = () => embedded.stop();
@@ -69,8 +90,28 @@ export async function startPostgres(
   const admin = new pg.Client({ connectionString: urlFor('postgres') });
   await admin.connect();
   const ident = (name: string): string => `"${name.replaceAll('"', '""')}"`;
+  const statementsUnavailable = await enableStatementCounts(admin, databaseUrl === undefined);
   return {
     urlFor,
+    statementsUnavailable,
+    async statements(database) {
+      if (statementsUnavailable !== undefined) return undefined;
+      // pg_stat_statements(false): the counters without reading the query texts' file.
+      const reply = await admin.query<{ calls: string; exec_ms: string; dealloc: string }>(
+        `SELECT coalesce(sum(s.calls), 0)::text AS calls,
+                coalesce(sum(s.total_exec_time), 0)::text AS exec_ms,
+                (SELECT dealloc FROM pg_stat_statements_info)::text AS dealloc
+           FROM pg_stat_statements(false) s
+          WHERE s.toplevel AND s.dbid = (SELECT oid FROM pg_database WHERE datname = $1)`,
+        [database],
+      );
+      const row = reply.rows[0];
+      return {
+        calls: Number(row?.calls ?? Number.NaN),
+        execMs: Number(row?.exec_ms ?? Number.NaN),
+        evictions: Number(row?.dealloc ?? Number.NaN),
+      };
+    },
     async recreate(database) {
       await admin.query(`DROP DATABASE IF EXISTS ${ident(database)} WITH (FORCE)`);
       await admin.query(`CREATE DATABASE ${ident(database)}`);
@@ -108,6 +149,29 @@ export async function startPostgres(
       await stopServer();
     },
   };
+}
+
+/**
+ * Makes `pg_stat_statements` readable from the admin database; returns why it cannot be, or
+ * `undefined`. The embedded server preloads the library, so the extension is created there; a
+ * `DATABASE_URL` server is only read, never changed: it must have the library preloaded and the
+ * extension created in its `postgres` database already.
+ */
+async function enableStatementCounts(
+  admin: pg.Client,
+  embedded: boolean,
+): Promise<string | undefined> {
+  try {
+    if (embedded) await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+    await admin.query('SELECT 1 FROM pg_stat_statements(false) LIMIT 1');
+    return undefined;
+  } catch (error) {
+    return (
+      `pg_stat_statements is not readable (${(error as Error).message}); statement counts are ` +
+      "left out. To have them, set shared_preload_libraries = 'pg_stat_statements' on that " +
+      'server and run CREATE EXTENSION pg_stat_statements in its postgres database.'
+    );
+  }
 }
 
 /**

@@ -26,6 +26,7 @@ import {
   percentile,
   ratioToBest,
   type Summary,
+  statementsPerTask,
   summarize,
 } from './stats.js';
 import { graphileSystem } from './systems/graphile.js';
@@ -190,6 +191,8 @@ function drainMetrics(shape: string): MetricSpec[] {
     { shape, metric: 'rate', unit: 'tasks/s', better: 'higher' },
     { shape, metric: 'commits', unit: 'per task', better: 'lower' },
     { shape, metric: 'write xacts', unit: 'per task', better: 'lower' },
+    { shape, metric: 'statements', unit: 'per task', better: 'lower' },
+    { shape, metric: 'PostgreSQL exec time', unit: 'ms/task', better: 'lower' },
     { shape, metric: 'WAL', unit: 'bytes/task', better: 'lower' },
     { shape, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
     { shape, metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
@@ -201,6 +204,7 @@ const METRICS: MetricSpec[] = [
   { shape: 'single submit, 1 in flight', metric: 'p50', unit: 'ms', better: 'lower' },
   { shape: 'single submit, 1 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
   { shape: 'single submit, 1 in flight', metric: 'write xacts', unit: 'per task', better: 'lower' },
+  { shape: 'single submit, 1 in flight', metric: 'statements', unit: 'per task', better: 'lower' },
   { shape: 'single submit, 8 in flight', metric: 'rate', unit: 'tasks/s', better: 'higher' },
   { shape: 'single submit, 8 in flight', metric: 'p50', unit: 'ms', better: 'lower' },
   { shape: 'single submit, 8 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
@@ -226,6 +230,7 @@ const METRICS: MetricSpec[] = [
   { shape: HEARTBEATS, metric: 'rate vs adjacent strict', unit: '', better: 'higher' },
   { shape: HEARTBEATS, metric: 'heartbeats', unit: 'per s', better: 'higher', context: true },
   { shape: HEARTBEATS, metric: 'commits', unit: 'per task', better: 'lower' },
+  { shape: HEARTBEATS, metric: 'statements', unit: 'per task', better: 'lower' },
   { shape: HEARTBEATS, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
 ];
 
@@ -302,6 +307,7 @@ async function singleSubmit(
   await warmUp(system, queue);
   const latencies: number[] = [];
   const before = await postgres.counters(system.database);
+  const statementsBefore = await postgres.statements(system.database);
   const t0 = performance.now();
   await pool(count, inFlight, async (i) => {
     const start = performance.now();
@@ -312,6 +318,9 @@ async function singleSubmit(
   const after = await postgres.counters(system.database);
   if (inFlight === 1) {
     rec.record(shape, 'write xacts', system.name, (after.nextXid - before.nextXid) / count);
+    const statementsAfter = await postgres.statements(system.database);
+    const { statements } = statementsPerTask(statementsBefore, statementsAfter, 0, count);
+    rec.record(shape, 'statements', system.name, statements);
   }
   await system.discard(queue);
   await system.discard(`${queue}_warm`);
@@ -368,6 +377,7 @@ async function drain(
   const probe = new CountingClient(postgres.urlFor(system.database));
   await probe.connect();
   const before = await postgres.counters(system.database);
+  const statementsBefore = await postgres.statements(system.database);
   const cpuBefore = {
     server: await system.serverCpuMs(),
     postgres: await postgres.cpuMs(),
@@ -415,6 +425,9 @@ async function drain(
     bench: process.cpuUsage(cpuBefore.bench),
   };
   const completedAfterStop = count - (await probe.scalar(system.unfinishedSql, [queue]));
+  // Read before any discard below: pg_stat_statements counts at once, and the discard is not
+  // the drain's work.
+  const statementsAfter = await postgres.statements(system.database);
   await probe.end();
   if (capped) await system.discard(queue);
   await system.flushStats();
@@ -427,6 +440,14 @@ async function drain(
   rec.record(shape, 'rate', system.name, rate);
   rec.record(shape, 'commits', system.name, commits / perTask);
   rec.record(shape, 'write xacts', system.name, (after.nextXid - before.nextXid) / perTask);
+  const statements = statementsPerTask(
+    statementsBefore,
+    statementsAfter,
+    probe.statements,
+    perTask,
+  );
+  rec.record(shape, 'statements', system.name, statements.statements);
+  rec.record(shape, 'PostgreSQL exec time', system.name, statements.execMs);
   rec.record(shape, 'WAL', system.name, wal / perTask);
   const serverCpu = (cpuAfter.server - cpuBefore.server) / perTask;
   const postgresCpu = (cpuAfter.postgres - cpuBefore.postgres) / perTask;
@@ -442,7 +463,7 @@ async function drain(
     );
   }
   log(
-    `  ${system.name}: ${formatNumber(rate)} tasks/s${capped ? ` (capped: ${completedAtEnd}/${count})` : ''}, ${formatNumber(commits / perTask)} commits/task, ${formatNumber((after.nextXid - before.nextXid) / perTask)} write xacts/task, ${formatNumber(wal / perTask)} WAL bytes/task; CPU ms/task: server ${formatNumber(serverCpu)}, PostgreSQL (unverified) ${formatNumber(postgresCpu)}, workers ${formatNumber(workersCpu)}`,
+    `  ${system.name}: ${formatNumber(rate)} tasks/s${capped ? ` (capped: ${completedAtEnd}/${count})` : ''}, ${formatNumber(commits / perTask)} commits/task, ${formatNumber((after.nextXid - before.nextXid) / perTask)} write xacts/task, ${formatNumber(statements.statements)} statements/task (${formatNumber(statements.execMs)} ms executing), ${formatNumber(wal / perTask)} WAL bytes/task; CPU ms/task: server ${formatNumber(serverCpu)}, PostgreSQL (unverified) ${formatNumber(postgresCpu)}, workers ${formatNumber(workersCpu)}`,
   );
   return rate;
 }
@@ -678,6 +699,7 @@ async function main(): Promise<void> {
 
   const postgres = await startPostgres(benchDir, process.env.DATABASE_URL);
   const pgVersion = await postgres.version();
+  if (postgres.statementsUnavailable !== undefined) log(postgres.statementsUnavailable);
   log(`PostgreSQL ${pgVersion} ready`);
   const databases: Record<SystemName, string> = {
     ledgence: 'bench_ledgence',
@@ -805,6 +827,9 @@ async function main(): Promise<void> {
     sizes,
     machine,
     postgresSource: process.env.DATABASE_URL === undefined ? 'embedded (fsync on)' : 'DATABASE_URL',
+    statementCounts:
+      postgres.statementsUnavailable ??
+      'pg_stat_statements: top-level statements, utility included',
     configuration: Object.fromEntries(
       systems.map((s) => [
         s.name,

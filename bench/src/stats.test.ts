@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { formatNumber, formatSummary, percentile, ratioToBest, summarize } from './stats.js';
+import {
+  formatNumber,
+  formatSummary,
+  percentile,
+  ratioToBest,
+  statementsPerTask,
+  summarize,
+} from './stats.js';
 
 describe('percentile', () => {
   it('uses the nearest rank', () => {
@@ -88,5 +95,23 @@ describe('formatting', () => {
   it('shows the median and range', () => {
     expect(formatSummary(summarize([1, 2, 3]))).toBe('2.00 [1.00–3.00]');
     expect(formatSummary(summarize([7]))).toBe('7.00');
+  });
+});
+
+describe('statementsPerTask', () => {
+  const reading = (calls: number, execMs: number, evictions = 0) => ({ calls, execMs, evictions });
+
+  it('divides the window by the tasks, less the statements the benchmark ran itself', () => {
+    expect(statementsPerTask(reading(100, 10), reading(1_107, 60), 7, 500)).toEqual({
+      statements: 2,
+      execMs: 0.1,
+    });
+  });
+
+  it('is NaN when a reading is missing or entries were evicted in between', () => {
+    const lost = { statements: Number.NaN, execMs: Number.NaN };
+    expect(statementsPerTask(undefined, reading(5, 1), 0, 1)).toEqual(lost);
+    expect(statementsPerTask(reading(5, 1), undefined, 0, 1)).toEqual(lost);
+    expect(statementsPerTask(reading(5, 1, 3), reading(9, 2, 4), 0, 1)).toEqual(lost);
   });
 });

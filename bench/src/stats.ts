@@ -1,6 +1,7 @@
 /**
  * Pure statistics helpers of the benchmark: percentiles, the median and range of repetitions,
- * and the ratio of Ledgence to the best peer. No I/O.
+ * the ratio of Ledgence to the best peer, and statements per task from two counter readings.
+ * No I/O.
  */
 
 /**
@@ -95,4 +96,42 @@ export function formatSummary(summary: Summary): string {
   if (Number.isNaN(summary.median)) return median;
   if (summary.min === summary.max) return median;
   return `${median} [${formatNumber(summary.min)}–${formatNumber(summary.max)}]`;
+}
+
+/**
+ * Top-level statements of one database (`pg_stat_statements.track = top`, its default, with
+ * `track_utility` on: BEGIN, COMMIT, NOTIFY and LISTEN count as statements, and a function
+ * call counts once however many statements run inside it).
+ */
+export interface StatementCounters {
+  /** Statements completed so far. */
+  calls: number;
+  /** Their execution time so far, ms (`total_exec_time`: not parsing, planning or the wire). */
+  execMs: number;
+  /**
+   * Entries the extension has evicted so far, cluster-wide: if this moves during a window, some
+   * counts were lost and the window's figures are not complete.
+   */
+  evictions: number;
+}
+
+/**
+ * Statements and their execution ms per task between two readings, less `own` statements the
+ * benchmark itself ran in the window (its probes, whose execution time is left in: small, and
+ * not separable). NaN for both when a reading is missing or entries were evicted in between
+ * (some counts were lost).
+ */
+export function statementsPerTask(
+  from: StatementCounters | undefined,
+  to: StatementCounters | undefined,
+  own: number,
+  tasks: number,
+): { statements: number; execMs: number } {
+  if (from === undefined || to === undefined || to.evictions !== from.evictions) {
+    return { statements: Number.NaN, execMs: Number.NaN };
+  }
+  return {
+    statements: (to.calls - from.calls - own) / tasks,
+    execMs: (to.execMs - from.execMs) / tasks,
+  };
 }

@@ -161,6 +161,28 @@ describe('startEmbeddedPostgres', () => {
     await otherPort.stop();
   });
 
+  it('applies settings given for one start only, over the durability settings', async () => {
+    const tuned = await start(shared, {
+      settings: { shared_preload_libraries: 'pg_stat_statements', synchronous_commit: 'on' },
+    });
+    expect(await setting(tuned.url, 'shared_preload_libraries')).toBe('pg_stat_statements');
+    // 'fast' durability turns synchronous_commit off; the caller's own setting is applied after.
+    expect(await setting(tuned.url, 'synchronous_commit')).toBe('on');
+    expect(await setting(tuned.url, 'fsync')).toBe('off');
+    await tuned.stop();
+    const plain = await start(shared);
+    expect(await setting(plain.url, 'shared_preload_libraries')).toBe('');
+    await plain.stop();
+  });
+
+  it('refuses a setting name that is not one, before touching the folder', async () => {
+    const folder = join(base, 'never-made');
+    await expect(start(folder, { settings: { 'work_mem=1MB -c fsync': 'off' } })).rejects.toThrow(
+      /not a PostgreSQL setting name/,
+    );
+    expect(existsSync(folder)).toBe(false);
+  });
+
   it('runs two servers in two folders at once, on different ports', async () => {
     // A stopped cluster may be copied; as root the copy belongs to root, so this also checks
     // that a reused folder is handed to the server's user.

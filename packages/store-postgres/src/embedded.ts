@@ -45,6 +45,14 @@ export interface EmbeddedPostgresOptions {
    * use it; a test that does (the chaos suite) must use `'full'`.
    */
   durability?: 'full' | 'fast';
+  /**
+   * Further server settings for this start, each passed as `-c name=value` (for example
+   * `{ shared_preload_libraries: 'pg_stat_statements' }`, which the benchmark loads to count
+   * statements). They win over the durability settings. A name that is not a plain setting
+   * name is a `RangeError`; PostgreSQL itself rejects unknown names and bad values, and the
+   * start then fails with its log lines.
+   */
+  settings?: Readonly<Record<string, string>>;
 }
 
 /** A running embedded PostgreSQL server. */
@@ -194,6 +202,13 @@ export async function startEmbeddedPostgres(
     throw new RangeError(`port must be an integer in 1..65535 or 0, got ${options.port}`);
   }
   const durability = options.durability ?? 'full';
+  for (const name of Object.keys(options.settings ?? {})) {
+    if (!SETTING_NAME.test(name)) {
+      throw new RangeError(
+        `settings: "${name}" is not a PostgreSQL setting name (letters, digits, _ and .)`,
+      );
+    }
+  }
   const log = new LogTail(options.onLog);
 
   const owner = await serverOwner();
@@ -220,7 +235,7 @@ export async function startEmbeddedPostgres(
   }
   await clearStaleLockFile(dataDir, log);
 
-  const postgresFlags = serverFlags(durability);
+  const postgresFlags = serverFlags(durability, options.settings ?? {});
   for (let attempt = 1; ; attempt++) {
     const port = fixedPort ?? (await findFreePort());
     const mark = log.mark();
@@ -260,8 +275,17 @@ export async function startEmbeddedPostgres(
   }
 }
 
-/** Command-line settings for every start; durability can differ from one start to the next. */
-function serverFlags(durability: 'full' | 'fast'): string[] {
+/** A server setting's name, custom (`extension.name`) ones included. */
+const SETTING_NAME = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/;
+
+/**
+ * Command-line settings for every start; durability and the caller's own settings can differ
+ * from one start to the next (PostgreSQL takes the last `-c` of a name, so the caller's win).
+ */
+function serverFlags(
+  durability: 'full' | 'fast',
+  extra: Readonly<Record<string, string>>,
+): string[] {
   const settings = [
     `listen_addresses=${HOST}`,
     // No Unix socket: clients use TCP, and two servers never compete for a socket folder.
@@ -270,6 +294,7 @@ function serverFlags(durability: 'full' | 'fast'): string[] {
   if (durability === 'fast') {
     settings.push('fsync=off', 'synchronous_commit=off', 'full_page_writes=off');
   }
+  for (const [name, value] of Object.entries(extra)) settings.push(`${name}=${value}`);
   return settings.flatMap((setting) => ['-c', setting]);
 }
 
