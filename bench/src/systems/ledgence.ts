@@ -23,6 +23,24 @@ const HOLD_START_TIMEOUT_MS = 120_000;
 /** PostgreSQL's idle flush interval of backend statistics (PGSTAT_IDLE_INTERVAL) plus slack. */
 const STATS_FLUSH_WAIT_MS = 11_000;
 
+/**
+ * The queue's queued and active tasks, read the way the server's queue depth gauge reads them
+ * (`queueDepths` in store-postgres' hot-sql.ts): queued ones through the partial `tasks_acquire`,
+ * active ones through the partial `attempts_active` (an active task has exactly its current
+ * attempt active). `state IN ('queued', 'active')` on `tasks` had no index to use and scanned the
+ * namespace — every task of the run so far, 19–139 ms per call late in a run — which delayed the
+ * moment a drain was seen finished (bench/README.md, "How the counters are read").
+ */
+const UNFINISHED_SQL = `SELECT
+  (SELECT count(*) FROM tasks
+    WHERE tenant_id = '${TENANT}' AND namespace = '${NAMESPACE}' AND queue = $1
+      AND state = 'queued')
+  + (SELECT count(*) FROM attempts a
+      JOIN tasks t ON t.tenant_id = a.tenant_id AND t.namespace = a.namespace
+        AND t.task_id = a.task_id
+      WHERE a.state = 'active' AND t.state = 'active' AND t.current_attempt_id = a.attempt_id
+        AND t.tenant_id = '${TENANT}' AND t.namespace = '${NAMESPACE}' AND t.queue = $1)`;
+
 /** Slots per worker mode: `batched` gives the SDK more slots to batch polls and settlements over. */
 export const LEDGENCE_CONCURRENCY: Record<WorkerMode, number> = {
   strict: 32,
@@ -177,7 +195,7 @@ export function ledgenceSystem(
         stop,
       };
     },
-    unfinishedSql: `SELECT count(*) FROM tasks WHERE tenant_id = '${TENANT}' AND namespace = '${NAMESPACE}' AND queue = $1 AND state IN ('queued', 'active')`,
+    unfinishedSql: UNFINISHED_SQL,
     flushStats: () => sleep(statsFlushWaitMs),
     serverCpuMs: () => processCpuMs(server.pid),
     describe(mode) {
