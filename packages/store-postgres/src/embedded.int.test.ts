@@ -175,11 +175,21 @@ describe('startEmbeddedPostgres', () => {
     await plain.stop();
   });
 
-  it('refuses a setting name that is not one, before touching the folder', async () => {
+  it('refuses a setting that is not one, or that would move the server off 127.0.0.1, before touching the folder', async () => {
     const folder = join(base, 'never-made');
     await expect(start(folder, { settings: { 'work_mem=1MB -c fsync': 'off' } })).rejects.toThrow(
       /not a PostgreSQL setting name/,
     );
+    for (const name of [
+      'listen_addresses',
+      'LISTEN_ADDRESSES',
+      'unix_socket_directories',
+      'port',
+    ]) {
+      await expect(start(folder, { settings: { [name]: '*' } })).rejects.toThrow(
+        /fixed for the embedded server/,
+      );
+    }
     expect(existsSync(folder)).toBe(false);
   });
 

@@ -49,8 +49,9 @@ export interface EmbeddedPostgresOptions {
    * Further server settings for this start, each passed as `-c name=value` (for example
    * `{ shared_preload_libraries: 'pg_stat_statements' }`, which the benchmark loads to count
    * statements). They win over the durability settings. A name that is not a plain setting
-   * name is a `RangeError`; PostgreSQL itself rejects unknown names and bad values, and the
-   * start then fails with its log lines.
+   * name, or one the server must keep (`listen_addresses`, `unix_socket_directories`, `port`:
+   * its fixed credentials are safe only on 127.0.0.1), is a `RangeError`; PostgreSQL itself
+   * rejects unknown names and bad values, and the start then fails with its log lines.
    */
   settings?: Readonly<Record<string, string>>;
 }
@@ -208,6 +209,11 @@ export async function startEmbeddedPostgres(
         `settings: "${name}" is not a PostgreSQL setting name (letters, digits, _ and .)`,
       );
     }
+    if (KEPT_SETTINGS.has(name.toLowerCase())) {
+      throw new RangeError(
+        `settings: "${name}" is fixed for the embedded server (127.0.0.1 only; pass the port as \`port\`)`,
+      );
+    }
   }
   const log = new LogTail(options.onLog);
 
@@ -277,6 +283,9 @@ export async function startEmbeddedPostgres(
 
 /** A server setting's name, custom (`extension.name`) ones included. */
 const SETTING_NAME = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/;
+
+/** Settings a caller may not change: where the server listens (its credentials are fixed). */
+const KEPT_SETTINGS = new Set(['listen_addresses', 'unix_socket_directories', 'port']);
 
 /**
  * Command-line settings for every start; durability and the caller's own settings can differ
