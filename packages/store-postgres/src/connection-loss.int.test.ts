@@ -181,8 +181,16 @@ it('store operations under repeated backend terminations all answer or fail as u
   expect(failures.get('unavailable') ?? 0).toBeGreaterThan(0);
   expect(answered.filter((name) => name === 'settle').length).toBeGreaterThan(0);
 
-  // Afterwards the same store serves, and every answered submit is durable.
-  const after = await within(store.submit(submitCommand('after-storm', { queue })), 10_000);
+  // Afterwards the same store serves, and every answered submit is durable. The killer's last
+  // round may have terminated pooled connections whose close the pool has not read yet: a
+  // request on one fails as `unavailable`, as any request in flight at a termination may
+  // (seen once in CI). Each such failure retires one of the pool's 4 connections, and nothing
+  // terminates them any more, so the store must answer within 5 attempts.
+  let after: unknown;
+  for (let attempt = 0; attempt < 5; attempt += 1) {
+    after = await within(store.submit(submitCommand('after-storm', { queue })), 10_000);
+    if (!(after instanceof ContractError && after.code === 'unavailable')) break;
+  }
   expect((after as { snapshot?: { task_id: string } }).snapshot?.task_id).toEqual(
     expect.any(String),
   );
