@@ -1,7 +1,7 @@
 import { type Assignment, ContractError } from '@ledgence/contracts';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createPostgresTaskStore } from './store.js';
+import { createPostgresTaskStore, SUBMIT_CHUNK } from './store.js';
 import {
   acquireCommand,
   CONFIG,
@@ -204,6 +204,77 @@ describe('submit', () => {
       expect((await h.store.status(SCOPE, fresh?.task_id ?? '')).state).toBe('queued');
     } finally {
       await failing.close();
+    }
+  });
+
+  it('answers a batch sent in several insert chunks as one, whatever chunk an item is in', async () => {
+    // SUBMIT_CHUNK items per insert statement (store.ts): positions chosen across chunk borders.
+    const size = SUBMIT_CHUNK * 2 + 100;
+    const stored = await h.store.submit(submitCommand('chunks-held', { queue: 'chunks' }));
+    const commands = Array.from({ length: size }, (_, i) =>
+      submitCommand(`chunks-${i}`, { queue: 'chunks' }),
+    );
+    const first = 10;
+    const replayAt = SUBMIT_CHUNK + 50; // the same key and command as item `first`
+    const conflictAt = 2 * SUBMIT_CHUNK + 20; // the same key as item `first`, other data
+    const heldAt = SUBMIT_CHUNK * 2 - 1; // last item of the second chunk
+    commands[replayAt] = submitCommand(`chunks-${first}`, { queue: 'chunks' });
+    commands[conflictAt] = submitCommand(`chunks-${first}`, { queue: 'chunks', data: 'other' });
+    commands[heldAt] = submitCommand('chunks-held', { queue: 'chunks' });
+    const results = await h.store.submitBatch(commands);
+    const answers = results.map((r) => (r.ok ? r.value.created : r.error.code));
+    const special = new Set([replayAt, conflictAt, heldAt]);
+    expect(answers.filter((_, i) => !special.has(i))).toEqual(
+      Array.from({ length: size - 3 }, () => true),
+    );
+    expect([answers[replayAt], answers[conflictAt], answers[heldAt]]).toEqual([
+      false,
+      'conflict',
+      false,
+    ]);
+    const idOf = (i: number) => (results[i]?.ok ? results[i].value.snapshot.task_id : `none ${i}`);
+    expect(idOf(replayAt)).toBe(idOf(first));
+    expect(idOf(heldAt)).toBe(stored.snapshot.task_id);
+    // Every created task has its payload and exactly one history record; nothing else was
+    // written for the batch's repeated keys.
+    const [counts] = await h.sql<{ tasks: number; payloads: number; history: number }[]>`
+      select (select count(*)::int from tasks where queue = 'chunks') as tasks,
+        (select count(*)::int from task_payloads p join tasks t using (tenant_id, namespace, task_id)
+          where t.queue = 'chunks') as payloads,
+        (select count(*)::int from task_history hi join tasks t using (tenant_id, namespace, task_id)
+          where t.queue = 'chunks') as history`;
+    expect(counts).toEqual({ tasks: size - 2, payloads: size - 2, history: size - 2 });
+  });
+
+  it('rolls back every chunk of a batch when a later chunk fails, then answers it item by item', async () => {
+    // A trigger fails the insert of one key in the second chunk, while the third is being
+    // built. Were the first chunk committed on its own, the item-by-item retry after the
+    // failure would answer it as replays (created: false); as one transaction it was rolled
+    // back and is created by the retry.
+    await h.sql.unsafe(`
+      create function chunks_fail() returns trigger language plpgsql as $$
+      begin raise exception 'chunks_fail'; end $$;
+      create trigger chunks_fail before insert on task_payloads for each row
+        when (new.data::text = '"fail"') execute function chunks_fail()`);
+    try {
+      const size = SUBMIT_CHUNK * 2 + 100;
+      const failAt = SUBMIT_CHUNK + 50;
+      const commands = Array.from({ length: size }, (_, i) =>
+        submitCommand(`rollback-${i}`, { queue: 'rollback', data: i === failAt ? 'fail' : i }),
+      );
+      const results = await h.store.submitBatch(commands);
+      const answers = results.map((r) => (r.ok ? r.value.created : r.error.code));
+      expect(answers[failAt]).toBe('unavailable');
+      expect(answers.filter((_, i) => i !== failAt)).toEqual(
+        Array.from({ length: size - 1 }, () => true),
+      );
+      const [row] = await h.sql<{ n: number }[]>`
+        select count(*)::int as n from tasks where queue = 'rollback'`;
+      expect(row?.n).toBe(size - 1);
+    } finally {
+      await h.sql.unsafe(`
+        drop trigger chunks_fail on task_payloads;
+        drop function chunks_fail()`);
     }
   });
 
