@@ -1,7 +1,8 @@
 /**
  * A lifecycle or submit transaction sends COMMIT behind its last writes instead of after their answers
  * (store.ts `Finish`, issue #7): one round trip less per transaction; a claim also reads its
- * tasks' data with them (`selectClaimable`). This test counts the round trips;
+ * tasks' data with them (`selectClaimable`), and a submit's insert reads store time itself (a
+ * lone insert is sent without BEGIN and COMMIT: explain.int.test.ts). This test counts the round trips;
  * the other side, that a write failing in front of that COMMIT commits nothing and leaves the
  * connection usable, is failure.int.test.ts ("a pipelined write that fails undoes …").
  */
@@ -29,6 +30,7 @@ beforeAll(async () => {
   // runs it; a first lifecycle leaves only steady-state traffic for the counted one.
   await lifecycle('warm-up');
   await store.submit(submitCommand('warm-up-0', { queue: 'warm-up' })); // a replay's lookups
+  await store.submit(submitCommand('warm-up-k', { queue: 'warm-up', concurrency_key: 'k' }));
 });
 afterAll(() => h.close());
 
@@ -88,21 +90,27 @@ it('a lifecycle takes six round trips: claim 2, dispatch renewal 2, settle 2', a
   expect(row?.state).toBe('succeeded');
 });
 
-it('a submit takes two round trips, BEGIN with the store time and the insert with COMMIT; a replay looks up after', async () => {
+it('a submit takes one round trip, its insert reading store time; a replay looks up after', async () => {
   const command = submitCommand('trips-submit', { queue: 'trips-submit' });
   let first: Awaited<ReturnType<PostgresTaskStore['submit']>> | undefined;
   const submit = await roundTrips(async () => {
     first = await store.submit(command);
   });
-  expect(submit).toBe(2);
+  expect(submit).toBe(1);
   expect(first?.created).toBe(true);
-  // The replay's insert skips the held key after the COMMIT has gone out; the task and its
-  // payload are read after it, one round trip each.
+  // A submit that is more than its insert is a transaction, still in one round trip: BEGIN,
+  // the insert, the concurrency key's row and COMMIT sent together.
+  const keyed = await roundTrips(() =>
+    store.submit(submitCommand('trips-keyed', { queue: 'trips-submit', concurrency_key: 'k' })),
+  );
+  expect(keyed).toBe(1);
+  // The replay's insert skips the held key (and has committed when it answers); the task and
+  // its payload are read after it, one round trip each.
   let replay: Awaited<ReturnType<PostgresTaskStore['submit']>> | undefined;
   const replayed = await roundTrips(async () => {
     replay = await store.submit(command);
   });
-  expect(replayed).toBe(4);
+  expect(replayed).toBe(3);
   expect(replay).toEqual({ created: false, snapshot: first?.snapshot });
   const [count] = await h.sql<{ n: number }[]>`
     select count(*)::int as n from tasks where idempotency_key = 'trips-submit'`;

@@ -6,7 +6,7 @@
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { attemptFromDb, taskFromDb } from './codec.js';
-import { renewAttempts, updateTasks } from './hot-sql.js';
+import { renewAttempts, updateTasks, WAKE_CHANNEL } from './hot-sql.js';
 import { createPostgresTaskStore, type PostgresTaskStore } from './store.js';
 import {
   acquireCommand,
@@ -100,6 +100,26 @@ async function explain(query: string, params: unknown[]): Promise<string> {
   return rows.map((row) => String(row['QUERY PLAN'])).join('\n');
 }
 
+/** The first word of a captured statement, lower case: `begin`, `with`, `commit`, … */
+function firstWord(statement: { query: string }): string {
+  return statement.query.trim().split(/\s+/)[0]?.toLowerCase() ?? '';
+}
+
+/** The store-time read (`storeNow` in hot-sql.ts). */
+const STORE_TIME = /^\s*select \(extract\(epoch from clock_timestamp\(\)\)/;
+
+/** The statements `body` sent, by first word; the store-time read as `time`. */
+async function statementsOf(body: () => Promise<unknown>): Promise<string[]> {
+  const start = captured.length;
+  capturing = true;
+  try {
+    await body();
+  } finally {
+    capturing = false;
+  }
+  return captured.slice(start).map((c) => (STORE_TIME.test(c.query) ? 'time' : firstWord(c)));
+}
+
 function statementsMatching(pattern: RegExp) {
   return captured.filter((c) => pattern.test(c.query));
 }
@@ -168,15 +188,11 @@ describe('EXPLAIN of the hot statements', () => {
     expect(first.created).toBe(true);
     expect(again.created).toBe(false);
     const lookup = /t\.idempotency_key = k\.key/;
-    // begin + store time (pipelined), the insert, commit; no lookup for a new key.
-    expect(fresh.map((c) => c.query.trim().split(/\s+/)[0]?.toLowerCase())).toEqual([
-      'begin',
-      'select',
-      'with',
-      'commit',
-    ]);
+    // The insert alone: it reads store time itself, and a lone statement needs no BEGIN or
+    // COMMIT; no lookup for a new key.
+    expect(fresh.map(firstWord)).toEqual(['with']);
     expect(fresh.some((c) => lookup.test(c.query))).toBe(false);
-    const insert = fresh[2];
+    const insert = fresh[0];
     const insertPlan = await explain(insert?.query ?? '', insert?.params ?? []);
     expect(insertPlan).toMatch(/Conflict Arbiter Indexes: tasks_idempotency_key/);
     expect(insertPlan).not.toMatch(/Seq Scan on tasks/);
@@ -186,6 +202,59 @@ describe('EXPLAIN of the hot statements', () => {
     const lookupPlan = await explain(held?.query ?? '', held?.params ?? []);
     expect(lookupPlan).toMatch(/tasks_idempotency_key/);
     expect(lookupPlan).not.toMatch(/Seq Scan on tasks/);
+  });
+
+  it('submit: a transaction only where the insert is not all of it', async () => {
+    // A concurrency key's row is a second statement: BEGIN in front, COMMIT behind, all in one
+    // round trip (commit.int.test.ts).
+    expect(
+      await statementsOf(() =>
+        store.submit(submitCommand('explain-keyed', { concurrency_key: 'explain-key' })),
+      ),
+    ).toEqual(['begin', 'with', 'insert', 'commit']);
+    // An absolute available_at is checked against store time first, read with BEGIN.
+    const [time] = await sql<{ now: string }[]>`
+      select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${offset}::bigint as now`;
+    expect(
+      await statementsOf(() =>
+        store.submit(submitCommand('explain-at', { available_at: Number(time?.now) + 60_000 })),
+      ),
+    ).toEqual(['begin', 'time', 'with', 'commit']);
+    // A batch group commit makes of single submits is the insert alone too.
+    expect(
+      await statementsOf(() =>
+        store.submitBatch([submitCommand('explain-b1'), submitCommand('explain-b2')]),
+      ),
+    ).toEqual(['with']);
+  });
+
+  it('submit: a wake over one NOTIFY in bytes goes out as NOTIFYs of its own, the batch still one transaction', async () => {
+    // 50 queues named in a two-byte letter: the hints are ~6 300 characters but ~9 300 UTF-8
+    // bytes, over PostgreSQL's 8000-byte payload limit. Counted in characters, the insert
+    // carried them inline, PostgreSQL refused the NOTIFY, and the batch fell back to one
+    // transaction per item.
+    const queues = Array.from({ length: 50 }, (_, i) => `${'é'.repeat(60)}${i}`);
+    const received = new Set<string>();
+    const listener = postgres(db.url, { max: 1, onnotice: () => {} });
+    try {
+      await listener.listen(WAKE_CHANNEL, (payload) => {
+        for (const hint of JSON.parse(payload) as { queue: string }[]) received.add(hint.queue);
+      });
+      let results: Awaited<ReturnType<typeof store.submitBatch>> = [];
+      const statements = await statementsOf(async () => {
+        results = await store.submitBatch(
+          queues.map((queue, i) => submitCommand(`explain-wide-${i}`, { queue })),
+        );
+      });
+      expect(results.every((r) => r.ok && r.value.created)).toBe(true);
+      expect(statements).toEqual(['begin', 'with', 'select', 'select', 'commit']);
+      for (let waited = 0; received.size < queues.length && waited < 5_000; waited += 20) {
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect([...received].sort()).toEqual([...queues].sort());
+    } finally {
+      await listener.end();
+    }
   });
 
   it('plans use indexes, never a sequential scan of tasks or attempts', async () => {

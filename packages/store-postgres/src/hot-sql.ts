@@ -530,6 +530,15 @@ export async function loadTasksByIdempotencyKey(
 }
 
 /**
+ * Where the times of a submit's rows come from. `readsStoreTime: false`: they carry store time,
+ * read by the caller before it built them (a batch with an absolute `available_at`, which must be
+ * checked against store time before anything is written). `readsStoreTime: true`: they were built
+ * at store time 0 (`submitted_at` 0, `available_at` the delay, history at 0) and the insert adds
+ * the store time it reads, plus `offsetMs` (the store's test clock offset; 0 in production).
+ */
+export type SubmitClock = { readsStoreTime: false } | { readsStoreTime: true; offsetMs: number };
+
+/**
  * New tasks with their payload and history rows, and the wake NOTIFY, in ONE round trip (a
  * statement of data-modifying CTEs). Measured before (bench/README.md, "Changes and their
  * measured effect"): a submit sent begin, an idempotency lookup, store time, three INSERTs, a
@@ -544,18 +553,33 @@ export async function loadTasksByIdempotencyKey(
  * `ins` returned (joined on the fresh task id), so a skipped task leaves no rows behind.
  *
  * `wake` is the NOTIFY payload (a JSON array of hints), or null when the caller sends it itself;
- * it is sent only if at least one task was inserted (a replay wakes nobody). Returns the scopes
- * and idempotency keys actually inserted. Locks: the new rows only (and the wait above). Index:
- * the unique `tasks_idempotency_key` as the conflict arbiter.
+ * it is sent only if at least one task was inserted (a replay wakes nobody).
+ *
+ * `clock` says where the rows' times come from (see {@link SubmitClock}): with `readsStoreTime`
+ * the rows were built at store time 0 and the statement adds the store time it reads itself, so
+ * a submit needs no round trip to read it first — and a submit that is this one statement needs
+ * no BEGIN or COMMIT either (the store's `submitTransaction`). Returns the scopes and idempotency
+ * keys actually inserted, each with `base`, the store time added to its times (0 when the rows
+ * carried store time already). Locks: the new rows only (and the wait above). Index: the unique
+ * `tasks_idempotency_key` as the conflict arbiter.
  */
 export async function insertSubmitted(
   tx: Tx,
   rows: readonly TaskRow[],
   history: readonly HistoryRow[],
   wake: string | null,
+  clock: SubmitClock,
 ): Promise<DbRow[]> {
+  // `now()`, not `clock_timestamp()`: one value for every chunk of a transaction (its start, the
+  // moment BEGIN ran; for a lone statement, its own start), as when store time was read with
+  // BEGIN. An insert that waits out a concurrent first submit of a key keeps that earlier time,
+  // as it did then.
+  const offset = clock.readsStoreTime ? clock.offsetMs : null;
   return tx`
-    with ins as (
+    with clock as (
+      select case when ${offset}::bigint is null then 0::bigint
+        else (extract(epoch from now()) * 1000)::bigint + ${offset}::bigint end as base
+    ), ins as (
       insert into tasks (tenant_id, namespace, task_id, run_id, idempotency_key, command_digest,
         input, origin_trace, queue, program, retry, timeout_ms, priority, concurrency_key,
         concurrency_limit, labels, state, submitted_at, available_at, terminal_at, attempt_count,
@@ -563,10 +587,10 @@ export async function insertSubmitted(
       select v.tenant_id, v.namespace, v.task_id, v.run_id, v.idempotency_key, v.command_digest,
         v.input::jsonb, v.origin_trace::jsonb, v.queue, v.program::jsonb, v.retry::jsonb,
         v.timeout_ms, v.priority, v.concurrency_key, v.concurrency_limit, v.labels::jsonb,
-        v.state, v.submitted_at, v.available_at, v.terminal_at, v.attempt_count,
-        v.dispatch_count, v.current_attempt_id, v.cancel_requested_at, v.outcome::json,
-        v.history_sequence
-      from unnest(
+        v.state, clock.base + v.submitted_at, clock.base + v.available_at, v.terminal_at,
+        v.attempt_count, v.dispatch_count, v.current_attempt_id, v.cancel_requested_at,
+        v.outcome::json, v.history_sequence
+      from clock, unnest(
         ${column(rows, (r) => r.tenant_id)}::text[], ${column(rows, (r) => r.namespace)}::text[],
         ${column(rows, (r) => r.task_id)}::text[], ${column(rows, (r) => r.run_id)}::text[],
         ${column(rows, (r) => r.idempotency_key)}::text[],
@@ -604,8 +628,9 @@ export async function insertSubmitted(
       join ins on ins.task_id = p.task_id
     ), hist as (
       insert into task_history (tenant_id, namespace, task_id, sequence, attempt_id, at, reason)
-      select ins.tenant_id, ins.namespace, ins.task_id, h.sequence, h.attempt_id, h.at, h.reason
-      from unnest(
+      select ins.tenant_id, ins.namespace, ins.task_id, h.sequence, h.attempt_id,
+        clock.base + h.at, h.reason
+      from clock, unnest(
         ${column(history, (r) => r.task_id)}::text[], ${column(history, (r) => r.sequence)}::int[],
         ${column(history, (r) => r.attempt_id)}::text[], ${column(history, (r) => r.at)}::bigint[],
         ${column(history, (r) => r.reason)}::text[]) as h(task_id, sequence, attempt_id, at, reason)
@@ -615,7 +640,7 @@ export async function insertSubmitted(
       from (select ${wake}::text as w from ins limit 1) as one
       where w is not null
     )
-    select ins.tenant_id, ins.namespace, ins.idempotency_key from ins, wake`;
+    select ins.tenant_id, ins.namespace, ins.idempotency_key, clock.base from ins, wake, clock`;
 }
 
 /**
@@ -676,20 +701,29 @@ export async function queueDepths(tx: Tx, limit: number): Promise<DbRow[]> {
 }
 
 /**
+ * The largest wake NOTIFY payload sent, in UTF-8 bytes. PostgreSQL refuses a payload of 8000
+ * bytes or more ("payload string too long") and aborts the transaction; counted in UTF-16 code
+ * units, as before, hints of queue names outside ASCII could pass the bound at up to three times
+ * its bytes, and a batch of them failed whole and fell back to one transaction per item.
+ */
+export const WAKE_PAYLOAD_MAX_BYTES = 7900;
+
+/**
  * One NOTIFY per transaction on {@link WAKE_CHANNEL}, carrying every hint as a JSON array
- * (split only if it would exceed PostgreSQL's 8000-byte payload limit). Delivered at commit.
+ * (split only if it would exceed {@link WAKE_PAYLOAD_MAX_BYTES}). Delivered at commit.
  */
 export async function notifyWake(tx: Tx, hints: readonly object[]): Promise<void> {
   const chunks: string[][] = [[]];
   let size = 2;
   for (const hint of hints) {
     const text = JSON.stringify(hint);
-    if (size + text.length + 1 > 7900 && (chunks.at(-1) as string[]).length > 0) {
+    const bytes = Buffer.byteLength(text);
+    if (size + bytes + 1 > WAKE_PAYLOAD_MAX_BYTES && (chunks.at(-1) as string[]).length > 0) {
       chunks.push([]);
       size = 2;
     }
     (chunks.at(-1) as string[]).push(text);
-    size += text.length + 1;
+    size += bytes + 1;
   }
   // Sent together (pipelined, in order), so a caller's writes and these NOTIFYs share one round
   // trip (see the store's `flush`).

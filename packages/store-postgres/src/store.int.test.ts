@@ -33,25 +33,27 @@ async function code(promise: Promise<unknown>): Promise<string> {
 /**
  * A store on a connection of its own that runs `before` ahead of the first lookup of
  * submitted keys (the statement of `loadTasksByIdempotencyKey`), to step between a submit's
- * insert and that lookup.
+ * insert and that lookup. The lookup runs on a reserved connection after a transaction's
+ * COMMIT, or on the pool after a submit that was one statement: both are intercepted.
  */
 function storeBeforeFirstLookup(before: () => Promise<void>) {
   let fired = false;
   const client = postgres(h.db.url, { max: 1, onnotice: () => {} });
+  const lookupTrap: ProxyHandler<postgres.Sql> = {
+    apply(query, self, args) {
+      const text = Array.isArray(args[0]) ? args[0].join('$') : '';
+      if (fired || !text.includes('t.idempotency_key = k.key')) {
+        return Reflect.apply(query, self, args);
+      }
+      fired = true;
+      return before().then(() => Reflect.apply(query, self, args));
+    },
+  };
   const intercepting = new Proxy(client, {
+    ...lookupTrap,
     get(target, property, receiver) {
       if (property !== 'reserve') return Reflect.get(target, property, receiver);
-      return async () =>
-        new Proxy(await target.reserve(), {
-          apply(query, self, args) {
-            const text = Array.isArray(args[0]) ? args[0].join('$') : '';
-            if (fired || !text.includes('t.idempotency_key = k.key')) {
-              return Reflect.apply(query, self, args);
-            }
-            fired = true;
-            return before().then(() => Reflect.apply(query, self, args));
-          },
-        });
+      return async () => new Proxy(await target.reserve(), lookupTrap);
     },
   });
   return {
@@ -96,6 +98,78 @@ describe('submit', () => {
     );
     const history = await h.store.history(SCOPE, first.snapshot.task_id, 0);
     expect(history.map((e) => e.event.reason)).toEqual(['submitted']);
+  });
+
+  it('stamps new tasks with the store time their insert read: alone, batched, in chunks', async () => {
+    // A store whose clock runs a day ahead: the insert adds the offset to the time it reads.
+    const DAY = 86_400_000;
+    const ahead = createPostgresTaskStore({
+      url: h.db.url,
+      config: CONFIG,
+      clockOffsetMs: () => DAY,
+    });
+    try {
+      const before = await ahead.now();
+      // One statement each (a lone submit; a small batch with a replay inside it), then a
+      // transaction of two chunks.
+      const lone = await ahead.submit(submitCommand('at-lone', { queue: 'at', delay_ms: 5_000 }));
+      const small = await ahead.submitBatch([
+        submitCommand('at-small', { queue: 'at' }),
+        submitCommand('at-small', { queue: 'at' }),
+      ]);
+      const chunked = await ahead.submitBatch(
+        Array.from({ length: SUBMIT_CHUNK + 2 }, (_, i) =>
+          submitCommand(`at-chunk-${i}`, { queue: 'at', delay_ms: i }),
+        ),
+      );
+      const after = await ahead.now();
+      const snapshots = [
+        lone.snapshot,
+        ...[...small, ...chunked].map((r) => (r.ok ? r.value.snapshot : null)),
+      ];
+      expect(before - Date.now()).toBeGreaterThan(DAY - 60_000);
+      for (const snapshot of snapshots) {
+        expect(snapshot?.submitted_at).toBeGreaterThanOrEqual(before);
+        expect(snapshot?.submitted_at).toBeLessThanOrEqual(after);
+      }
+      expect(lone.snapshot.available_at).toBe(lone.snapshot.submitted_at + 5_000);
+      expect(await ahead.inspect(SCOPE, lone.snapshot.task_id)).toEqual(lone.snapshot);
+      // The replay inside the batch answers the task the batch created, at the same times.
+      expect(small.map((r) => r.ok && r.value.created)).toEqual([true, false]);
+      expect(small[1]?.ok && small[1].value.snapshot).toEqual(
+        small[0]?.ok && small[0].value.snapshot,
+      );
+      // One transaction: every chunk's tasks share its store time.
+      const chunkTimes = new Set(chunked.map((r) => r.ok && r.value.snapshot.submitted_at));
+      expect(chunkTimes.size).toBe(1);
+      const last = chunked.at(-1);
+      expect(last?.ok && last.value.snapshot.available_at - last.value.snapshot.submitted_at).toBe(
+        SUBMIT_CHUNK + 1,
+      );
+      if (last?.ok)
+        expect(await ahead.inspect(SCOPE, last.value.snapshot.task_id)).toEqual(
+          last.value.snapshot,
+        );
+      // Stored rows and their `submitted` history entries hold what was answered.
+      const rows = await h.sql<
+        { task_id: string; submitted_at: string; available_at: string; at: string }[]
+      >`
+        select t.task_id, t.submitted_at, t.available_at, h.at from tasks t
+        join task_history h using (tenant_id, namespace, task_id)
+        where t.queue = 'at' and h.reason = 'submitted'`;
+      const answered = new Map(snapshots.map((snapshot) => [snapshot?.task_id, snapshot]));
+      expect(rows).toHaveLength(answered.size);
+      for (const row of rows) {
+        const snapshot = answered.get(row.task_id);
+        expect([Number(row.submitted_at), Number(row.available_at), Number(row.at)]).toEqual([
+          snapshot?.submitted_at,
+          snapshot?.available_at,
+          snapshot?.submitted_at,
+        ]);
+      }
+    } finally {
+      await ahead.close();
+    }
   });
 
   it('concurrent submits of one key create one task', async () => {

@@ -155,6 +155,7 @@ import {
   queueDepths,
   releaseConcurrencySlots,
   renewAttempts,
+  type SubmitClock,
   selectClaimable,
   storeNow,
   type TaskRef,
@@ -163,6 +164,7 @@ import {
   updateAttempts,
   updateTasks,
   upsertCursors,
+  WAKE_PAYLOAD_MAX_BYTES,
   writeOutputs,
 } from './hot-sql.js';
 import { type MigrationStatus, migrationStatus } from './migrate.js';
@@ -408,6 +410,18 @@ function uniqueBy<T>(items: readonly T[], key: (item: T) => string): T[] {
  * only overrides existing properties is fast; bench/README.md, "Objects built by spread").
  */
 
+/**
+ * A snapshot built at store time 0 ({@link SubmitClock}) moved to the store time `base`. A new
+ * task's only times are these two; terminal and cancel times are null.
+ */
+function snapshotShifted(snapshot: TaskSnapshot, base: Timestamp): TaskSnapshot {
+  return {
+    ...snapshot,
+    submitted_at: snapshot.submitted_at + base,
+    available_at: snapshot.available_at + base,
+  };
+}
+
 function taskRefOf(scope: Scope, taskId: string): TaskRef {
   return { tenant_id: scope.tenant_id, namespace: scope.namespace, task_id: taskId };
 }
@@ -460,8 +474,34 @@ function payloadOf(rows: readonly DbRow[]): Map<string, LoadedPayload> {
 }
 
 /** The wake hint of a queue that gained ready work. */
-function queueHint(task: TaskRow) {
+function queueHint(task: { tenant_id: string; namespace: string; queue: string }) {
   return { kind: 'queue', tenant: task.tenant_id, namespace: task.namespace, queue: task.queue };
+}
+
+/**
+ * The one NOTIFY payload waking these tasks' queues, or null when it would exceed
+ * {@link WAKE_PAYLOAD_MAX_BYTES} (the hints then go out as {@link notifyWake}'s NOTIFYs).
+ */
+function inlineWake(tasks: readonly { tenant_id: string; namespace: string; queue: string }[]) {
+  const hints = uniqueBy(
+    tasks.map((task) => JSON.stringify(queueHint(task))),
+    (hint) => hint,
+  );
+  const wake = `[${hints.join(',')}]`;
+  return Buffer.byteLength(wake) <= WAKE_PAYLOAD_MAX_BYTES ? wake : null;
+}
+
+/**
+ * Whether a submit of these commands, when it reads store time in its insert, is that one
+ * statement and nothing else: one chunk, no concurrency-key rows, its wake inside the insert.
+ * The wake is that of every command's queue, a superset of what the insert sends.
+ */
+function submitIsOneStatement(commands: readonly SubmitCommand[]): boolean {
+  return (
+    commands.length <= SUBMIT_CHUNK &&
+    commands.every((c) => c.input.concurrency_key === undefined) &&
+    inlineWake(commands.map((c) => c.input)) !== null
+  );
 }
 
 /**
@@ -486,12 +526,11 @@ function sendSubmitted(
   tx: Tx,
   tasks: readonly TaskRow[],
   history: readonly HistoryRow[],
+  clock: SubmitClock,
   writes: Promise<unknown>[],
 ): Promise<DbRow[]> {
-  const hints = uniqueBy(tasks.map(queueHint), (hint) => JSON.stringify(hint));
-  const wake = `[${hints.map((hint) => JSON.stringify(hint)).join(',')}]`;
-  const inline = wake.length <= 7900;
-  const insert = insertSubmitted(tx, tasks, history, inline ? wake : null);
+  const wake = inlineWake(tasks);
+  const insert = insertSubmitted(tx, tasks, history, wake, clock);
   // Sent with the insert, before its answer says which keys it skipped: a key row for a
   // skipped task's concurrency key (active 0) and a spurious hint cost nothing.
   const concurrency = tasks
@@ -503,7 +542,7 @@ function sendSubmitted(
     }));
   const sent: Promise<unknown>[] = [insert];
   if (concurrency.length > 0) sent.push(ensureConcurrencyKeys(tx, concurrency));
-  if (!inline) sent.push(notifyWake(tx, hints));
+  if (wake === null) sent.push(notifyWake(tx, uniqueBy(tasks.map(queueHint), JSON.stringify)));
   for (const statement of sent) statement.catch(() => {});
   writes.push(...sent.slice(1));
   return insert;
@@ -853,13 +892,49 @@ class PgTaskStore implements PostgresTaskStore {
     return outcome.results;
   }
 
+  /**
+   * A submit's one transaction. Its insert reads store time itself (see {@link SubmitClock}),
+   * so no round trip reads it first — except for a batch with an absolute `available_at`, which
+   * must be checked against store time before anything is written: that one reads it with BEGIN.
+   *
+   * A submit that is then one statement ({@link submitIsOneStatement}: one chunk, no
+   * concurrency-key rows, the wake inline; every single submit without a concurrency key or an
+   * absolute `available_at`, and the batches group commit makes of them) is sent alone, without
+   * BEGIN and COMMIT:
+   * PostgreSQL runs a lone statement as a transaction of its own, all or nothing, with the same
+   * NOTIFY at its commit. One statement and round trip for PostgreSQL instead of four statements
+   * in two (bench/README.md, "A submit in one statement"). With a failpoint armed, the
+   * transaction keeps its COMMIT step, where the crash points are.
+   */
   private submitTransaction(commands: readonly SubmitCommand[]): Promise<SubmitTxOutcome> {
+    const readsTimeFirst = commands.some((c) => c.input.available_at !== undefined);
+    if (!readsTimeFirst && !this.failpoints.enabled && submitIsOneStatement(commands)) {
+      return this.submitStatement(commands);
+    }
     return this.transact(
-      (tx, now, finish) => this.submitTx(tx, commands, now, finish),
+      (tx, now, finish) => this.submitTx(tx, commands, readsTimeFirst ? now : undefined, finish),
       undefined,
       SUBMIT_POINT,
-      true,
+      readsTimeFirst,
     );
+  }
+
+  /**
+   * {@link submitTx} as one statement on the pool, outside an explicit transaction: the insert
+   * commits when it returns (so `finish` reports it committed), and the lookups of keys it
+   * skipped run after it, as after a COMMIT.
+   */
+  private async submitStatement(commands: readonly SubmitCommand[]): Promise<SubmitTxOutcome> {
+    const committed: Finish = async (last) => {
+      await pipelined(last);
+      return true;
+    };
+    try {
+      return await this.submitTx(this.sql, commands, undefined, committed);
+    } catch (error) {
+      if (error instanceof ContractError) throw error;
+      throw unavailable(error);
+    }
   }
 
   private async submitAlone(command: SubmitCommand): Promise<ItemResult<SubmitOutcome>> {
@@ -880,7 +955,8 @@ class PgTaskStore implements PostgresTaskStore {
    * benchmark run), PostgreSQL probed it through `tasks_listing` and filtered by key — a scan of
    * the namespace per key, 5.3 s for 1 000 keys over 22 000 tasks (bench/README.md).
    *
-   * COMMIT travels behind the insert (`finish`): a submit is 2 round trips, not 3. The lookup
+   * COMMIT travels behind the insert (`finish`), and BEGIN before it in the same write: a
+   * submit is 1 round trip (a lone insert without either: {@link submitTransaction}). The lookup
    * therefore runs after the commit when there is one: it reads only other transactions'
    * committed tasks, which this transaction never touched. A key that is gone by then
    * (retention deleted its terminal task) goes to `rerun`; a lookup that fails leaves its items
@@ -889,12 +965,18 @@ class PgTaskStore implements PostgresTaskStore {
   private async submitTx(
     tx: Tx,
     commands: readonly SubmitCommand[],
-    startedAt: Timestamp | undefined,
+    storeTime: Timestamp | undefined,
     finish: Finish,
   ): Promise<SubmitTxOutcome> {
     const idem = (c: SubmitCommand) =>
       scopedKey(c.input.tenant_id, c.input.namespace, c.idempotency_key);
-    const now = startedAt ?? (await this.time(tx));
+    // Without store time, the rows and answers are built at store time 0 and shifted by the
+    // store time the insert read (below).
+    const clock: SubmitClock =
+      storeTime === undefined
+        ? { readsStoreTime: true, offsetMs: this.offset() }
+        : { readsStoreTime: false };
+    const now = storeTime ?? 0;
     // Pass 1: every item answered as if no stored task held its key, a chunk at a time; each
     // chunk's insert is sent as soon as the chunk is answered, so PostgreSQL inserts one chunk
     // while the next is being built (see SUBMIT_CHUNK).
@@ -926,22 +1008,38 @@ class PgTaskStore implements PostgresTaskStore {
         }
       }
       if (tasks.length === 0) continue;
-      const insert = sendSubmitted(tx, tasks, history, writes);
+      const insert = sendSubmitted(tx, tasks, history, clock, writes);
       inserts.push(insert);
       // Lets postgres.js write the chunk to the socket before the next chunk is built.
       if (from + SUBMIT_CHUNK < commands.length) await new Promise(setImmediate);
     }
-    const inserted = new Set<string>();
+    // Each inserted key, with the store time its rows were shifted by.
+    const inserted = new Map<string, number>();
     let committed = false;
     if (inserts.length > 0) {
       committed = await finish([...inserts, ...writes]);
       for (const insert of inserts) {
         for (const row of await insert) {
-          inserted.add(
+          inserted.set(
             scopedKey(String(row.tenant_id), String(row.namespace), String(row.idempotency_key)),
+            num(row.base),
           );
         }
       }
+    }
+    // Pass 1's answers for inserted keys (the new tasks and their replays within the batch)
+    // were built at time 0 when the insert read store time: shift them by it.
+    if (clock.readsStoreTime) {
+      commands.forEach((command, index) => {
+        const result = results[index];
+        const base = inserted.get(idem(command));
+        if (result?.ok && base !== undefined) {
+          result.value = {
+            created: result.value.created,
+            snapshot: snapshotShifted(result.value.snapshot, base),
+          };
+        }
+      });
     }
     // Pass 2: keys a stored task holds (the insert skipped them), and keys whose items all
     // failed in pass 1 (a stored task would have answered them first: replay or conflict).
