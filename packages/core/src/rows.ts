@@ -99,7 +99,11 @@ export interface AttemptRow {
   dispatch_allowed: boolean;
   quiescence: Quiescence;
   settlement: AcceptedSettlement | null;
-  /** SHA-256 (hex) of the canonical settle command, for replay comparison. */
+  /**
+   * SHA-256 (hex) of the canonical settle command, recorded by versions before 2026-12-01 and
+   * then compared by a replay; null for settlements recorded since, which a replay compares by
+   * the recorded command's canonical JSON (`settleAttempt`).
+   */
   settlement_digest: string | null;
   /** A settlement's decision awaiting confirmed cleanup; null otherwise. */
   pending: SettlementDecision | null;

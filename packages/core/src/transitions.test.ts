@@ -355,43 +355,76 @@ describe('settleAttempt', () => {
   it('succeeds once; the same operation replays, anything else conflicts', () => {
     const { task, attempt } = dispatched();
     const command = settleCommand(task, attempt, success(attempt));
-    const first = settleAttempt(task, attempt, command, commandDigest(command), T0 + 100);
+    const first = settleAttempt(task, attempt, command, T0 + 100);
     expect(first.reply).toMatchObject({ already_accepted: false, task_state: 'succeeded' });
     expect(first.task.outcome).toEqual({ state: 'succeeded', output: { ok: true } });
     expect(first.history.map((h) => h.reason)).toEqual(['report_accepted', 'succeeded']);
     // Replayed after the lease ended: the receipt still answers.
-    const replay = settleAttempt(
-      first.task,
-      first.attempt,
-      command,
-      commandDigest(command),
-      T0 + 99_999,
-    );
+    const replay = settleAttempt(first.task, first.attempt, command, T0 + 99_999);
     expect(replay.reply).toEqual({ ...first.reply, already_accepted: true });
     const changed = settleCommand(task, attempt, success(attempt, 2));
-    expect(
-      codeOf(() =>
-        settleAttempt(first.task, first.attempt, changed, commandDigest(changed), T0 + 200),
-      ),
-    ).toBe('conflict');
+    expect(codeOf(() => settleAttempt(first.task, first.attempt, changed, T0 + 200))).toBe(
+      'conflict',
+    );
     const second = settleCommand(task, attempt, success(attempt), 'confirmed', 'op-2');
-    expect(
-      codeOf(() =>
-        settleAttempt(first.task, first.attempt, second, commandDigest(second), T0 + 200),
+    expect(codeOf(() => settleAttempt(first.task, first.attempt, second, T0 + 200))).toBe(
+      'conflict',
+    );
+  });
+
+  it('records no digest and compares a second settlement canonically', () => {
+    const { task, attempt } = dispatched();
+    const output = { z: [1e21, -0, 'é\u2028'], a: { y: null, b: true } };
+    const command = settleCommand(task, attempt, success(attempt, output));
+    const first = settleAttempt(task, attempt, command, T0 + 100);
+    expect(first.attempt.settlement_digest).toBeNull();
+    // The same command with every object's keys in another order (as a JSON column returns
+    // it, or a client re-encodes it): the same canonical command, a replay.
+    const reordered = JSON.parse(
+      JSON.stringify(command, (_key, value: unknown) =>
+        value !== null && typeof value === 'object' && !Array.isArray(value)
+          ? Object.fromEntries(Object.entries(value).reverse())
+          : value,
       ),
-    ).toBe('conflict');
+    ) as SettleCommand;
+    expect(Object.keys(reordered)).toEqual(Object.keys(command).reverse());
+    expect(settleAttempt(first.task, first.attempt, reordered, T0 + 200).reply).toEqual({
+      ...first.reply,
+      already_accepted: true,
+    });
+    // One value deep inside the output differs: the same operation id, another command.
+    const deep = settleCommand(
+      task,
+      attempt,
+      success(attempt, { ...output, a: { y: 0, b: true } }),
+    );
+    expect(codeOf(() => settleAttempt(first.task, first.attempt, deep, T0 + 200))).toBe('conflict');
+  });
+
+  it('compares by the recorded digest an attempt settled by an earlier version holds', () => {
+    const { task, attempt } = dispatched();
+    const command = settleCommand(task, attempt, success(attempt));
+    const first = settleAttempt(task, attempt, command, T0 + 100);
+    const recorded = { ...first.attempt, settlement_digest: commandDigest(command) };
+    expect(settleAttempt(first.task, recorded, command, T0 + 200).reply.already_accepted).toBe(
+      true,
+    );
+    // A digest that is not the command's decides, though the recorded command is the same.
+    const other = settleCommand(task, attempt, success(attempt, 2));
+    const mismatched = { ...first.attempt, settlement_digest: commandDigest(other) };
+    expect(codeOf(() => settleAttempt(first.task, mismatched, command, T0 + 200))).toBe('conflict');
   });
 
   it('retries retryable failures while dispatched attempts remain, then fails', () => {
     let { task, attempt } = dispatched(queuedTask({ retry: { max_attempts: 2, delay_ms: 250 } }));
     let command = settleCommand(task, attempt, crash(true));
-    const retry = settleAttempt(task, attempt, command, commandDigest(command), T0 + 100);
+    const retry = settleAttempt(task, attempt, command, T0 + 100);
     expect(retry.task).toMatchObject({ state: 'queued', available_at: T0 + 350 });
     expect(retry.attempt.state).toBe('failed');
     expect(retry.history.map((h) => h.reason)).toEqual(['report_accepted', 'retry_scheduled']);
     ({ task, attempt } = dispatched(retry.task, T0 + 400));
     command = settleCommand(task, attempt, crash(true));
-    const final = settleAttempt(task, attempt, command, commandDigest(command), T0 + 500);
+    const final = settleAttempt(task, attempt, command, T0 + 500);
     expect(final.task.state).toBe('failed');
     expect(final.task.outcome).toEqual({
       state: 'failed',
@@ -399,28 +432,24 @@ describe('settleAttempt', () => {
     });
     const fatal = dispatched();
     const noRetry = settleCommand(fatal.task, fatal.attempt, crash(false));
-    expect(
-      settleAttempt(fatal.task, fatal.attempt, noRetry, commandDigest(noRetry), T0 + 50).task.state,
-    ).toBe('failed');
+    expect(settleAttempt(fatal.task, fatal.attempt, noRetry, T0 + 50).task.state).toBe('failed');
   });
 
   it('cancels when cancel was requested, and rejects a report about another attempt', () => {
     const { task, attempt } = dispatched();
     const requested = cancelTask(task, T0 + 20).task;
     const command = settleCommand(requested, attempt, success(attempt));
-    expect(
-      settleAttempt(requested, attempt, command, commandDigest(command), T0 + 30).task.outcome,
-    ).toEqual({ state: 'cancelled' });
+    expect(settleAttempt(requested, attempt, command, T0 + 30).task.outcome).toEqual({
+      state: 'cancelled',
+    });
     const wrong = settleCommand(task, attempt, success({ ...attempt, attempt_id: 'att_9' }));
-    expect(codeOf(() => settleAttempt(task, attempt, wrong, commandDigest(wrong), T0 + 30))).toBe(
-      'invalid_input',
-    );
+    expect(codeOf(() => settleAttempt(task, attempt, wrong, T0 + 30))).toBe('invalid_input');
   });
 
   it('holds the outcome while cleanup is unconfirmed, then applies it once', () => {
     const { task, attempt } = dispatched();
     const command = settleCommand(task, attempt, success(attempt), 'unconfirmed');
-    const held = settleAttempt(task, attempt, command, commandDigest(command), T0 + 100);
+    const held = settleAttempt(task, attempt, command, T0 + 100);
     expect(held.reply.task_state).toBe('active');
     expect(held.history.map((h) => h.reason)).toEqual(['report_accepted']);
     const owner = leaseOwner(task, attempt);
@@ -485,7 +514,7 @@ describe('recoverExpiredLease', () => {
   it('applies a held decision rather than losing a settled attempt', () => {
     const { task, attempt } = dispatched();
     const command = settleCommand(task, attempt, success(attempt), 'unconfirmed');
-    const held = settleAttempt(task, attempt, command, commandDigest(command), T0 + 100);
+    const held = settleAttempt(task, attempt, command, T0 + 100);
     const recovered = recoverExpiredLease(held.task, held.attempt, T0 + 31_000);
     expect(recovered?.outcome).toBe('finalized');
     expect(recovered?.task.state).toBe('succeeded');

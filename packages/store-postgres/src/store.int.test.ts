@@ -405,6 +405,42 @@ describe('lifecycle', () => {
     expect(next).toEqual({ reply: { disposition: 'empty', sequence: 2 }, recorded: false });
   });
 
+  it('replays a settlement read back from its row by canonical equality, and conflicts on any difference', async () => {
+    await h.store.submit(submitCommand('canon', { queue: 'canon' }));
+    const s = await session('canon');
+    const assignment = await claim('canon', s.id, 0, 1);
+    await h.store.renew(renewCommand(assignment.lease.owner, 1, 'dispatch'));
+    // Values a JSON round trip could alter if it were not exact: numbers in exponent form, -0,
+    // U+2028, an astral character, a NUL, deep nesting, keys in non-sorted order.
+    const output = { z: [1e21, -0, 1.5e-7, '\u2028😀\u0000'], a: { y: [{ k: null }], b: true } };
+    const command = successCommand(assignment, 'op-canon', output);
+    expect((await h.store.settle(command)).already_accepted).toBe(false);
+    const [row] = await h.sql<{ settlement_digest: string | null }[]>`
+      select settlement_digest from attempts where attempt_id = ${assignment.lease.owner.attempt_id}`;
+    expect(row?.settlement_digest).toBeNull();
+    // The same command, also with its keys in reverse order: replays.
+    const reversed = JSON.parse(
+      JSON.stringify(command, (_key, value: unknown) =>
+        value !== null && typeof value === 'object' && !Array.isArray(value)
+          ? Object.fromEntries(Object.entries(value).reverse())
+          : value,
+      ),
+    );
+    for (const again of [command, reversed]) {
+      expect(await h.store.settle(again)).toMatchObject({
+        already_accepted: true,
+        task_state: 'succeeded',
+      });
+    }
+    // One value deep inside differs, or the quiescence: the same operation id, another command.
+    for (const other of [
+      successCommand(assignment, 'op-canon', { ...output, a: { y: [{ k: 0 }], b: true } }),
+      successCommand(assignment, 'op-canon', output, 'unconfirmed'),
+    ]) {
+      expect(await code(h.store.settle(other))).toBe('conflict');
+    }
+  });
+
   it('a JSON null output is distinct from pending', async () => {
     const { snapshot } = await h.store.submit(submitCommand('nullout', { queue: 'nullout' }));
     expect((await h.store.result(SCOPE, snapshot.task_id)).outcome).toEqual({ state: 'pending' });

@@ -1487,7 +1487,7 @@ class PgTaskStore implements PostgresTaskStore {
       commands,
       (c) => c.owner,
       'full',
-      (task, attempt, c, now) => settleAttempt(task, attempt, c, commandDigest(c), now),
+      (task, attempt, c, now) => settleAttempt(task, attempt, c, now),
     );
   }
 

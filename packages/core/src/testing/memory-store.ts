@@ -440,7 +440,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
   const settle = async (command: SettleCommand): Promise<SettleReply> => {
     const now = clock();
     const { task, attempt } = loadOwned(command.owner);
-    const result = settleAttempt(task, attempt, command, commandDigest(command), now);
+    const result = settleAttempt(task, attempt, command, now);
     if (result.changed) write(result);
     return copy(result.reply);
   };
