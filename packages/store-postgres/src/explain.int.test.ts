@@ -213,11 +213,10 @@ describe('EXPLAIN of the hot statements', () => {
       ),
     ).toEqual(['begin', 'with', 'insert', 'commit']);
     // An absolute available_at is checked against store time first, read with BEGIN.
-    const [time] = await sql<{ now: string }[]>`
-      select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${offset}::bigint as now`;
+    const now = await store.now();
     expect(
       await statementsOf(() =>
-        store.submit(submitCommand('explain-at', { available_at: Number(time?.now) + 60_000 })),
+        store.submit(submitCommand('explain-at', { available_at: now + 60_000 })),
       ),
     ).toEqual(['begin', 'time', 'with', 'commit']);
     // A batch group commit makes of single submits is the insert alone too.

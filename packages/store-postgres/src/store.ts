@@ -473,8 +473,15 @@ function payloadOf(rows: readonly DbRow[]): Map<string, LoadedPayload> {
   return map;
 }
 
+/** A queue in a scope: what a task, a task row or a submitted input names. */
+interface QueueRef {
+  tenant_id: string;
+  namespace: string;
+  queue: string;
+}
+
 /** The wake hint of a queue that gained ready work. */
-function queueHint(task: { tenant_id: string; namespace: string; queue: string }) {
+function queueHint(task: QueueRef) {
   return { kind: 'queue', tenant: task.tenant_id, namespace: task.namespace, queue: task.queue };
 }
 
@@ -482,12 +489,9 @@ function queueHint(task: { tenant_id: string; namespace: string; queue: string }
  * The one NOTIFY payload waking these tasks' queues, or null when it would exceed
  * {@link WAKE_PAYLOAD_MAX_BYTES} (the hints then go out as {@link notifyWake}'s NOTIFYs).
  */
-function inlineWake(tasks: readonly { tenant_id: string; namespace: string; queue: string }[]) {
-  const hints = uniqueBy(
-    tasks.map((task) => JSON.stringify(queueHint(task))),
-    (hint) => hint,
-  );
-  const wake = `[${hints.join(',')}]`;
+function inlineWake(tasks: readonly QueueRef[]) {
+  const hints = new Set(tasks.map((task) => JSON.stringify(queueHint(task))));
+  const wake = `[${[...hints].join(',')}]`;
   return Buffer.byteLength(wake) <= WAKE_PAYLOAD_MAX_BYTES ? wake : null;
 }
 
