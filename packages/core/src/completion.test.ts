@@ -26,7 +26,6 @@ import {
   reportDelivery,
   subscribeTask,
 } from './completion.js';
-import { commandDigest } from './digest.js';
 import type { SubscriptionRow, TaskRow } from './rows.js';
 import { submitTask } from './submit.js';
 
@@ -39,7 +38,7 @@ const queuedTask: TaskRow = (() => {
     idempotency_key: 'k1',
     input: { ...scope, queue: 'email', program: { name: 'send' }, data: { to: 'ada' } },
   };
-  return submitTask(null, command, commandDigest(command), T0, {
+  return submitTask(null, command, T0, {
     task_id: 'tsk_1',
     run_id: 'run_1',
   }).task;

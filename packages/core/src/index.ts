@@ -11,7 +11,7 @@
  *
  * @example
  * ```ts
- * import { lifecycleConfig, submitTask, commandDigest } from '@ledgence/core';
+ * import { lifecycleConfig, submitTask } from '@ledgence/core';
  *
  * const command = {
  *   idempotency_key: 'order-42',
@@ -19,8 +19,7 @@
  *            program: { name: 'send-email' }, data: { to: 'ada@example.com' } },
  * };
  * const now = Date.UTC(2026, 10, 29);
- * const result = submitTask(null, command, commandDigest(command), now,
- *                           { task_id: 'tsk_1', run_id: 'run_1' });
+ * const result = submitTask(null, command, now, { task_id: 'tsk_1', run_id: 'run_1' });
  * console.log(result.created, result.task.state, result.history[0]?.reason);
  * // → true queued submitted
  * console.log(lifecycleConfig().leaseDurationMs); // → 30000

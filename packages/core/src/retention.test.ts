@@ -7,7 +7,6 @@ import {
 import { describe, expect, it } from 'vitest';
 import { cancelTask } from './cancel.js';
 import { markDue, subscribeTask } from './completion.js';
-import { commandDigest } from './digest.js';
 import {
   retentionCandidate,
   retentionCutoff,
@@ -27,7 +26,7 @@ const queued: TaskRow = (() => {
     idempotency_key: 'k1',
     input: { tenant_id: 'acme', namespace: 'prod', queue: 'q', program: { name: 'p' }, data: 1 },
   };
-  return submitTask(null, command, commandDigest(command), T0, {
+  return submitTask(null, command, T0, {
     task_id: 'tsk_1',
     run_id: 'run_1',
   }).task;

@@ -31,10 +31,11 @@ export interface TaskRow {
   run_id: string;
   idempotency_key: string;
   /**
-   * SHA-256 (hex) of the canonical JSON of the normalised submit command: a
-   * replayed submit compares digests, so the comparison never re-reads data.
+   * `null`: a replayed submit compares the command rebuilt from this row
+   * canonically. Rows recorded by earlier versions hold the SHA-256 (hex) of
+   * the canonical submit command instead, and a replay compares digests.
    */
-  command_digest: string;
+  command_digest: string | null;
   /** The submission as accepted (optional fields absent, not null). Immutable. */
   input: SubmitTask;
   origin_trace: TraceContext | null;

@@ -2,7 +2,6 @@ import {
   type AttemptReport,
   type AttemptState,
   ContractError,
-  canonicalJson,
   type LeaseOwner,
   retryDelayMs,
   type SettleCommand,
@@ -11,7 +10,7 @@ import {
   type TaskState,
   type Timestamp,
 } from '@ledgence/contracts';
-import { commandDigest } from './digest.js';
+import { isRecordedCommand } from './digest.js';
 import { type HistoryEntry, recordHistory } from './history.js';
 import { leaseLive, ownershipLost, requireOwnedAttempt } from './lease.js';
 import type { AttemptRow, HistoryRow, SettlementDecision, TaskRow } from './rows.js';
@@ -161,23 +160,6 @@ function sameReport(command: SettleCommand, attempt: AttemptRow): void {
 }
 
 /**
- * Whether `command` is the settle command an attempt recorded, canonically (DESIGN §5: the same
- * `operation_id` with the same canonical command replays; with another, it conflicts). The
- * comparison runs only for a second settlement of an attempt: a first one records its command
- * and nothing else. (It used to record the command's SHA-256 as well, computed on every settle:
- * ~8 % of the server's CPU in a drain, bench/README.md "Settle digests on replay only".) An
- * attempt recorded with a digest, by an earlier version, is compared by it.
- */
-function isRecordedSettlement(
-  recorded: SettleCommand,
-  recordedDigest: string | null,
-  command: SettleCommand,
-): boolean {
-  if (recordedDigest !== null) return recordedDigest === commandDigest(command);
-  return canonicalJson(recorded) === canonicalJson(command);
-}
-
-/**
  * Settles an attempt exactly once (DESIGN §5 Settle). A settlement already
  * recorded for the attempt answers first: the same `operation_id` with the
  * same canonical command replays its receipt (`already_accepted: true`, even
@@ -196,7 +178,7 @@ export function settleAttempt(
   if (attempt.settlement !== null) {
     if (
       attempt.settlement.receipt.operation_id === command.operation_id &&
-      isRecordedSettlement(attempt.settlement.command, attempt.settlement_digest, command)
+      isRecordedCommand(attempt.settlement.command, attempt.settlement_digest, command)
     ) {
       const reply = {
         receipt: attempt.settlement.receipt,

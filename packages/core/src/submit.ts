@@ -6,6 +6,7 @@ import {
   type TaskSnapshot,
   type Timestamp,
 } from '@ledgence/contracts';
+import { isRecordedCommand } from './digest.js';
 import { recordHistory } from './history.js';
 import type { HistoryRow, TaskRow } from './rows.js';
 import { taskSnapshot } from './views.js';
@@ -24,20 +25,23 @@ export type SubmitResult =
 /**
  * Insert-or-return by `(tenant, namespace, idempotency_key)`: the same key
  * with the same canonical command returns the existing task; with another
- * command it is `409 conflict` (DESIGN §5 Submit).
+ * command it is `409 conflict` (DESIGN §5 Submit). A new task records no
+ * digest of its command: a replay compares the command rebuilt from the row
+ * ({@link isRecordedCommand}).
  *
- * @param existing - the task already holding the key in this scope, if any.
- * @param digest - {@link commandDigest} of `command`.
+ * @param existing - the task already holding the key in this scope, if any, with its
+ *   `input.data` loaded (the replay comparison reads it).
  */
 export function submitTask(
   existing: TaskRow | null,
   command: SubmitCommand,
-  digest: string,
   now: Timestamp,
   ids: SubmitIds,
 ): SubmitResult {
   if (existing !== null) {
-    if (existing.command_digest !== digest) {
+    if (
+      !isRecordedCommand(recordedSubmit(existing), existing.command_digest, asRecorded(command))
+    ) {
       throw new ContractError(
         'conflict',
         'this idempotency key was used for a different submit command',
@@ -62,7 +66,7 @@ export function submitTask(
     task_id: ids.task_id,
     run_id: ids.run_id,
     idempotency_key: command.idempotency_key,
-    command_digest: digest,
+    command_digest: null,
     input,
     origin_trace: command.origin_trace ?? null,
     queue: input.queue,
@@ -87,4 +91,34 @@ export function submitTask(
   };
   const { task, history } = recordHistory(fresh, now, [['submitted', null]]);
   return { created: true, task, history, reply: taskSnapshot(task) };
+}
+
+/**
+ * The submit command a task was created by, rebuilt from its row: the key, the input as
+ * accepted (with its data) and the origin trace. A task read without its payload cannot be
+ * compared, and saying so beats a false `409`.
+ */
+function recordedSubmit(task: TaskRow): SubmitCommand {
+  if (!('data' in task.input)) {
+    throw new Error(
+      `task ${task.task_id} was loaded without its data; a submit replay compares it`,
+    );
+  }
+  return asRecorded({
+    idempotency_key: task.idempotency_key,
+    input: task.input,
+    origin_trace: task.origin_trace ?? undefined,
+  });
+}
+
+/**
+ * A submit command in the form a row records it: the three fields of the wire command, and
+ * `origin_trace` left out when there is none — the row cannot tell an explicit `null` from an
+ * absent trace, and the wire normalises one to the other (DESIGN §4.1).
+ */
+function asRecorded(command: SubmitCommand): SubmitCommand {
+  const { idempotency_key, input, origin_trace } = command;
+  return origin_trace == null
+    ? { idempotency_key, input }
+    : { idempotency_key, input, origin_trace };
 }

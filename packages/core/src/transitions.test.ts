@@ -16,6 +16,7 @@ import type { AttemptRow, SessionRow, TaskRow } from './rows.js';
 import { openSession } from './session.js';
 import { confirmQuiescence, heldDecision, settleAttempt } from './settle.js';
 import { submitTask } from './submit.js';
+import { withKeysReversed } from './testing/fixtures.js';
 
 const T0 = 1_800_000_000_000;
 const config = lifecycleConfig({
@@ -42,7 +43,7 @@ function submitCommand(overrides: Partial<SubmitCommand['input']> = {}, key = 'k
 
 function queuedTask(overrides: Partial<SubmitCommand['input']> = {}): TaskRow {
   const command = submitCommand(overrides);
-  return submitTask(null, command, commandDigest(command), T0, {
+  return submitTask(null, command, T0, {
     task_id: 'tsk_1',
     run_id: 'run_1',
   }).task;
@@ -139,22 +140,80 @@ describe('submitTask', () => {
 
   it('returns the existing task for the same command and conflicts on another', () => {
     const command = submitCommand();
-    const first = submitTask(null, command, commandDigest(command), T0, {
+    const first = submitTask(null, command, T0, {
       task_id: 'a',
       run_id: 'b',
     });
-    const again = submitTask(first.task, command, commandDigest(command), T0 + 5, {
+    const again = submitTask(first.task, command, T0 + 5, {
       task_id: 'c',
       run_id: 'd',
     });
     expect(again.created).toBe(false);
     expect(again.reply.task_id).toBe('a');
     const other = submitCommand({ data: { to: 'bob' } });
-    expect(
-      codeOf(() =>
-        submitTask(first.task, other, commandDigest(other), T0, { task_id: 'e', run_id: 'f' }),
-      ),
-    ).toBe('conflict');
+    expect(codeOf(() => submitTask(first.task, other, T0, { task_id: 'e', run_id: 'f' }))).toBe(
+      'conflict',
+    );
+  });
+
+  it('records no digest and compares a replay with the command rebuilt from the task', () => {
+    const trace = { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' };
+    const command: SubmitCommand = {
+      ...submitCommand({
+        data: { z: [1e21, -0, 'é\u2028'], a: { y: null, b: true } },
+        labels: { team: 'red' },
+        priority: 3,
+      }),
+      origin_trace: trace,
+    };
+    const ids = { task_id: 'a', run_id: 'b' };
+    const first = submitTask(null, command, T0, ids);
+    expect(first.task.command_digest).toBeNull();
+    // The same command with every object's keys in another order: a replay.
+    const reordered = withKeysReversed(command);
+    expect(Object.keys(reordered)).toEqual(Object.keys(command).reverse());
+    expect(submitTask(first.task, reordered, T0 + 5, ids).created).toBe(false);
+    // Any difference is another command: deep in the data, a label, the trace, or no trace.
+    const { origin_trace: _trace, ...untraced } = command;
+    for (const other of [
+      {
+        ...command,
+        input: { ...command.input, data: { ...(command.input.data as object), a: 1 } },
+      },
+      { ...command, input: { ...command.input, labels: { team: 'blue' } } },
+      { ...command, origin_trace: { traceparent: trace.traceparent.replace('01', '00') } },
+      untraced,
+    ]) {
+      expect(codeOf(() => submitTask(first.task, other, T0, ids))).toBe('conflict');
+    }
+  });
+
+  it('treats a null origin trace as none when comparing a replay (DESIGN §4.1)', () => {
+    const command = submitCommand();
+    const ids = { task_id: 'a', run_id: 'b' };
+    const first = submitTask(null, command, T0, ids);
+    const withNull = { ...command, origin_trace: null } as unknown as SubmitCommand;
+    expect(submitTask(first.task, withNull, T0, ids).created).toBe(false);
+  });
+
+  it('compares by the recorded digest a task submitted by an earlier version holds', () => {
+    const command = submitCommand();
+    const ids = { task_id: 'a', run_id: 'b' };
+    const first = submitTask(null, command, T0, ids);
+    const recorded = { ...first.task, command_digest: commandDigest(command) };
+    expect(submitTask(recorded, command, T0, ids).created).toBe(false);
+    // A digest that is not the command's decides, though the recorded input is the same.
+    const mismatched = { ...first.task, command_digest: commandDigest(submitCommand({}, 'k2')) };
+    expect(codeOf(() => submitTask(mismatched, command, T0, ids))).toBe('conflict');
+  });
+
+  it('refuses to compare a replay with a task read without its data', () => {
+    const command = submitCommand();
+    const ids = { task_id: 'a', run_id: 'b' };
+    const { task } = submitTask(null, command, T0, ids);
+    const { data: _data, ...withoutData } = task.input;
+    const unloaded = { ...task, input: withoutData } as TaskRow;
+    expect(() => submitTask(unloaded, command, T0, ids)).toThrow(/loaded without its data/);
   });
 
   it('schedules by delay_ms or available_at, and defaults a concurrency key to a mutex', () => {
@@ -162,11 +221,9 @@ describe('submitTask', () => {
     expect(queuedTask({ available_at: T0 + 9 }).available_at).toBe(T0 + 9);
     expect(queuedTask({ concurrency_key: 'user-1' }).concurrency_limit).toBe(1);
     const tooFar = submitCommand({ available_at: T0 + 366 * 86_400_000 });
-    expect(
-      codeOf(() =>
-        submitTask(null, tooFar, commandDigest(tooFar), T0, { task_id: 'x', run_id: 'y' }),
-      ),
-    ).toBe('invalid_input');
+    expect(codeOf(() => submitTask(null, tooFar, T0, { task_id: 'x', run_id: 'y' }))).toBe(
+      'invalid_input',
+    );
   });
 });
 
@@ -380,13 +437,7 @@ describe('settleAttempt', () => {
     expect(first.attempt.settlement_digest).toBeNull();
     // The same command with every object's keys in another order (as a JSON column returns
     // it, or a client re-encodes it): the same canonical command, a replay.
-    const reordered = JSON.parse(
-      JSON.stringify(command, (_key, value: unknown) =>
-        value !== null && typeof value === 'object' && !Array.isArray(value)
-          ? Object.fromEntries(Object.entries(value).reverse())
-          : value,
-      ),
-    ) as SettleCommand;
+    const reordered = withKeysReversed(command);
     expect(Object.keys(reordered)).toEqual(Object.keys(command).reverse());
     expect(settleAttempt(first.task, first.attempt, reordered, T0 + 200).reply).toEqual({
       ...first.reply,

@@ -172,7 +172,7 @@ export function taskFromDb(row: DbRow, payload: LoadedPayload = {}): TaskRow {
     task_id: String(row.task_id),
     run_id: String(row.run_id),
     idempotency_key: String(row.idempotency_key),
-    command_digest: String(row.command_digest),
+    command_digest: row.command_digest === null ? null : String(row.command_digest),
     input,
     origin_trace: row.origin_trace === null ? null : jsonbColumn(row.origin_trace),
     queue: String(row.queue),

@@ -87,7 +87,7 @@ describe('migrate', () => {
     }
   });
 
-  it('upgrades a database migrated with 0000 only, keeping its rows', async () => {
+  it('upgrades a database migrated with 0000 only, keeping its rows (0001, 0002)', async () => {
     // The committed folder as it was before 0001: the first migration and a one-entry journal.
     const folder = mkdtempSync(join(tmpdir(), 'ledgence-migrations-'));
     try {
@@ -109,11 +109,19 @@ describe('migrate', () => {
             '{}', 'succeeded', 1, 1, 2, 1, 1, 3)`;
         const status = await migrationStatus(db.url);
         expect(status.applied).toEqual(['0000_init']);
-        expect(status.pending).toEqual(['0001_completion_retention']);
-        expect((await migrate(db.url)).applied).toEqual(['0001_completion_retention']);
+        const later = ['0001_completion_retention', '0002_submit_digest_optional'];
+        expect(status.pending).toEqual(later);
+        expect((await migrate(db.url)).applied).toEqual(later);
         expect((await migrationStatus(db.url)).current).toBe(true);
         const [kept] = await sql`select count(*)::int as n from tasks where terminal_at = 2`;
         expect(kept?.n).toBe(1);
+        // 0002: the old task keeps its digest; a new one may record none.
+        const [old] = await sql`select command_digest from tasks where task_id = 'tsk_old'`;
+        expect(old?.command_digest).toBe('x');
+        const [column] = await sql`
+          select is_nullable from information_schema.columns
+          where table_name = 'tasks' and column_name = 'command_digest'`;
+        expect(column?.is_nullable).toBe('YES');
         const indexes = await sql<{ name: string }[]>`
           select indexname as name from pg_indexes
           where indexname in ('tasks_retention', 'completion_deliveries_lease')

@@ -39,7 +39,8 @@ export const tasks = pgTable(
     task_id: text('task_id').notNull(),
     run_id: text('run_id').notNull(),
     idempotency_key: text('idempotency_key').notNull(),
-    command_digest: text('command_digest').notNull(),
+    /** Null since migration 0002: a replay compares the command rebuilt from the row. */
+    command_digest: text('command_digest'),
     /** The accepted `SubmitTask` without `data` (which is in `task_payloads`). */
     input: jsonb('input').notNull(),
     origin_trace: jsonb('origin_trace'),

@@ -1,4 +1,6 @@
 import { type Assignment, ContractError } from '@ledgence/contracts';
+import { commandDigest } from '@ledgence/core';
+import { withKeysReversed } from '@ledgence/core/testing';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresTaskStore, SUBMIT_CHUNK } from './store.js';
@@ -98,6 +100,30 @@ describe('submit', () => {
     );
     const history = await h.store.history(SCOPE, first.snapshot.task_id, 0);
     expect(history.map((e) => e.event.reason)).toEqual(['submitted']);
+  });
+
+  it('records no digest of a submit; a task recorded with one by an earlier version compares by it', async () => {
+    const command = submitCommand('digest', { queue: 'digest' });
+    const { snapshot } = await h.store.submit(command);
+    const digestOf = async () =>
+      (
+        await h.sql<{ command_digest: string | null }[]>`
+          select command_digest from tasks where task_id = ${snapshot.task_id}`
+      )[0]?.command_digest;
+    expect(await digestOf()).toBeNull();
+    // As an earlier version recorded it: the digest of the command decides a replay.
+    await h.sql`update tasks set command_digest = ${commandDigest(command)}
+      where task_id = ${snapshot.task_id}`;
+    expect((await h.store.submit(command)).created).toBe(false);
+    // Another command's digest: the same command is now a conflict, though the row's input is
+    // the command's own — the digest, not the rebuilt command, was compared.
+    await h.sql`update tasks set command_digest = ${commandDigest(submitCommand('other'))}
+      where task_id = ${snapshot.task_id}`;
+    expect(await code(h.store.submit(command))).toBe('conflict');
+    expect((await h.store.submitBatch([command]))[0]).toMatchObject({
+      ok: false,
+      error: { code: 'conflict' },
+    });
   });
 
   it('stamps new tasks with the store time their insert read: alone, batched, in chunks', async () => {
@@ -419,14 +445,7 @@ describe('lifecycle', () => {
       select settlement_digest from attempts where attempt_id = ${assignment.lease.owner.attempt_id}`;
     expect(row?.settlement_digest).toBeNull();
     // The same command, also with its keys in reverse order: replays.
-    const reversed = JSON.parse(
-      JSON.stringify(command, (_key, value: unknown) =>
-        value !== null && typeof value === 'object' && !Array.isArray(value)
-          ? Object.fromEntries(Object.entries(value).reverse())
-          : value,
-      ),
-    );
-    for (const again of [command, reversed]) {
+    for (const again of [command, withKeysReversed(command)]) {
       expect(await h.store.settle(again)).toMatchObject({
         already_accepted: true,
         task_state: 'succeeded',

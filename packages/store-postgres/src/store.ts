@@ -63,7 +63,6 @@ import {
   cancelTask,
   claimTask,
   classifyPoll,
-  commandDigest,
   completionSubscription,
   confirmQuiescence,
   countRecovery,
@@ -985,7 +984,6 @@ class PgTaskStore implements PostgresTaskStore {
     // chunk's insert is sent as soon as the chunk is answered, so PostgreSQL inserts one chunk
     // while the next is being built (see SUBMIT_CHUNK).
     const created = new Map<string, TaskRow>();
-    const digests: string[] = [];
     const results: ItemResult<SubmitOutcome>[] = [];
     const inserts: Promise<DbRow[]>[] = [];
     const writes: Promise<unknown>[] = [];
@@ -993,10 +991,8 @@ class PgTaskStore implements PostgresTaskStore {
       const tasks: TaskRow[] = [];
       const history: HistoryRow[] = [];
       for (const command of commands.slice(from, from + SUBMIT_CHUNK)) {
-        const digest = commandDigest(command);
-        digests.push(digest);
         try {
-          const result = submitTask(created.get(idem(command)) ?? null, command, digest, now, {
+          const result = submitTask(created.get(idem(command)) ?? null, command, now, {
             task_id: newId('task'),
             run_id: newId('run'),
           });
@@ -1077,7 +1073,7 @@ class PgTaskStore implements PostgresTaskStore {
         continue;
       }
       try {
-        const result = submitTask(existing, command, digests[index] as string, now, {
+        const result = submitTask(existing, command, now, {
           task_id: '',
           run_id: '',
         });

@@ -50,6 +50,7 @@ import {
   settleSuccess,
   submitCommand,
   TEST_QUEUE,
+  withKeysReversed,
 } from './fixtures.js';
 
 /**
@@ -431,6 +432,47 @@ export function runTaskStoreConformance(
           'conflict',
         );
         expect(await w.store.inspect(w.scope, first.snapshot.task_id)).toEqual(first.snapshot);
+      });
+
+      it('compares a replay with every field of the command as the task holds it, canonically', async () => {
+        const w = setup();
+        // Values a store's round trip could alter if it were not exact: numbers in exponent
+        // form, -0, U+2028, an astral character, a NUL, nesting, keys in non-sorted order.
+        const command = submitCommand(w.scope, {
+          data: { z: [1e21, -0, 1.5e-7, '\u2028😀\u0000'], a: { y: [{ k: null }], b: true } },
+          retry: { max_attempts: 5, delay_ms: 250, backoff: 'fixed' },
+          timeout_ms: 60_000,
+          delay_ms: 10,
+          priority: -3,
+          concurrency_key: 'user-1',
+          concurrency_limit: 2,
+          labels: { team: 'red', ünï: 'cödé 😀' },
+          origin_trace: { traceparent: TRACEPARENT, tracestate: 'vendor=1' },
+        });
+        const first = await w.store.submit(command);
+        const again = await w.store.submit(withKeysReversed(command));
+        expect(again.created).toBe(false);
+        // As the wire carries them (JSON has no -0): the same task, the same answer.
+        const wire = (value: unknown) => JSON.parse(JSON.stringify(value));
+        expect(wire(again.snapshot)).toEqual(wire(first.snapshot));
+        const { origin_trace: _trace, ...untraced } = command;
+        const input = command.input;
+        for (const other of [
+          {
+            ...command,
+            input: { ...input, data: { ...(input.data as object), a: { y: [{ k: 0 }], b: true } } },
+          },
+          { ...command, input: { ...input, retry: { max_attempts: 5, delay_ms: 250 } } },
+          { ...command, input: { ...input, timeout_ms: 60_001 } },
+          { ...command, input: { ...input, delay_ms: 11 } },
+          { ...command, input: { ...input, concurrency_limit: 3 } },
+          { ...command, input: { ...input, labels: { team: 'red' } } },
+          { ...command, origin_trace: { traceparent: TRACEPARENT } },
+          untraced,
+        ]) {
+          await expectContractError(w.store.submit(other), 'conflict');
+        }
+        expect(await w.reasons(first.snapshot.task_id)).toEqual(['submitted']);
       });
 
       it('scopes idempotency keys: the same key in another scope is another task', async () => {

@@ -185,3 +185,20 @@ export function settleExecutionFailure(
     options,
   );
 }
+
+/**
+ * `value` through a JSON round trip with every object's keys in reverse order: the same
+ * canonical value spelled otherwise, as a JSON column returns it or a client re-encodes it.
+ * Replays compare commands canonically, so a test of that sends this.
+ *
+ * @example withKeysReversed({ a: 1, b: { c: 2, d: 3 } }); // { b: { d: 3, c: 2 }, a: 1 }
+ */
+export function withKeysReversed<T>(value: T): T {
+  return JSON.parse(
+    JSON.stringify(value, (_key, inner: unknown) =>
+      inner !== null && typeof inner === 'object' && !Array.isArray(inner)
+        ? Object.fromEntries(Object.entries(inner).reverse())
+        : inner,
+    ),
+  ) as T;
+}

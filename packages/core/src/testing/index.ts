@@ -51,6 +51,7 @@ export {
   submitCommand,
   TEST_NAMESPACE,
   TEST_QUEUE,
+  withKeysReversed,
 } from './fixtures.js';
 export { type LifecycleModelHarness, runLifecycleModel } from './lifecycle-model.js';
 export {

@@ -63,7 +63,6 @@ import {
   subscribeTask,
 } from '../completion.js';
 import { type LifecycleConfig, lifecycleConfig } from '../config.js';
-import { commandDigest } from '../digest.js';
 import { newId } from '../ids.js';
 import { requireIntegerArgument, subscriptionNotFound, taskNotFound } from '../not-found.js';
 import type {
@@ -374,7 +373,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     const idempotencyKey = scopeKey(scope, command.idempotency_key);
     const existingKey = taskByIdempotencyKey.get(idempotencyKey);
     const existing = existingKey === undefined ? null : copy(tasks.get(existingKey) ?? null);
-    const result = submitTask(existing, command, commandDigest(command), now, {
+    const result = submitTask(existing, command, now, {
       task_id: newId('task'),
       run_id: newId('run'),
     });
