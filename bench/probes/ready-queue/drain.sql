@@ -92,5 +92,5 @@ begin
     commit;
     tt := tt + (clock_timestamp() - ts);
   end loop;
-  raise notice 'claim % renew % settle %', tc, tr, tt;
+  raise info 'claim % renew % settle %', tc, tr, tt;
 end $$;

@@ -9,21 +9,24 @@
 # Usage: PGHOST=127.0.0.1 PGPORT=5432 PGUSER=postgres PGPASSWORD=... bench/probes/ready-queue/run.sh [BATCH]
 # Creates (and drops first) the databases probe_ready_a and probe_ready_b on that server.
 set -euo pipefail
+# Stop at the first SQL error, and keep PostgreSQL's notices (a dropped database that did not
+# exist, a truncated identifier) off the output.
+export PSQL_OPTS="-X -v ON_ERROR_STOP=1" PGOPTIONS="-c client_min_messages=warning"
 here=$(cd "$(dirname "$0")" && pwd)
 migrations="$here/../../../packages/store-postgres/drizzle"
 batch=${1:-32}
 for design in a b; do
   db=probe_ready_$design
-  psql -qX -d postgres -c "drop database if exists $db" -c "create database $db"
-  for m in "$migrations"/0*.sql; do psql -qX -d "$db" -f "$m" >/dev/null 2>&1; done
-  if [ "$design" = b ]; then psql -qX -d "$db" -f "$here/design-b.sql"; fi
-  psql -qX -d "$db" -f "$here/drain.sql"
+  psql $PSQL_OPTS -q -d postgres -c "drop database if exists $db" -c "create database $db"
+  for m in "$migrations"/0*.sql; do psql $PSQL_OPTS -q -d "$db" -f "$m" >/dev/null; done
+  if [ "$design" = b ]; then psql $PSQL_OPTS -q -d "$db" -f "$here/design-b.sql"; fi
+  psql $PSQL_OPTS -q -d "$db" -f "$here/drain.sql"
 done
 run() {
   local design=$1 round=$2 db=probe_ready_$1
-  psql -qXAt -d "$db" -c "call sim_submit('$design', 20000, $round)"
-  psql -qXAt -d "$db" -c "vacuum analyze" -c "checkpoint"
-  psql -qXAt -d "$db" <<SQL
+  psql $PSQL_OPTS -qAt -d "$db" -c "call sim_submit('$design', 20000, $round)"
+  psql $PSQL_OPTS -qAt -d "$db" -c "vacuum analyze" -c "checkpoint"
+  psql $PSQL_OPTS -qAt -d "$db" <<SQL
 set synchronous_commit = off;
 select pg_current_wal_lsn() as l0 \gset
 select extract(epoch from clock_timestamp()) as t0 \gset
