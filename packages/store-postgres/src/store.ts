@@ -509,8 +509,9 @@ function submitIsOneStatement(commands: readonly SubmitCommand[]): boolean {
 
 /**
  * Tasks per insert statement of a submit. In one statement, a bulk submit's rows were built
- * (digests, transitions, array parameters: ~20 ms of the server's CPU per 1 000 tasks) and only
- * then inserted (~35–45 ms of PostgreSQL's), one after the other. Sent in chunks, each insert
+ * (then: digests, since dropped, transitions, array parameters: ~20 ms of the server's CPU per
+ * 1 000 tasks) and only then inserted (~35–45 ms of PostgreSQL's), one after the other. Sent in
+ * chunks, each insert
  * runs while the server builds the next: +17–20 % bulk submit rate (bench/README.md, "Bulk
  * submit in pipelined chunks"). All chunks are one transaction, as before; 100, 250 and 500
  * measured alike.
