@@ -1,11 +1,12 @@
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { canonicalJson } from './canonical.js';
 import { ContractError } from './errors.js';
 import {
   appendJsonPath,
   checkJsonValue,
   decodeStrictJson,
+  decodeStrictJsonByParser,
   type StrictJsonOptions,
 } from './json.js';
 import { COMMAND_MAX_DEPTH, JSON_MAX_DEPTH } from './limits.js';
@@ -735,6 +736,16 @@ const JSONISH_TOKENS = [
   '\u0001',
 ];
 
+/** JSON texts of `values` with one of `tokens` spliced in over up to 3 characters. */
+function spliced(values: fc.Arbitrary<unknown>, tokens: readonly string[]): fc.Arbitrary<string> {
+  return values.chain((value) => {
+    const text = JSON.stringify(value);
+    return fc
+      .tuple(fc.nat(text.length), fc.nat(3), fc.constantFrom(...tokens))
+      .map(([at, cut, insert]) => text.slice(0, at) + insert + text.slice(at + cut));
+  });
+}
+
 describe('decodeStrictJson: properties', () => {
   const onlyContractErrors = (input: Uint8Array | string) => {
     try {
@@ -773,12 +784,7 @@ describe('decodeStrictJson: properties', () => {
       'depth_exceeded',
       'too_large',
     ]);
-    const mutated = strictJsonValue.chain((value) => {
-      const text = JSON.stringify(value);
-      return fc
-        .tuple(fc.nat(text.length), fc.nat(3), fc.constantFrom(...JSONISH_TOKENS))
-        .map(([at, cut, insert]) => text.slice(0, at) + insert + text.slice(at + cut));
-    });
+    const mutated = spliced(strictJsonValue, JSONISH_TOKENS);
     fc.assert(
       fc.property(
         fc.oneof(mutated, fc.string({ unit: fc.constantFrom(...JSONISH_TOKENS) })),
@@ -832,6 +838,114 @@ describe('decodeStrictJson: properties', () => {
         expect(canonicalJson(reverseKeys(value))).toBe(canonical);
       }),
       { numRuns: 500 },
+    );
+  });
+});
+
+describe('decodeStrictJson: the JSON.parse fast path', () => {
+  /** What a decode answered: its value, or its error's code, reason, path and message. */
+  function outcome(decode: () => unknown): unknown {
+    try {
+      return { value: decode() };
+    } catch (error) {
+      if (!(error instanceof ContractError)) throw error;
+      return { code: error.code, reason: error.reason, path: error.path, message: error.message };
+    }
+  }
+  function agrees(input: string | Uint8Array, options: StrictJsonOptions) {
+    expect(outcome(() => decodeStrictJson(input, options))).toStrictEqual(
+      outcome(() => decodeStrictJsonByParser(input, options)),
+    );
+  }
+
+  it('answers every text exactly as the strict parser alone does', () => {
+    // Valid values with wide numbers, and texts with rule-breaking tokens spliced in.
+    const wideNumbers = fc.oneof(
+      fc.integer({ min: -(2 ** 53) + 1, max: 2 ** 53 - 1 }),
+      fc.double({ noNaN: true, noDefaultInfinity: true }),
+      fc.constantFrom(9007199254740991, -9007199254740991, 1e21, 1.5e-7, 0.1, -0),
+    );
+    const values = fc.oneof(
+      strictJsonValue,
+      fc.dictionary(fc.string({ maxLength: 3 }), wideNumbers),
+      fc.array(wideNumbers),
+    );
+    const tokens = [...JSONISH_TOKENS, '"\\u005f_proto__"', '"\\ud83d\\ude00"', '1e5', '1E-2'];
+    const mutated = spliced(values, tokens);
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          values.map((value) => JSON.stringify(value)),
+          mutated,
+          fc.string({ unit: fc.constantFrom(...tokens) }),
+        ),
+        fc.integer({ min: 1, max: 8 }),
+        (text, maxDepth) => {
+          agrees(text, { maxBytes: 1 << 20, maxDepth });
+          if (isWellFormedText(text)) agrees(utf8(text), { maxBytes: 1 << 20, maxDepth });
+        },
+      ),
+      { numRuns: 3000 },
+    );
+  });
+
+  it.each([
+    ['a duplicate key deep inside', '{"a":[{"b":{"c":1,"c":2}}]}'],
+    ['a duplicate key that differs only by an escape', '{"ab":1,"a\\u0062":2}'],
+    ['an escaped __proto__ key', '{"\\u005f_proto__":{}}'],
+    ['a constructor key', '[{"constructor":1}]'],
+    ['a prototype key among others', '{"x":1,"prototype":2}'],
+    ['an escaped lone surrogate', '["\\ud800"]'],
+    ['a surrogate pair as escapes', '"\\ud83d\\ude00"'],
+    ['2^53 as an integer literal', '[9007199254740992]'],
+    ['2^53 − 1, the largest safe integer', '[9007199254740991]'],
+    ['a sixteen-digit integer in range', '[1234567890123456]'],
+    ['an exponent', '{"n":1e300}'],
+    ['a small exponent', '{"n":2E2}'],
+    ['fifteen digits with a fraction', '[12345678.9012345]'],
+    ['a colon and brackets inside strings', '{"a:[{":"}]:\\"","b":[]}'],
+    ['an escaped quote before the closing one', '{"a\\"":"\\\\"}'],
+    ['a byte order mark', '\ufeff{}'],
+    ['trailing garbage', '{"a":1}x'],
+    ['an unterminated string', '{"a":"b'],
+    ['NaN', '[NaN]'],
+  ])('agrees on %s', (_, text) => {
+    agrees(text, { maxBytes: 1024 });
+    agrees(utf8(text), { maxBytes: 1024 });
+  });
+
+  it('agrees at the depth limit and one past it', () => {
+    for (const depth of [1, 7, 8, 9, 64, 65]) {
+      const text = '['.repeat(depth) + ']'.repeat(depth);
+      agrees(text, { maxBytes: 1024, maxDepth: 8 });
+      agrees(text, { maxBytes: 1024 });
+    }
+  });
+
+  it('returns JSON.parse’s own value for a plain text, and the parser’s otherwise', () => {
+    const parse = vi.spyOn(JSON, 'parse');
+    try {
+      const plain = decodeStrictJson('{"a":[1,"x\\n",{"b":null}],"c":true}', LIMIT);
+      expect(parse).toHaveBeenCalledTimes(1);
+      expect(plain).toBe(parse.mock.results[0]?.value);
+      parse.mockClear();
+      // An exponent is left to the strict parser before JSON.parse is asked.
+      expect(decodeStrictJson('{"n":1e3}', LIMIT)).toStrictEqual({ n: 1000 });
+      expect(parse).not.toHaveBeenCalled();
+    } finally {
+      parse.mockRestore();
+    }
+  });
+
+  it('keeps rejecting what the fast path leaves to the strict parser', () => {
+    expect(() => decodeStrictJson('{"a":1,"a":2}', { maxBytes: 64 })).toThrow(
+      expect.objectContaining({ reason: 'duplicate_key', path: '$.a' }),
+    );
+    expect(() => decodeStrictJson('{"\\u005f_proto__":1}', { maxBytes: 64 })).toThrow(
+      expect.objectContaining({ reason: 'forbidden_key' }),
+    );
+    expect(() => decodeStrictJson('[9007199254740992]', { maxBytes: 64 })).toThrow(
+      expect.objectContaining({ reason: 'number_out_of_range', path: '$[0]' }),
     );
   });
 });
