@@ -14,7 +14,7 @@
  * than 15 digits, no surrogate escape, nesting within bounds) is handed to
  * `JSON.parse`, and its value kept when it holds as many keys as the text has
  * members and none is forbidden; any other text goes to the strict parser
- * (`parsePlain`): 30–40 % less time for the SDK's batch replies, 12–15 % for a
+ * (`parsePlain`): 25–40 % less time for the SDK's batch replies, 12–15 % for a
  * 1 000-command body (bench/README.md, "Strict JSON through JSON.parse").
  */
 
