@@ -507,15 +507,6 @@ function shortEscape(c: number): string | undefined {
   }
 }
 
-/**
- * {@link decodeStrictJson} without its JSON.parse fast path: every text through the strict
- * parser. Not exported from the package; the tests compare the two.
- */
-export function decodeStrictJsonByParser(input: JsonInput, options: StrictJsonOptions): unknown {
-  const text = inputText(input, options.maxBytes);
-  return new StrictParser(text, options.maxDepth ?? JSON_MAX_DEPTH).parse();
-}
-
 /** {@link parsePlain}'s answer for a text it leaves to the strict parser. */
 const NOT_PLAIN: unique symbol = Symbol('not plain');
 
@@ -698,14 +689,28 @@ function inputText(input: unknown, maxBytes: number): string {
  * decodeStrictJson('{"a":{"b":1,"b":2}}', { maxBytes: 1024 }); // throws duplicate_key at $.a.b
  */
 export function decodeStrictJson(input: JsonInput, options: StrictJsonOptions): unknown {
+  return decode(input, options, true);
+}
+
+/**
+ * {@link decodeStrictJson} without its JSON.parse fast path: every text through the strict
+ * parser. Not exported from the package; the tests compare the two.
+ */
+export function decodeStrictJsonByParser(input: JsonInput, options: StrictJsonOptions): unknown {
+  return decode(input, options, false);
+}
+
+function decode(input: JsonInput, options: StrictJsonOptions, tryPlain: boolean): unknown {
   try {
     const text = inputText(input, options.maxBytes);
     const maxDepth = options.maxDepth ?? JSON_MAX_DEPTH;
     // Bytes decode to well-formed text (fatal UTF-8); a string may carry lone surrogates, which
     // JSON.parse would keep.
-    const decoded =
-      typeof input === 'string' && !isWellFormedText(text) ? NOT_PLAIN : parsePlain(text, maxDepth);
-    return decoded === NOT_PLAIN ? new StrictParser(text, maxDepth).parse() : decoded;
+    const plain =
+      tryPlain && (typeof input !== 'string' || isWellFormedText(text))
+        ? parsePlain(text, maxDepth)
+        : NOT_PLAIN;
+    return plain === NOT_PLAIN ? new StrictParser(text, maxDepth).parse() : plain;
   } catch (error) {
     if (error instanceof ContractError) throw error;
     // E.g. a RangeError for a string beyond the engine's maximum length.
