@@ -6,16 +6,18 @@
 #      SDK then starts the handler without a dispatch renewal — one HTTP leg and one transaction
 #      less per task;
 #   2. a wave's settlements and the same slots' next polls in one request (a route DESIGN §6
-#      does not have): one HTTP leg less per wave, still two transactions.
+#      does not have): one HTTP leg less per wave, in two transactions or in one.
 # It checks out the commit the prototype was written against into a temporary worktree, applies
 # prototype.patch there (never to this checkout), builds it, and runs
 #   - the benchmark's own strict and batched drains and pickups idle and under load (Ledgence
 #     only, the real SDK), with the grant at claim off and on, alternating, PAIRS times;
-#   - wave.mjs, a 32-slot strict drain over raw HTTP in 3 and 2 requests per wave, with the grant
-#     off and on, alternating, PAIRS times.
+#   - wave.mjs, a 32-slot strict drain over raw HTTP in 3 requests per wave (today's protocol),
+#     2 (settle + next poll in one request, two transactions) and 2 in one transaction, with the
+#     grant off and on, alternating, PAIRS times.
+# SKIP_BENCH=1 runs only the wave part (a quick check that the probe still works).
 #
 # Usage: DATABASE_URL=postgres://… bench/probes/spec-questions/run.sh [PAIRS] [TASKS]
-# Needs pnpm on PATH (as `pnpm bench` does), curl, and ~25 min for the defaults (2, 20 000).
+# Needs pnpm on PATH (as `pnpm bench` does), curl, and ~30 min for the defaults (2, 20 000).
 # The server named by DATABASE_URL gets the databases bench_* (the benchmark's) and probe_waves.
 set -euo pipefail
 : "${DATABASE_URL:?set DATABASE_URL to a PostgreSQL server this probe may create databases on}"
@@ -38,6 +40,7 @@ git -C "$tree" apply "$here/prototype.patch"
 (cd "$tree" && pnpm install --frozen-lockfile --silent && pnpm build >/dev/null)
 
 for pair in $(seq 1 "$pairs"); do
+  [ "${SKIP_BENCH:-0}" = 1 ] && break
   for grant in 0 1; do
     echo "== benchmark, grant at claim $grant (pair $pair)"
     (cd "$tree" && LEDGENCE_PROTO_GRANT_AT_CLAIM=$grant pnpm --silent --filter @ledgence/bench bench \
@@ -58,7 +61,7 @@ node --input-type=module -e '
 port=18790
 for pair in $(seq 1 "$pairs"); do
   for grant in 0 1; do
-    for mode in 3 2; do
+    for mode in 3 2 1; do
       LEDGENCE_PROTO_GRANT_AT_CLAIM=$grant LEDGENCE_LOG_LEVEL=warn DATABASE_URL=$db_url PORT=$port \
         node "$tree/apps/server/dist/main.js" >/dev/null 2>&1 &
       server=$!

@@ -6,9 +6,10 @@
  *   mode 3: acquire:batch → renew:batch (dispatch; skipped for assignments granted at claim)
  *           → settle:batch, every wave.
  *   mode 2: acquire:batch once, then per wave [renew:batch] → proto-settle-acquire (the wave's
- *           settlements and the same slots' next polls in one request).
+ *           settlements and the same slots' next polls in one request, two transactions).
+ *   mode 1: the same through proto-settle-acquire-tx: one request and one transaction.
  *
- * Usage: node wave.mjs <server url> <mode 2|3> <tasks> <server pid>
+ * Usage: node wave.mjs <server url> <mode 1|2|3> <tasks> <server pid>
  * Prints one JSON line: tasks/s from the first poll to the last settlement, requests per task,
  * and CPU ms per task of this process and of the server (from /proc).
  */
@@ -126,6 +127,12 @@ const started = performance.now();
 let wave = assignments((await post('/v1/worker/acquire:batch?wait_ms=1000', nextPolls())).replies);
 requests += 1;
 while (done < count) {
+  if (wave.length === 0) {
+    // Nothing was claimed by the last request (possible in mode 1, which never waits): poll again.
+    wave = assignments((await post('/v1/worker/acquire:batch?wait_ms=1000', nextPolls())).replies);
+    requests += 1;
+    continue;
+  }
   const undispatched = wave.filter((assignment) => !assignment.authority.dispatch_allowed);
   if (undispatched.length > 0) {
     const commands = undispatched.map((a) => ({
@@ -149,7 +156,9 @@ while (done < count) {
   } else {
     const waitMs = done >= count ? 0 : 1_000;
     const body = `${settlements(wave)}\n${nextPolls()}`;
-    const reply = await post(`/v1/worker/proto-settle-acquire?wait_ms=${waitMs}`, body);
+    const route =
+      mode === '1' ? 'proto-settle-acquire-tx' : `proto-settle-acquire?wait_ms=${waitMs}`;
+    const reply = await post(`/v1/worker/${route}`, body);
     requests += 1;
     requireSucceeded(reply.results);
     wave = assignments(reply.replies);
