@@ -124,13 +124,16 @@ let requests = 0;
 const ownCpu = process.cpuUsage();
 const serverCpu = cpuMs(serverPid);
 const started = performance.now();
-let wave = assignments((await post('/v1/worker/acquire:batch?wait_ms=1000', nextPolls())).replies);
-requests += 1;
+/** The next poll of every slot, as one long-polling acquire:batch. */
+async function poll() {
+  requests += 1;
+  return assignments((await post('/v1/worker/acquire:batch?wait_ms=1000', nextPolls())).replies);
+}
+let wave = await poll();
 while (done < count) {
   if (wave.length === 0) {
     // Nothing was claimed by the last request (possible in mode 1, which never waits): poll again.
-    wave = assignments((await post('/v1/worker/acquire:batch?wait_ms=1000', nextPolls())).replies);
-    requests += 1;
+    wave = await poll();
     continue;
   }
   const undispatched = wave.filter((assignment) => !assignment.authority.dispatch_allowed);
@@ -151,8 +154,7 @@ while (done < count) {
     requireSucceeded((await post('/v1/worker/settle:batch', settlements(wave))).results);
     requests += 1;
     if (done >= count) break;
-    wave = assignments((await post('/v1/worker/acquire:batch?wait_ms=1000', nextPolls())).replies);
-    requests += 1;
+    wave = await poll();
   } else {
     const waitMs = done >= count ? 0 : 1_000;
     const body = `${settlements(wave)}\n${nextPolls()}`;
