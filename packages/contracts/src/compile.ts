@@ -23,6 +23,10 @@
  * slower. Where the runtime refuses code generation (a content security
  * policy, some edge runtimes), {@link compileSchema} returns `undefined` and
  * valibot parses everything, as before.
+ *
+ * The generated code is built from the schemas alone (keys and literals
+ * written as JSON strings, every function and non-JSON value passed in as a
+ * constant), never from a value being checked.
  */
 import * as v from 'valibot';
 
