@@ -11,7 +11,7 @@ import { isDeepStrictEqual } from 'node:util';
 import fc from 'fast-check';
 import * as v from 'valibot';
 import { describe, expect, it } from 'vitest';
-import { compileSchema, REJECTED } from './compile.js';
+import { compiledOnReuse, compileSchema, REJECTED } from './compile.js';
 import { parseWith } from './decode.js';
 import { EXAMPLES } from './schemas/testdata/examples.js';
 
@@ -360,10 +360,22 @@ describe('without code generation', () => {
     });
   });
 
-  it('parseWith compiles the schema where code generation is allowed', () => {
+  it('parseWith compiles a schema on its second use, not one made for a single parse', () => {
     const schema = v.strictObject({ a: v.string() });
-    expect(parseWith(schema, { a: 'x' })).toEqual({ a: 'x' });
-    expect(compileSchema(schema)).toBeTypeOf('function');
-    expect(compileSchema(schema)).toBe(compileSchema(schema));
+    expect(compiledOnReuse(schema)).toBeUndefined();
+    const compiled = compiledOnReuse(schema);
+    expect(compiled).toBeTypeOf('function');
+    expect(compiledOnReuse(schema)).toBe(compiled);
+    expect(compileSchema(schema)).toBe(compiled);
+    // A schema compiled first is reused at once.
+    const other = v.strictObject({ b: v.number() });
+    const direct = compileSchema(other);
+    expect(compiledOnReuse(other)).toBe(direct);
+    // Whichever path answers, parseWith's answers are the same.
+    const fresh = v.strictObject({ a: v.string() });
+    for (let use = 0; use < 3; use++) {
+      expect(parseWith(fresh, { a: 'x' })).toEqual({ a: 'x' });
+      expect(() => parseWith(fresh, { a: 1 })).toThrow('$.a must be a string');
+    }
   });
 });

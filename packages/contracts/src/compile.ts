@@ -79,6 +79,21 @@ export function compileSchema(schema: v.GenericSchema): CompiledSchema | undefin
   return compiled ?? undefined;
 }
 
+const seenOnce = new WeakSet<object>();
+
+/**
+ * {@link compileSchema} from a schema's second use on: a schema object made for one parse (a
+ * fresh `v.strictObject(…)` built per call) is never compiled, since generating its code costs
+ * more than valibot's run of it. What `parseWith` calls.
+ */
+export function compiledOnReuse(schema: v.GenericSchema): CompiledSchema | undefined {
+  if (!compiledSchemas.has(schema) && !seenOnce.has(schema)) {
+    seenOnce.add(schema);
+    return undefined;
+  }
+  return compileSchema(schema);
+}
+
 /**
  * valibot's `getDefault` and `getFallback`: a function is called with the arguments valibot
  * passes — the wrapper's dataset and configuration, or nothing for an object's missing key.

@@ -11,7 +11,7 @@
  * value; messages name the path and the rule, never the rejected value.
  */
 import * as v from 'valibot';
-import { compileSchema, REJECTED } from './compile.js';
+import { compiledOnReuse, REJECTED } from './compile.js';
 import { ContractError } from './errors.js';
 import { appendJsonPath, checkJsonValue, decodeStrictJson, type JsonInput } from './json.js';
 import {
@@ -127,9 +127,9 @@ export function parseWith<const TSchema extends v.GenericSchema>(
   pathPrefix = '$',
 ): v.InferOutput<TSchema> {
   // The compiled schema accepts exactly what valibot accepts, with valibot's output; only a
-  // rejection needs valibot itself, to say what is wrong and where (compile.ts). Without code
-  // generation (a runtime that forbids it) valibot parses everything.
-  const compiled = compileSchema(schema);
+  // rejection needs valibot itself, to say what is wrong and where (compile.ts). A schema's
+  // first use, and every use without code generation (a runtime that forbids it), is valibot's.
+  const compiled = compiledOnReuse(schema);
   const accepted = compiled === undefined ? REJECTED : compiled(value);
   if (accepted !== REJECTED) return accepted as v.InferOutput<TSchema>;
   // abortEarly: only the first issue is reported, so stop looking after it.
