@@ -59,7 +59,9 @@ class Uncompilable extends Error {}
  * if (output === REJECTED) v.safeParse(AcquireCommandSchema, value); // valibot explains
  */
 export function compileSchema(schema: v.GenericSchema): CompiledSchema | undefined {
-  // An async schema's run is a promise; valibot's synchronous parse is not for it either.
+  // An async schema's run is a promise; valibot's synchronous parse is not for it either. A
+  // synchronous schema cannot hold an async one (valibot's types forbid it), so this is the only
+  // place that asks.
   if (codeGeneration === false || schema.async) return undefined;
   let compiled = compiledSchemas.get(schema);
   if (compiled === undefined) {
@@ -158,7 +160,6 @@ class Compiler {
   }
 
   private build(node: Node): CompiledSchema {
-    if (node.async === true) return delegated(node, false);
     const body = new Body();
     const input = body.temp();
     let code: string;
@@ -194,7 +195,6 @@ class Compiler {
     const assign = source === target ? '' : `${target} = ${source};`;
     // `v.pipe` spreads its first schema's properties onto itself, so the pipe test comes first.
     if (Array.isArray(node.pipe)) return this.pipe(node.pipe as Node[], source, target, body);
-    if (node.async === true) return this.call(node, source, target, body);
     switch (node.reference) {
       case v.string:
         return `if (typeof ${source} !== 'string') return R; ${assign}`;
@@ -204,15 +204,9 @@ class Compiler {
         return `if (typeof ${source} !== 'boolean') return R; ${assign}`;
       case v.unknown:
         return assign;
-      case v.literal: {
-        const literal = node.literal;
-        // valibot compares with SameValueZero; `===` differs from it only for NaN.
-        if (Number.isNaN(literal)) return `if (${source} === ${source}) return R; ${assign}`;
-        const expected = plainLiteral(literal) ? literalCode(literal) : body.constant(literal);
-        return `if (${source} !== ${expected}) return R; ${assign}`;
-      }
+      case v.literal:
       case v.picklist:
-        return `if (!${body.constant(node.options)}.includes(${source})) return R; ${assign}`;
+        return `if (!(${this.accepts(node, source, body)})) return R; ${assign}`;
       case v.custom:
         // Called on its schema, as valibot calls it.
         return `if (!${body.constant(node)}.check(${source})) return R; ${assign}`;
@@ -227,13 +221,24 @@ class Compiler {
     }
   }
 
+  /**
+   * The test of a literal or a picklist as an expression, exactly valibot's (also a variant's
+   * discriminator test); `undefined` for any other node.
+   */
+  private accepts(node: Node, value: string, body: Body): string | undefined {
+    if (node.reference === v.picklist) return `${body.constant(node.options)}.includes(${value})`;
+    if (node.reference !== v.literal) return undefined;
+    const literal = node.literal;
+    // valibot compares with SameValueZero; `===` differs from it only for NaN.
+    if (Number.isNaN(literal)) return `${value} !== ${value}`;
+    return `${value} === ${plainLiteral(literal) ? literalCode(literal) : body.constant(literal)}`;
+  }
+
   /** A node compiled as a function of its own (or run by valibot), called from here. */
   private call(node: Node, source: string, target: string, body: Body): string {
-    const compiled =
-      node.async === true ||
-      ![v.strictObject, v.array, v.union, v.variant].includes(node.reference as never)
-        ? delegated(node, false)
-        : this.function(node);
+    const compiled = [v.strictObject, v.array, v.union, v.variant].includes(node.reference as never)
+      ? this.function(node)
+      : delegated(node, false);
     return `${target} = ${body.constant(compiled)}(${source}); if (${target} === R) return R;`;
   }
 
@@ -381,12 +386,8 @@ class Compiler {
           const entry = entries[key];
           if (entry === undefined || Array.isArray(entry.pipe)) return false;
           const name = JSON.stringify(key);
-          let accepts: string;
-          if (entry.reference === v.literal && plainLiteral(entry.literal)) {
-            accepts = `${input}[${name}] === ${literalCode(entry.literal)}`;
-          } else if (entry.reference === v.picklist) {
-            accepts = `${body.constant(entry.options)}.includes(${input}[${name}])`;
-          } else return false;
+          const accepts = this.accepts(entry, `${input}[${name}]`, body);
+          if (accepts === undefined) return false;
           tests.push(`(${name} in ${input} ? ${accepts} : ${mayBeMissing(entry)})`);
         }
         matches.push(tests.join(' && '));
