@@ -1,6 +1,7 @@
 /**
- * CPU time of processes from /proc (Linux): the Ledgence server, and PostgreSQL (the
- * postmaster, the children it has reaped, and its live children). NaN where /proc is missing.
+ * CPU time from /proc (Linux): of the Ledgence server, of PostgreSQL (the
+ * postmaster, the children it has reaped, and its live children) and of the whole machine. NaN
+ * where /proc is missing.
  */
 import { readdir, readFile } from 'node:fs/promises';
 
@@ -46,4 +47,36 @@ export async function treeCpuMs(pid: number): Promise<number> {
     if (child?.ppid === pid) total += child.ownMs + child.childrenMs;
   }
   return total;
+}
+
+/** The busy fields of a /proc/stat `cpu` line: user, nice, system, irq, softirq, steal. */
+const BUSY_FIELDS = [0, 1, 2, 5, 6, 7];
+
+/**
+ * Busy CPU ms in the text of /proc/stat: its first (`cpu`, all CPUs) line's user, nice, system,
+ * irq, softirq and steal ticks (guest time is inside user; idle and iowait are not busy). NaN
+ * when the text has no such line.
+ */
+export function busyMsOfProcStat(text: string): number {
+  const [label, ...fields] = (text.split('\n')[0] ?? '').trim().split(/\s+/);
+  const ticks = fields.map(Number);
+  if (label !== 'cpu' || ticks.length < 8 || ticks.some((t) => !Number.isFinite(t))) {
+    return Number.NaN;
+  }
+  const busy = BUSY_FIELDS.reduce((sum, field) => sum + (ticks[field] as number), 0);
+  return (busy * 1000) / TICKS_PER_SECOND;
+}
+
+/**
+ * CPU ms the whole machine has been busy so far, over all CPUs (see {@link busyMsOfProcStat});
+ * NaN where /proc is missing. Every process a shape runs (the server, PostgreSQL unless
+ * `DATABASE_URL` points elsewhere, the benchmark's workers) is in it, and nothing else should run
+ * on a benchmark machine, so a window's difference is what that window cost the machine.
+ */
+export async function machineBusyMs(): Promise<number> {
+  try {
+    return busyMsOfProcStat(await readFile('/proc/stat', 'utf8'));
+  } catch {
+    return Number.NaN;
+  }
 }

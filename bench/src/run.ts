@@ -17,14 +17,19 @@ import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
+import { machineBusyMs } from './cpu.js';
 import { CountingClient, type Postgres, startPostgres } from './db.js';
 import { type ServerProcess, serverEntry, startServer } from './server.js';
 import {
   type Better,
+  type CostReading,
+  costPerS,
   formatNumber,
   formatSummary,
+  NO_COST,
   percentile,
   ratioToBest,
+  ratioToBracket,
   type Summary,
   statementsPerTask,
   summarize,
@@ -128,6 +133,8 @@ interface Sizes {
   loadSettleMs: number;
   /** Shape 7: count heartbeats over a whole number of renew intervals (waits up to one more). */
   wholeIntervals: boolean;
+  /** Shape 7: renew intervals the leases stay held after the drain, alone, to cost them. */
+  heldIdleIntervals: number;
 }
 
 function sizesFor(mode: Mode): Sizes {
@@ -145,6 +152,7 @@ function sizesFor(mode: Mode): Sizes {
       heldLeases: 20,
       loadSettleMs: 200,
       wholeIntervals: false,
+      heldIdleIntervals: 0,
     };
   }
   const scale = mode === 'quick' ? 10 : 1;
@@ -159,6 +167,7 @@ function sizesFor(mode: Mode): Sizes {
     heldLeases: 2_000 / scale,
     loadSettleMs: 2_000,
     wholeIntervals: true,
+    heldIdleIntervals: mode === 'quick' ? 1 : 2,
   };
 }
 
@@ -229,6 +238,7 @@ const METRICS: MetricSpec[] = [
   { shape: HEARTBEATS, metric: 'rate vs strict', unit: '', better: 'higher' },
   { shape: HEARTBEATS, metric: 'rate vs adjacent strict', unit: '', better: 'higher' },
   { shape: HEARTBEATS, metric: 'heartbeats', unit: 'per s', better: 'higher', context: true },
+  { shape: HEARTBEATS, metric: 'heartbeat CPU share', unit: '', better: 'lower' },
   { shape: HEARTBEATS, metric: 'commits', unit: 'per task', better: 'lower' },
   { shape: HEARTBEATS, metric: 'statements', unit: 'per task', better: 'lower' },
   { shape: HEARTBEATS, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
@@ -361,6 +371,14 @@ async function bulkSubmit(
   log(`  ${system.name}: ${formatNumber(rate)} tasks/s, ${formatNumber(wal)} WAL bytes/task`);
 }
 
+/** What one drain measured, besides what it recorded. */
+interface DrainResult {
+  /** Tasks finished per second, first handler start to the last completion. */
+  rate: number;
+  /** CPU ms the whole machine was busy per second of the drain (workers started to stopped). */
+  machineBusyMsPerS: number;
+}
+
 async function drain(
   system: BenchSystem,
   postgres: Postgres,
@@ -369,7 +387,7 @@ async function drain(
   sizes: Sizes,
   rec: Recorder,
   shape: string = mode === 'strict' ? STRICT : 'drain batched',
-): Promise<number> {
+): Promise<DrainResult> {
   const count = sizes.drain;
   await system.prepareQueue(queue);
   await seed(system, queue, count, sizes.bulkPerRequest);
@@ -382,6 +400,8 @@ async function drain(
     server: await system.serverCpuMs(),
     postgres: await postgres.cpuMs(),
     bench: process.cpuUsage(),
+    machine: await machineBusyMs(),
+    at: performance.now(),
   };
 
   let started = 0;
@@ -423,6 +443,8 @@ async function drain(
     server: await system.serverCpuMs(),
     postgres: await postgres.cpuMs(),
     bench: process.cpuUsage(cpuBefore.bench),
+    machine: await machineBusyMs(),
+    at: performance.now(),
   };
   const completedAfterStop = count - (await probe.scalar(system.unfinishedSql, [queue]));
   // Read before any discard below: pg_stat_statements counts at once, and the discard is not
@@ -465,7 +487,9 @@ async function drain(
   log(
     `  ${system.name}: ${formatNumber(rate)} tasks/s${capped ? ` (capped: ${completedAtEnd}/${count})` : ''}, ${formatNumber(commits / perTask)} commits/task, ${formatNumber((after.nextXid - before.nextXid) / perTask)} write xacts/task, ${formatNumber(statements.statements)} statements/task (${formatNumber(statements.execMs)} ms executing), ${formatNumber(wal / perTask)} WAL bytes/task; CPU ms/task: server ${formatNumber(serverCpu)}, PostgreSQL (unverified) ${formatNumber(postgresCpu)}, workers ${formatNumber(workersCpu)}`,
   );
-  return rate;
+  const machineBusyMsPerS =
+    (cpuAfter.machine - cpuBefore.machine) / ((cpuAfter.at - cpuBefore.at) / 1000);
+  return { rate, machineBusyMsPerS };
 }
 
 /** A small deterministic generator, so every system sees the same gaps. */
@@ -539,7 +563,7 @@ async function strictRate(
   if (measured !== undefined) return measured;
   log(`  ${system.name}: measuring the strict drain rate first (shape 3 is not in this run)`);
   const small = { ...sizes, drain: Math.max(100, Math.round(sizes.drain / 10)) };
-  return drain(system, postgres, `calibrate_r${rep}`, 'strict', small, new Recorder());
+  return (await drain(system, postgres, `calibrate_r${rep}`, 'strict', small, new Recorder())).rate;
 }
 
 /**
@@ -597,12 +621,30 @@ async function pickupUnderLoad(
   );
 }
 
+/** The CPU and statement time the benchmark can attribute to `system` so far. */
+async function costReading(system: BenchSystem, postgres: Postgres): Promise<CostReading> {
+  const bench = process.cpuUsage();
+  return {
+    serverMs: await system.serverCpuMs(),
+    benchMs: (bench.user + bench.system) / 1000,
+    execMs: (await postgres.statements(system.database))?.execMs ?? Number.NaN,
+    at: performance.now(),
+  };
+}
+
 /**
  * Shape 7: the strict drain of shape 3 while `sizes.heldLeases` long tasks stay leased and
- * heartbeat at the worker's renew interval; the rate is also given relative to shape 3's, and
- * relative to a strict drain run just before the leases are taken. Shape 3 ran minutes earlier,
- * and this VM's speed drifts by more than the 10 % the target allows over minutes (the strict
- * drain varies ±15 % between repetitions), so only the adjacent pair resolves the cost.
+ * heartbeat at the worker's renew interval. Its rate is given relative to shape 3's, and to the
+ * geometric mean of two strict drains of the same size run in this shape, one just before the
+ * leases are taken and one just after they are released: shape 3 ran minutes earlier, this VM's
+ * speed drifts by more than the 10 % the target allows over minutes, and the pair brackets a
+ * drift that is linear over the three drains. One drain still differs from its neighbour by up
+ * to ±20 % on a quiet machine (bench/README.md, "Heartbeats: the cost under the noise"), so the
+ * cost is also measured without a race: after the drain the leases stay held for
+ * `sizes.heldIdleIntervals` whole renew intervals with nothing else running, and the server's,
+ * the workers' and PostgreSQL's statements' time per second there is divided by the machine's
+ * busy CPU per second during the drain beside them — the share of what the drain used that the
+ * heartbeats alone take.
  */
 async function heartbeats(
   system: BenchSystem,
@@ -616,42 +658,51 @@ async function heartbeats(
     return;
   }
   const baseline = await strictRate(system, postgres, rep, sizes, rec);
-  log(`  ${system.name}: the adjacent strict drain, without held leases`);
-  const adjacent = await drain(
-    system,
-    postgres,
-    `adjacent_r${rep}`,
-    'strict',
-    sizes,
-    new Recorder(),
-  );
+  const adjacentDrain = (queue: string): Promise<DrainResult> =>
+    drain(system, postgres, queue, 'strict', sizes, new Recorder());
+  log(`  ${system.name}: the adjacent strict drain before the leases are taken`);
+  const before = await adjacentDrain(`adjacent_r${rep}`);
   const held = await system.holdLeases(`held_r${rep}`, sizes.heldLeases);
-  let rate: number;
+  let beside: DrainResult;
   let renewals: number;
   let seconds: number;
+  let heldCost = NO_COST;
   try {
-    const before = await held.renewals();
+    const renewalsBefore = await held.renewals();
     const t0 = performance.now();
-    rate = await drain(system, postgres, `beside_r${rep}`, 'strict', sizes, rec, HEARTBEATS);
+    beside = await drain(system, postgres, `beside_r${rep}`, 'strict', sizes, rec, HEARTBEATS);
     // The leases were taken within about a second of each other, so they heartbeat in rounds;
     // a window of any other length holds one round more or less depending on its phase (153
     // against 195 heartbeats/s for the same 2 000 leases). Each lease renews exactly once per
     // interval, so a window of whole intervals counts every one of them once per interval.
+    const interval = held.renewIntervalMs;
     if (sizes.wholeIntervals) {
-      const interval = held.renewIntervalMs;
       const elapsed = performance.now() - t0;
       await sleep(Math.ceil(elapsed / interval) * interval - elapsed);
     }
-    renewals = (await held.renewals()) - before;
+    renewals = (await held.renewals()) - renewalsBefore;
     seconds = (performance.now() - t0) / 1000;
+    if (sizes.heldIdleIntervals > 0) {
+      log(
+        `  ${system.name}: the ${sizes.heldLeases} leases held with nothing else running for ${sizes.heldIdleIntervals} renew intervals`,
+      );
+      const from = await costReading(system, postgres);
+      await sleep(sizes.heldIdleIntervals * interval);
+      heldCost = costPerS(from, await costReading(system, postgres));
+    }
   } finally {
     await held.stop();
   }
-  rec.record(HEARTBEATS, 'rate vs strict', system.name, rate / baseline);
-  rec.record(HEARTBEATS, 'rate vs adjacent strict', system.name, rate / adjacent);
+  log(`  ${system.name}: the adjacent strict drain after the leases are released`);
+  const after = await adjacentDrain(`after_r${rep}`);
+  const vsAdjacent = ratioToBracket(beside.rate, before.rate, after.rate);
+  const share = heldCost.total / beside.machineBusyMsPerS;
+  rec.record(HEARTBEATS, 'rate vs strict', system.name, beside.rate / baseline);
+  rec.record(HEARTBEATS, 'rate vs adjacent strict', system.name, vsAdjacent);
   rec.record(HEARTBEATS, 'heartbeats', system.name, renewals / seconds);
+  rec.record(HEARTBEATS, 'heartbeat CPU share', system.name, share);
   log(
-    `  ${system.name}: ${formatNumber(rate / baseline)} × shape 3's strict drain rate, ${formatNumber(rate / adjacent)} × the adjacent one, beside ${sizes.heldLeases} held leases (${formatNumber(renewals / seconds)} heartbeats/s)`,
+    `  ${system.name}: ${formatNumber(beside.rate / baseline)} × shape 3's strict drain rate, ${formatNumber(vsAdjacent)} × the adjacent ones (${formatNumber(before.rate)} before, ${formatNumber(after.rate)} after), beside ${sizes.heldLeases} held leases (${formatNumber(renewals / seconds)} heartbeats/s); held alone they took ${formatNumber(heldCost.total)} ms of CPU per s (server ${formatNumber(heldCost.server)}, workers ${formatNumber(heldCost.workers)}, PostgreSQL statements ${formatNumber(heldCost.statements)}), ${formatNumber(share)} of the machine's ${formatNumber(beside.machineBusyMsPerS)} ms/s during the drain`,
   );
 }
 

@@ -1,9 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import {
+  costPerS,
   formatNumber,
   formatSummary,
   percentile,
   ratioToBest,
+  ratioToBracket,
   statementsPerTask,
   summarize,
 } from './stats.js';
@@ -113,5 +115,46 @@ describe('statementsPerTask', () => {
     expect(statementsPerTask(undefined, reading(5, 1), 0, 1)).toEqual(lost);
     expect(statementsPerTask(reading(5, 1), undefined, 0, 1)).toEqual(lost);
     expect(statementsPerTask(reading(5, 1, 3), reading(9, 2, 4), 0, 1)).toEqual(lost);
+  });
+});
+
+describe('ratioToBracket', () => {
+  it('compares a value with the geometric mean of its two neighbours', () => {
+    expect(ratioToBracket(900, 800, 1_250)).toBeCloseTo(0.9, 12);
+    expect(ratioToBracket(1_000, 1_000, 1_000)).toBe(1);
+  });
+
+  it('cancels a drift that is linear over the three, where one neighbour alone does not', () => {
+    // A system 5 % slower beside the load, measured while the machine speeds up 10 % per step.
+    const before = 1_000;
+    const beside = 1_100 * 0.95;
+    const after = 1_200;
+    expect(beside / before).toBeCloseTo(1.045, 12);
+    expect(Math.abs(ratioToBracket(beside, before, after) - 0.95)).toBeLessThan(0.005);
+  });
+});
+
+describe('costPerS', () => {
+  const reading = (serverMs: number, benchMs: number, execMs: number, at: number) => ({
+    serverMs,
+    benchMs,
+    execMs,
+    at,
+  });
+
+  it('gives each part and the total per second of the window', () => {
+    expect(costPerS(reading(100, 50, 10, 1_000), reading(700, 350, 130, 21_000))).toEqual({
+      server: 30,
+      workers: 15,
+      statements: 6,
+      total: 51,
+    });
+  });
+
+  it('carries a part that could not be read as NaN into the total', () => {
+    const cost = costPerS(reading(0, 0, Number.NaN, 0), reading(10, 10, Number.NaN, 1_000));
+    expect(cost.server).toBe(10);
+    expect(cost.statements).toBeNaN();
+    expect(cost.total).toBeNaN();
   });
 });

@@ -1,7 +1,7 @@
 /**
  * Pure statistics helpers of the benchmark: percentiles, the median and range of repetitions,
- * the ratio of Ledgence to the best peer, and statements per task from two counter readings.
- * No I/O.
+ * the ratio of Ledgence to the best peer, statements per task from two counter readings, and
+ * CPU per second between two cost readings. No I/O.
  */
 
 /**
@@ -134,4 +134,51 @@ export function statementsPerTask(
     statements: (to.calls - from.calls - own) / tasks,
     execMs: (to.execMs - from.execMs) / tasks,
   };
+}
+
+/**
+ * `value` against the geometric mean of the measurements just before and just after it: a drift
+ * that is linear over the three (a warming server, the VM's hour) cancels to first order, where
+ * a ratio to one neighbour carries it whole.
+ */
+export function ratioToBracket(value: number, before: number, after: number): number {
+  return value / Math.sqrt(before * after);
+}
+
+/** What the benchmark can attribute to one system's processes and statements, at one moment. */
+export interface CostReading {
+  /** The server process's CPU so far (NaN for a system without one). */
+  serverMs: number;
+  /** The benchmark process's CPU so far: the system's workers. */
+  benchMs: number;
+  /** PostgreSQL's execution time of the system's statements so far (NaN without the counts). */
+  execMs: number;
+  /** `performance.now()` of the reading. */
+  at: number;
+}
+
+/** Where a window's time went, in ms per second of the window. */
+export interface CostPerS {
+  server: number;
+  workers: number;
+  /** PostgreSQL's execution time of the system's statements. */
+  statements: number;
+  total: number;
+}
+
+/** Nothing measured: every figure NaN. */
+export const NO_COST: CostPerS = {
+  server: Number.NaN,
+  workers: Number.NaN,
+  statements: Number.NaN,
+  total: Number.NaN,
+};
+
+/** The time between two readings, per second of the window between them. */
+export function costPerS(from: CostReading, to: CostReading): CostPerS {
+  const seconds = (to.at - from.at) / 1000;
+  const server = (to.serverMs - from.serverMs) / seconds;
+  const workers = (to.benchMs - from.benchMs) / seconds;
+  const statements = (to.execMs - from.execMs) / seconds;
+  return { server, workers, statements, total: server + workers + statements };
 }
