@@ -1,7 +1,7 @@
 /**
- * CPU time from /proc (Linux): of the Ledgence server, of PostgreSQL (the
- * postmaster, the children it has reaped, and its live children) and of the whole machine. NaN
- * where /proc is missing.
+ * CPU time from /proc (Linux): of the Ledgence server, of PostgreSQL (the postmaster, the
+ * children it has reaped, and its live children) and of the whole machine. NaN where /proc is
+ * missing.
  */
 import { readdir, readFile } from 'node:fs/promises';
 
