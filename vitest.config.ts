@@ -47,7 +47,7 @@ export default defineConfig({
         ...shared,
         test: {
           name: 'e2e',
-          include: ['{packages,apps,e2e}/**/*.e2e.test.ts'],
+          include: ['{packages,apps,e2e,bench}/**/*.e2e.test.ts'],
           exclude: ['**/node_modules/**', '**/dist/**'],
           globalSetup: [pgSetup],
           testTimeout: 120_000,

@@ -59,11 +59,12 @@ const STATEMENT_SETTINGS = {
 };
 
 /**
- * Starts embedded PostgreSQL in `bench/.data/pg` (crash-safe settings: fsync on), or uses
- * `databaseUrl` when given (its database is used for admin work only).
+ * Starts embedded PostgreSQL in `<dataDir>/pg` (`bench/.data/pg` by default; crash-safe
+ * settings: fsync on), or uses `databaseUrl` when given (its database is used for admin work
+ * only).
  */
 export async function startPostgres(
-  benchDir: string,
+  dataDir: string,
   databaseUrl: string | undefined,
 ): Promise<Postgres> {
   let urlFor: (database: string) => string;
@@ -71,7 +72,7 @@ export async function startPostgres(
   let postmasterPid: number | undefined;
   if (databaseUrl === undefined) {
     const embedded = await startEmbeddedPostgres({
-      dataDir: join(benchDir, '.data', 'pg'),
+      dataDir: join(dataDir, 'pg'),
       durability: 'full',
       settings: STATEMENT_SETTINGS,
     });

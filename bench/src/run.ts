@@ -10,7 +10,10 @@
  *   pnpm bench -- --reps 2  another number of repetitions
  *
  * `DATABASE_URL` (optional) names a PostgreSQL to use instead of the embedded one; the
- * benchmark drops and creates its own databases there.
+ * benchmark drops and creates its own databases there. `LEDGENCE_BENCH_DATA_DIR` (optional)
+ * moves the embedded one's cluster out of `bench/.data`.
+ *
+ * SIGINT or SIGTERM stops the server and the embedded PostgreSQL before the process exits.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus, freemem, loadavg, totalmem } from 'node:os';
@@ -19,6 +22,7 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { machineBusyMs } from './cpu.js';
 import { CountingClient, type Postgres, startPostgres } from './db.js';
+import { once, type SignalStop, stopOnSignals } from './interrupt.js';
 import { type ServerProcess, serverEntry, startServer } from './server.js';
 import {
   type Better,
@@ -48,6 +52,8 @@ import {
 
 const benchDir = join(dirname(fileURLToPath(import.meta.url)), '..');
 const root = join(benchDir, '..');
+// Where the embedded PostgreSQL keeps its cluster (in `<dir>/pg`); a test points it elsewhere.
+const dataDir = process.env.LEDGENCE_BENCH_DATA_DIR ?? join(benchDir, '.data');
 
 // ---------------------------------------------------------------------------------------------
 // Options and sizes
@@ -748,7 +754,21 @@ async function main(): Promise<void> {
   const loadAverageAtStart = loadavg().map((l) => Number(l.toFixed(2)));
   log(`Ledgence benchmark: ${MODE_TITLES[options.mode]}, ${options.reps} repetition(s)`);
 
-  const postgres = await startPostgres(benchDir, process.env.DATABASE_URL);
+  // Installed before anything starts, so a signal at any point stops what has started so far.
+  const started: { server?: ServerProcess; postgres?: Postgres } = {};
+  const stopProcesses = once(async () => {
+    await started.server?.stop();
+    await started.postgres?.stop();
+  });
+  interruption = stopOnSignals(stopProcesses, {
+    what:
+      process.env.DATABASE_URL === undefined
+        ? 'the Ledgence server and the embedded PostgreSQL'
+        : 'the Ledgence server',
+    log,
+  });
+  const postgres = await startPostgres(dataDir, process.env.DATABASE_URL);
+  started.postgres = postgres;
   const pgVersion = await postgres.version();
   if (postgres.statementsUnavailable !== undefined) log(postgres.statementsUnavailable);
   log(`PostgreSQL ${pgVersion} ready`);
@@ -759,12 +779,12 @@ async function main(): Promise<void> {
   };
   for (const database of Object.values(databases)) await postgres.recreate(database);
 
-  let server: ServerProcess | undefined;
   const systems: BenchSystem[] = [];
   const rec = new Recorder();
   const rss: { rep: number; bytes: number }[] = [];
   try {
-    server = await startServer(main, { DATABASE_URL: postgres.urlFor(databases.ledgence) });
+    const server = await startServer(main, { DATABASE_URL: postgres.urlFor(databases.ledgence) });
+    started.server = server;
     log(`Ledgence server pid ${server.pid} at ${server.url}`);
     if (options.systems.includes('ledgence')) {
       // A smoke run checks that the shapes run, not the counters: it skips the statistics flush.
@@ -837,9 +857,9 @@ async function main(): Promise<void> {
     }
   } finally {
     for (const system of systems) await system.close().catch(() => {});
-    await server?.stop();
-    await postgres.stop();
+    await stopProcesses();
   }
+  interruption.dispose();
 
   const printed = table(rec);
   console.log(`\n${printed}\n`);
@@ -928,9 +948,17 @@ async function main(): Promise<void> {
   log(`wrote ${file}`);
 }
 
+// Set by main() once there is something to stop. After a signal its handler ends the process
+// (with 130 or 143) once the server and PostgreSQL are down; what the interrupted run then
+// throws or returns is not the outcome.
+let interruption: SignalStop | undefined;
+
 main().then(
-  () => process.exit(0),
+  () => {
+    if (interruption?.signal === undefined) process.exit(0);
+  },
   (error: unknown) => {
+    if (interruption?.signal !== undefined) return;
     console.error(error);
     process.exit(1);
   },

@@ -18,9 +18,14 @@ export interface ServerProcess {
   stop(): Promise<void>;
 }
 
-/** The server's entry point, or an error that says to build it. */
+/**
+ * The server's entry point, or an error that says to build it. `LEDGENCE_BENCH_SERVER_ENTRY`
+ * names another (a test runs `apps/server/src/main.ts` with tsx's loader in `NODE_OPTIONS`, so
+ * that tests need no build).
+ */
 export function serverEntry(root: string): string {
-  const main = join(root, 'apps', 'server', 'dist', 'main.js');
+  const main =
+    process.env.LEDGENCE_BENCH_SERVER_ENTRY ?? join(root, 'apps', 'server', 'dist', 'main.js');
   if (!existsSync(main)) {
     throw new Error(`${main} is missing: run \`pnpm build\` first`);
   }
@@ -39,8 +44,17 @@ export function startServer(main: string, env: Record<string, string>): Promise<
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let stderr = '';
+  // However the benchmark ends (a thrown error, a second Ctrl-C's immediate exit), the server
+  // must not outlive it. Only synchronous work is possible in 'exit': the server shuts down alone.
+  const stopOnExit = (): void => {
+    child.kill('SIGTERM');
+  };
+  process.once('exit', stopOnExit);
   const exited = new Promise<number | string>((resolve) => {
-    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
+    child.once('exit', (code, signal) => {
+      process.off('exit', stopOnExit);
+      resolve(code ?? signal ?? 'unknown');
+    });
   });
   return new Promise((resolve, reject) => {
     let started = false;
