@@ -200,6 +200,18 @@ const PICKUP = 'pickup latency (idle)';
 const PICKUP_LOADED = 'pickup latency (under load)';
 const HEARTBEATS = 'drain strict beside heartbeating leases';
 
+/**
+ * The whole machine's busy CPU per task over a shape's timed window (`/proc/stat`): every
+ * system's processes — PostgreSQL's backends, the kernel's work for them, the Ledgence server —
+ * on one scale, which the per-process rows cannot give (PostgreSQL's own reading is unverified).
+ */
+const MACHINE_CPU = (shape: string): MetricSpec => ({
+  shape,
+  metric: 'machine CPU',
+  unit: 'ms/task',
+  better: 'lower',
+});
+
 /** The rows every drain shape reports (what `drain()` records). */
 function drainMetrics(shape: string): MetricSpec[] {
   return [
@@ -211,6 +223,7 @@ function drainMetrics(shape: string): MetricSpec[] {
     { shape, metric: 'WAL', unit: 'bytes/task', better: 'lower' },
     { shape, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
     { shape, metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
+    MACHINE_CPU(shape),
   ];
 }
 
@@ -220,11 +233,14 @@ const METRICS: MetricSpec[] = [
   { shape: 'single submit, 1 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
   { shape: 'single submit, 1 in flight', metric: 'write xacts', unit: 'per task', better: 'lower' },
   { shape: 'single submit, 1 in flight', metric: 'statements', unit: 'per task', better: 'lower' },
+  MACHINE_CPU('single submit, 1 in flight'),
   { shape: 'single submit, 8 in flight', metric: 'rate', unit: 'tasks/s', better: 'higher' },
   { shape: 'single submit, 8 in flight', metric: 'p50', unit: 'ms', better: 'lower' },
   { shape: 'single submit, 8 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
+  MACHINE_CPU('single submit, 8 in flight'),
   { shape: 'bulk submit, 1 000 per request', metric: 'rate', unit: 'tasks/s', better: 'higher' },
   { shape: 'bulk submit, 1 000 per request', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
+  MACHINE_CPU('bulk submit, 1 000 per request'),
   ...drainMetrics(STRICT),
   ...drainMetrics('drain batched'),
   { shape: PICKUP, metric: 'p50', unit: 'ms', better: 'lower' },
@@ -324,6 +340,7 @@ async function singleSubmit(
   const latencies: number[] = [];
   const before = await postgres.counters(system.database);
   const statementsBefore = await postgres.statements(system.database);
+  const machineBefore = await machineBusyMs();
   const t0 = performance.now();
   await pool(count, inFlight, async (i) => {
     const start = performance.now();
@@ -331,6 +348,7 @@ async function singleSubmit(
     latencies.push(performance.now() - start);
   });
   const seconds = (performance.now() - t0) / 1000;
+  const machineCpu = ((await machineBusyMs()) - machineBefore) / count;
   const after = await postgres.counters(system.database);
   if (inFlight === 1) {
     rec.record(shape, 'write xacts', system.name, (after.nextXid - before.nextXid) / count);
@@ -343,8 +361,9 @@ async function singleSubmit(
   rec.record(shape, 'rate', system.name, count / seconds);
   rec.record(shape, 'p50', system.name, percentile(latencies, 50));
   rec.record(shape, 'p99', system.name, percentile(latencies, 99));
+  rec.record(shape, 'machine CPU', system.name, machineCpu);
   log(
-    `  ${system.name}: ${formatNumber(count / seconds)} tasks/s, p50 ${formatNumber(percentile(latencies, 50))} ms, p99 ${formatNumber(percentile(latencies, 99))} ms`,
+    `  ${system.name}: ${formatNumber(count / seconds)} tasks/s, p50 ${formatNumber(percentile(latencies, 50))} ms, p99 ${formatNumber(percentile(latencies, 99))} ms, machine CPU ${formatNumber(machineCpu)} ms/task`,
   );
 }
 
@@ -365,16 +384,21 @@ async function bulkSubmit(
   await system.prepareQueue(queue);
   await warmUp(system, queue);
   const before = await postgres.counters(system.database);
+  const machineBefore = await machineBusyMs();
   const t0 = performance.now();
   await seed(system, queue, sizes.bulk, sizes.bulkPerRequest);
   const rate = sizes.bulk / ((performance.now() - t0) / 1000);
+  const machineCpu = ((await machineBusyMs()) - machineBefore) / sizes.bulk;
   const after = await postgres.counters(system.database);
   const wal = (await postgres.walBytes(before, after)) / sizes.bulk;
   await system.discard(queue);
   await system.discard(`${queue}_warm`);
   rec.record('bulk submit, 1 000 per request', 'rate', system.name, rate);
   rec.record('bulk submit, 1 000 per request', 'WAL', system.name, wal);
-  log(`  ${system.name}: ${formatNumber(rate)} tasks/s, ${formatNumber(wal)} WAL bytes/task`);
+  rec.record('bulk submit, 1 000 per request', 'machine CPU', system.name, machineCpu);
+  log(
+    `  ${system.name}: ${formatNumber(rate)} tasks/s, ${formatNumber(wal)} WAL bytes/task, machine CPU ${formatNumber(machineCpu)} ms/task`,
+  );
 }
 
 /** What one drain measured, besides what it recorded. */
@@ -485,13 +509,15 @@ async function drain(
   // children it gave implausible values (graphile-worker's strict drain, 2 commits per task,
   // at 0.003–0.3 ms/task) and is not yet understood.
   rec.record(shape, 'CPU workers', system.name, workersCpu);
+  const machineCpu = (cpuAfter.machine - cpuBefore.machine) / perTask;
+  rec.record(shape, 'machine CPU', system.name, machineCpu);
   if (capped) {
     rec.notes.push(
       `${shape}, ${system.name}, queue ${queue}: stopped at the ${sizes.drainCapMs / 1000} s cap with ${completedAtEnd}/${count} done; rate = done / elapsed`,
     );
   }
   log(
-    `  ${system.name}: ${formatNumber(rate)} tasks/s${capped ? ` (capped: ${completedAtEnd}/${count})` : ''}, ${formatNumber(commits / perTask)} commits/task, ${formatNumber((after.nextXid - before.nextXid) / perTask)} write xacts/task, ${formatNumber(statements.statements)} statements/task (${formatNumber(statements.execMs)} ms executing), ${formatNumber(wal / perTask)} WAL bytes/task; CPU ms/task: server ${formatNumber(serverCpu)}, PostgreSQL (unverified) ${formatNumber(postgresCpu)}, workers ${formatNumber(workersCpu)}`,
+    `  ${system.name}: ${formatNumber(rate)} tasks/s${capped ? ` (capped: ${completedAtEnd}/${count})` : ''}, ${formatNumber(commits / perTask)} commits/task, ${formatNumber((after.nextXid - before.nextXid) / perTask)} write xacts/task, ${formatNumber(statements.statements)} statements/task (${formatNumber(statements.execMs)} ms executing), ${formatNumber(wal / perTask)} WAL bytes/task; CPU ms/task: machine ${formatNumber(machineCpu)}, server ${formatNumber(serverCpu)}, PostgreSQL (unverified) ${formatNumber(postgresCpu)}, workers ${formatNumber(workersCpu)}`,
   );
   const machineBusyMsPerS =
     (cpuAfter.machine - cpuBefore.machine) / ((cpuAfter.at - cpuBefore.at) / 1000);
