@@ -974,7 +974,7 @@ async function main(): Promise<void> {
   log(`wrote ${file}`);
 }
 
-// Set by main() once there is something to stop. After a signal its handler ends the process
+// Set by main() before it starts anything. After a signal its handler ends the process
 // (with 130 or 143) once the server and PostgreSQL are down; what the interrupted run then
 // throws or returns is not the outcome.
 let interruption: SignalStop | undefined;
