@@ -27,7 +27,9 @@ import { type ServerProcess, serverEntry, startServer } from './server.js';
 import {
   type Better,
   type CostReading,
+  type CpuBudget,
   costPerS,
+  cpuBudget,
   formatNumber,
   formatSummary,
   NO_COST,
@@ -287,6 +289,16 @@ class Recorder {
 
   summary(shape: string, metric: string, system: SystemName): Summary {
     return summarize(this.values.get(keyOf(shape, metric))?.get(system) ?? []);
+  }
+
+  /** The peers' medians of one metric (NaN for a peer that did not run it). */
+  peerMedians(shape: string, metric: string): Record<string, number> {
+    return Object.fromEntries(
+      SYSTEM_NAMES.filter((name) => name !== 'ledgence').map((name) => [
+        name,
+        this.summary(shape, metric, name).median,
+      ]),
+    );
   }
 }
 
@@ -751,13 +763,11 @@ function table(rec: Recorder): string {
       formatSummary(rec.summary(spec.shape, spec.metric, name)),
     );
     const ledgence = rec.summary(spec.shape, spec.metric, 'ledgence').median;
-    const peers = Object.fromEntries(
-      SYSTEM_NAMES.filter((name) => name !== 'ledgence').map((name) => [
-        name,
-        rec.summary(spec.shape, spec.metric, name).median,
-      ]),
+    const { best, ratio } = ratioToBest(
+      ledgence,
+      rec.peerMedians(spec.shape, spec.metric),
+      spec.better,
     );
-    const { best, ratio } = ratioToBest(ledgence, peers, spec.better);
     const ratioCell = best === undefined || spec.context ? '–' : `${formatNumber(ratio)} (${best})`;
     const arrow = spec.context ? '' : spec.better === 'higher' ? ' ↑' : ' ↓';
     const metric = spec.unit === '' ? spec.metric : `${spec.metric} ${spec.unit}`;
@@ -767,6 +777,60 @@ function table(rec: Recorder): string {
     (cells) => `| ${cells.join(' | ')} |`,
   );
   return lines.join('\n');
+}
+
+/** Issue 7's throughput target: this many times the best peer's rate. */
+const TARGET_RATIO = 1.2;
+const THROUGHPUT_SHAPES = [
+  'single submit, 1 in flight',
+  'single submit, 8 in flight',
+  'bulk submit, 1 000 per request',
+  STRICT,
+  'drain batched',
+];
+
+/** A throughput shape's CPU budget at the target rate, and what the systems spent per task. */
+interface ShapeBudget extends CpuBudget {
+  shape: string;
+  bestPeer: string;
+  bestPeerRate: number;
+  /** The machine's busy CPU per task, ms (medians). */
+  ledgenceMs: number;
+  bestPeerMs: number;
+}
+
+/**
+ * For each throughput shape where Ledgence and a peer ran: the CPU per task this machine's CPUs
+ * allow at {@link TARGET_RATIO} × the best peer's rate, against the machine CPU Ledgence spent
+ * (bench/README.md, "The CPU budget of each target").
+ */
+function budgets(rec: Recorder, cpuCount: number): ShapeBudget[] {
+  return THROUGHPUT_SHAPES.flatMap((shape) => {
+    const { best, bestValue } = ratioToBest(Number.NaN, rec.peerMedians(shape, 'rate'), 'higher');
+    const ledgenceMs = rec.summary(shape, 'machine CPU', 'ledgence').median;
+    if (best === undefined || Number.isNaN(ledgenceMs)) return [];
+    return [
+      {
+        shape,
+        bestPeer: best,
+        bestPeerRate: bestValue,
+        ledgenceMs,
+        bestPeerMs: rec.summary(shape, 'machine CPU', best as SystemName).median,
+        ...cpuBudget(TARGET_RATIO * bestValue, cpuCount, ledgenceMs),
+      },
+    ];
+  });
+}
+
+function formatBudgets(list: readonly ShapeBudget[], cpuCount: number): string[] {
+  if (list.length === 0) return [];
+  return [
+    `CPU budget at ${TARGET_RATIO}× the best peer's rate (${cpuCount} CPUs give ${cpuCount * 1000} ms of CPU a second), against the machine CPU spent per task:`,
+    ...list.map(
+      (b) =>
+        `  ${b.shape}: ${formatNumber(b.targetRate)} tasks/s allows ${formatNumber(b.budgetMs)} ms/task; Ledgence spent ${formatNumber(b.ledgenceMs)} (${formatNumber(b.overBudget)}× the budget), ${b.bestPeer} ${formatNumber(b.bestPeerMs)}`,
+    ),
+  ];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -901,10 +965,13 @@ async function main(): Promise<void> {
       ? `Ledgence server RSS after repetition ${previous.rep}: ${formatNumber(previous.bytes / 2 ** 20)} MiB, after ${last.rep}: ${formatNumber(last.bytes / 2 ** 20)} MiB (${formatNumber(((last.bytes - previous.bytes) / previous.bytes) * 100)} %)`
       : `Ledgence server RSS: ${rss.map((r) => `after repetition ${r.rep} ${formatNumber(r.bytes / 2 ** 20)} MiB`).join(', ')}`;
   console.log(rssLine);
+  const cpuCount = cpus().length;
+  const budgetList = budgets(rec, cpuCount);
+  for (const line of formatBudgets(budgetList, cpuCount)) console.log(line);
   for (const note of rec.notes) console.log(`note: ${note}`);
 
   const machine = {
-    cpus: cpus().length,
+    cpus: cpuCount,
     cpuModel: cpus()[0]?.model ?? 'unknown',
     memoryGiB: Math.round(totalmem() / 2 ** 30),
     freeMemoryGiBAtEnd: Math.round(freemem() / 2 ** 30),
@@ -941,15 +1008,9 @@ async function main(): Promise<void> {
       const bySystem = Object.fromEntries(
         SYSTEM_NAMES.map((name) => [name, rec.summary(spec.shape, spec.metric, name)]),
       );
-      const peers = Object.fromEntries(
-        SYSTEM_NAMES.filter((n) => n !== 'ledgence').map((n) => [
-          n,
-          bySystem[n]?.median ?? Number.NaN,
-        ]),
-      );
       const { best, ratio } = ratioToBest(
         bySystem.ledgence?.median ?? Number.NaN,
-        peers,
+        rec.peerMedians(spec.shape, spec.metric),
         spec.better,
       );
       return {
@@ -960,6 +1021,7 @@ async function main(): Promise<void> {
       };
     }),
     serverRssBytes: rss,
+    cpuBudget: budgetList,
     notes: rec.notes,
     table: printed,
   };

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   costPerS,
+  cpuBudget,
   formatNumber,
   formatSummary,
   percentile,
@@ -156,5 +157,19 @@ describe('costPerS', () => {
     expect(cost.server).toBe(10);
     expect(cost.statements).toBeNaN();
     expect(cost.total).toBeNaN();
+  });
+});
+
+describe('cpuBudget', () => {
+  it("divides the CPUs' ms per second by the rate and compares what was spent", () => {
+    // 2 CPUs at 1 250 tasks/s: 1.6 ms per task; 2.0 spent is 1.25× that.
+    expect(cpuBudget(1250, 2, 2.0)).toEqual({ targetRate: 1250, budgetMs: 1.6, overBudget: 1.25 });
+    // More CPUs, a larger budget: the same spending fits.
+    expect(cpuBudget(1250, 4, 2.0).overBudget).toBe(0.625);
+  });
+
+  it('is NaN where the rate or the spending was not measured', () => {
+    expect(cpuBudget(Number.NaN, 2, 1).budgetMs).toBeNaN();
+    expect(cpuBudget(1000, 2, Number.NaN).overBudget).toBeNaN();
   });
 });

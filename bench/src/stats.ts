@@ -182,3 +182,25 @@ export function costPerS(from: CostReading, to: CostReading): CostPerS {
   const statements = (to.execMs - from.execMs) / seconds;
   return { server, workers, statements, total: server + workers + statements };
 }
+
+/** What a target rate leaves per task on this machine, against what was spent. */
+export interface CpuBudget {
+  /** The rate asked for, tasks/s. */
+  targetRate: number;
+  /** The most CPU a task can take at that rate with every CPU busy all the time, ms. */
+  budgetMs: number;
+  /** Spent ÷ budget: above 1, the rate cannot be reached without less work per task. */
+  overBudget: number;
+}
+
+/**
+ * The CPU budget of a rate: `cpus` CPUs give `cpus × 1 000` ms of CPU a second, so `rate` tasks
+ * a second can spend at most that divided by `rate` per task, whatever the overlap.
+ *
+ * @param rate the target rate (1.2× the best peer's, for issue 7), tasks/s.
+ * @param spentMs the machine's busy CPU per task measured at the rate reached, ms.
+ */
+export function cpuBudget(rate: number, cpus: number, spentMs: number): CpuBudget {
+  const budgetMs = (cpus * 1000) / rate;
+  return { targetRate: rate, budgetMs, overBudget: spentMs / budgetMs };
+}
