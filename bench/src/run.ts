@@ -822,6 +822,7 @@ function budgets(rec: Recorder, cpuCount: number): ShapeBudget[] {
   });
 }
 
+/** The lines printed after the table: one per throughput shape, none without a peer. */
 function formatBudgets(list: readonly ShapeBudget[], cpuCount: number): string[] {
   if (list.length === 0) return [];
   return [
