@@ -806,6 +806,7 @@ interface ShapeBudget extends CpuBudget {
  */
 function budgets(rec: Recorder, cpuCount: number): ShapeBudget[] {
   return THROUGHPUT_SHAPES.flatMap((shape) => {
+    // ratioToBest picks the fastest peer; Ledgence's own rate plays no part in the budget.
     const { best, bestValue } = ratioToBest(Number.NaN, rec.peerMedians(shape, 'rate'), 'higher');
     const ledgenceMs = rec.summary(shape, 'machine CPU', 'ledgence').median;
     if (best === undefined || Number.isNaN(ledgenceMs)) return [];
