@@ -49,34 +49,76 @@ export async function treeCpuMs(pid: number): Promise<number> {
   return total;
 }
 
-/** The busy fields of a /proc/stat `cpu` line: user, nice, system, irq, softirq, steal. */
-const BUSY_FIELDS = [0, 1, 2, 5, 6, 7];
+/** Fields of a /proc/stat `cpu` line, in its order (guest and guest_nice are inside user and nice). */
+const USER = 0;
+const NICE = 1;
+const SYSTEM = 2;
+const IDLE = 3;
+const IOWAIT = 4;
+const IRQ = 5;
+const SOFTIRQ = 6;
+const STEAL = 7;
+
+/** The machine's CPU time so far, summed over all its CPUs, in ms. */
+export interface MachineCpu {
+  /** user, nice, system, irq and softirq: what this machine's processes and kernel ran. */
+  busyMs: number;
+  /**
+   * steal: time the hypervisor gave this VM's CPUs to another guest while this one wanted them.
+   * Kept apart from `busyMs`: it is neither this machine's work nor idle time it could use.
+   */
+  stealMs: number;
+  /** Every field, idle and iowait included: the CPUs' whole time (wall time × CPUs). */
+  totalMs: number;
+}
+
+const NO_READING: MachineCpu = { busyMs: Number.NaN, stealMs: Number.NaN, totalMs: Number.NaN };
 
 /**
- * Busy CPU ms in the text of /proc/stat: its first (`cpu`, all CPUs) line's user, nice, system,
- * irq, softirq and steal ticks (guest time is inside user; idle and iowait are not busy). NaN
- * when the text has no such line.
+ * The machine's CPU time in the text of /proc/stat, from its first (`cpu`, all CPUs) line; NaN
+ * fields when the text has no such line.
  */
-export function busyMsOfProcStat(text: string): number {
+export function machineCpuOfProcStat(text: string): MachineCpu {
   const [label, ...fields] = (text.split('\n')[0] ?? '').trim().split(/\s+/);
   const ticks = fields.map(Number);
   if (label !== 'cpu' || ticks.length < 8 || ticks.some((t) => !Number.isFinite(t))) {
-    return Number.NaN;
+    return NO_READING;
   }
-  const busy = BUSY_FIELDS.reduce((sum, field) => sum + (ticks[field] as number), 0);
-  return (busy * 1000) / TICKS_PER_SECOND;
+  const ms = (...indexes: number[]): number =>
+    (indexes.reduce((sum, index) => sum + (ticks[index] as number), 0) * 1000) / TICKS_PER_SECOND;
+  return {
+    busyMs: ms(USER, NICE, SYSTEM, IRQ, SOFTIRQ),
+    stealMs: ms(STEAL),
+    totalMs: ms(USER, NICE, SYSTEM, IDLE, IOWAIT, IRQ, SOFTIRQ, STEAL),
+  };
 }
 
 /**
- * CPU ms the whole machine has been busy so far, over all CPUs (see {@link busyMsOfProcStat});
- * NaN where /proc is missing. Every process a shape runs (the server, PostgreSQL unless
- * `DATABASE_URL` points elsewhere, the benchmark's workers) is in it, and nothing else should run
- * on a benchmark machine, so a window's difference is what that window cost the machine.
+ * The whole machine's CPU time so far (see {@link machineCpuOfProcStat}); NaN fields where /proc
+ * is missing. Every process a shape runs (the server, PostgreSQL unless `DATABASE_URL` points
+ * elsewhere, the benchmark's workers) is in it, and nothing else should run on a benchmark
+ * machine, so a window's difference is what that window cost the machine.
  */
-export async function machineBusyMs(): Promise<number> {
+export async function machineCpu(): Promise<MachineCpu> {
   try {
-    return busyMsOfProcStat(await readFile('/proc/stat', 'utf8'));
+    return machineCpuOfProcStat(await readFile('/proc/stat', 'utf8'));
   } catch {
-    return Number.NaN;
+    return NO_READING;
   }
+}
+
+/** What the machine did between two readings. */
+export interface MachineWindow {
+  /** CPU ms its processes and kernel ran, steal left out. */
+  busyMs: number;
+  /** The share of the CPUs' time in the window that the hypervisor gave to another guest. */
+  stolenShare: number;
+}
+
+/** The machine's work between two {@link machineCpu} readings. */
+export function machineWindow(before: MachineCpu, after: MachineCpu): MachineWindow {
+  return {
+    busyMs: after.busyMs - before.busyMs,
+    stolenShare: (after.stealMs - before.stealMs) / (after.totalMs - before.totalMs),
+  };
 }

@@ -20,7 +20,7 @@ import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { machineBusyMs } from './cpu.js';
+import { type MachineWindow, machineCpu, machineWindow } from './cpu.js';
 import { CountingClient, type Postgres, startPostgres } from './db.js';
 import { once, type SignalStop, stopOnSignals } from './interrupt.js';
 import { type ServerProcess, serverEntry, startServer } from './server.js';
@@ -43,6 +43,7 @@ import {
 import { graphileSystem } from './systems/graphile.js';
 import { ledgenceSystem } from './systems/ledgence.js';
 import { pgBossSystem } from './systems/pgboss.js';
+import { requestsBetween } from './systems/requests.js';
 import {
   type BenchData,
   type BenchSystem,
@@ -203,16 +204,28 @@ const PICKUP_LOADED = 'pickup latency (under load)';
 const HEARTBEATS = 'drain strict beside heartbeating leases';
 
 /**
- * The whole machine's busy CPU per task over a shape's timed window (`/proc/stat`): every
- * system's processes — PostgreSQL's backends, the kernel's work for them, the Ledgence server —
- * on one scale, which the per-process rows cannot give (PostgreSQL's own reading is unverified).
+ * The share of the CPUs' time in a shape's timed window that the hypervisor gave to another
+ * guest (`/proc/stat` steal): context for reading the window's other rows on a shared VM, where
+ * a slow repetition may be one the machine was not fully given.
  */
-const MACHINE_CPU = (shape: string): MetricSpec => ({
+const STOLEN = (shape: string): MetricSpec => ({
   shape,
-  metric: 'machine CPU',
-  unit: 'ms/task',
+  metric: 'stolen CPU',
+  unit: 'share',
   better: 'lower',
+  context: true,
 });
+
+/**
+ * The whole machine's busy CPU per task over a shape's timed window (`/proc/stat`, steal left
+ * out): every system's processes — PostgreSQL's backends, the kernel's work for them, the
+ * Ledgence server — on one scale, which the per-process rows cannot give (PostgreSQL's own
+ * reading is unverified); and the window's stolen share beside it.
+ */
+const MACHINE_CPU = (shape: string): MetricSpec[] => [
+  { shape, metric: 'machine CPU', unit: 'ms/task', better: 'lower' },
+  STOLEN(shape),
+];
 
 /** The rows every drain shape reports (what `drain()` records). */
 function drainMetrics(shape: string): MetricSpec[] {
@@ -225,7 +238,8 @@ function drainMetrics(shape: string): MetricSpec[] {
     { shape, metric: 'WAL', unit: 'bytes/task', better: 'lower' },
     { shape, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
     { shape, metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
-    MACHINE_CPU(shape),
+    { shape, metric: 'HTTP requests', unit: 'per task', better: 'lower' },
+    ...MACHINE_CPU(shape),
   ];
 }
 
@@ -235,22 +249,24 @@ const METRICS: MetricSpec[] = [
   { shape: 'single submit, 1 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
   { shape: 'single submit, 1 in flight', metric: 'write xacts', unit: 'per task', better: 'lower' },
   { shape: 'single submit, 1 in flight', metric: 'statements', unit: 'per task', better: 'lower' },
-  MACHINE_CPU('single submit, 1 in flight'),
+  ...MACHINE_CPU('single submit, 1 in flight'),
   { shape: 'single submit, 8 in flight', metric: 'rate', unit: 'tasks/s', better: 'higher' },
   { shape: 'single submit, 8 in flight', metric: 'p50', unit: 'ms', better: 'lower' },
   { shape: 'single submit, 8 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
-  MACHINE_CPU('single submit, 8 in flight'),
+  ...MACHINE_CPU('single submit, 8 in flight'),
   { shape: 'bulk submit, 1 000 per request', metric: 'rate', unit: 'tasks/s', better: 'higher' },
   { shape: 'bulk submit, 1 000 per request', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
-  MACHINE_CPU('bulk submit, 1 000 per request'),
+  ...MACHINE_CPU('bulk submit, 1 000 per request'),
   ...drainMetrics(STRICT),
   ...drainMetrics('drain batched'),
   { shape: PICKUP, metric: 'p50', unit: 'ms', better: 'lower' },
   { shape: PICKUP, metric: 'p99', unit: 'ms', better: 'lower' },
   { shape: PICKUP, metric: 'max', unit: 'ms', better: 'lower' },
+  STOLEN(PICKUP),
   { shape: PICKUP_LOADED, metric: 'p50', unit: 'ms', better: 'lower' },
   { shape: PICKUP_LOADED, metric: 'p99', unit: 'ms', better: 'lower' },
   { shape: PICKUP_LOADED, metric: 'max', unit: 'ms', better: 'lower' },
+  STOLEN(PICKUP_LOADED),
   {
     shape: PICKUP_LOADED,
     metric: 'load drained',
@@ -266,6 +282,7 @@ const METRICS: MetricSpec[] = [
   { shape: HEARTBEATS, metric: 'commits', unit: 'per task', better: 'lower' },
   { shape: HEARTBEATS, metric: 'statements', unit: 'per task', better: 'lower' },
   { shape: HEARTBEATS, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
+  STOLEN(HEARTBEATS),
 ];
 
 const keyOf = (shape: string, metric: string): string => `${shape} / ${metric}`;
@@ -301,6 +318,22 @@ class Recorder {
     );
   }
 }
+
+/** Records a timed window's machine CPU per task (when `tasks` is given) and its stolen share. */
+function recordMachine(
+  rec: Recorder,
+  shape: string,
+  system: SystemName,
+  window: MachineWindow,
+  tasks?: number,
+): void {
+  if (tasks !== undefined) rec.record(shape, 'machine CPU', system, window.busyMs / tasks);
+  rec.record(shape, 'stolen CPU', system, window.stolenShare);
+}
+
+/** A window's stolen share as a progress line gives it. */
+const stolenText = (window: { stolenShare: number }): string =>
+  `${formatNumber(100 * window.stolenShare)} % stolen`;
 
 // ---------------------------------------------------------------------------------------------
 // Shapes
@@ -352,7 +385,7 @@ async function singleSubmit(
   const latencies: number[] = [];
   const before = await postgres.counters(system.database);
   const statementsBefore = await postgres.statements(system.database);
-  const machineBefore = await machineBusyMs();
+  const machineBefore = await machineCpu();
   const t0 = performance.now();
   await pool(count, inFlight, async (i) => {
     const start = performance.now();
@@ -360,7 +393,7 @@ async function singleSubmit(
     latencies.push(performance.now() - start);
   });
   const seconds = (performance.now() - t0) / 1000;
-  const machineCpu = ((await machineBusyMs()) - machineBefore) / count;
+  const machine = machineWindow(machineBefore, await machineCpu());
   const after = await postgres.counters(system.database);
   if (inFlight === 1) {
     rec.record(shape, 'write xacts', system.name, (after.nextXid - before.nextXid) / count);
@@ -373,9 +406,9 @@ async function singleSubmit(
   rec.record(shape, 'rate', system.name, count / seconds);
   rec.record(shape, 'p50', system.name, percentile(latencies, 50));
   rec.record(shape, 'p99', system.name, percentile(latencies, 99));
-  rec.record(shape, 'machine CPU', system.name, machineCpu);
+  recordMachine(rec, shape, system.name, machine, count);
   log(
-    `  ${system.name}: ${formatNumber(count / seconds)} tasks/s, p50 ${formatNumber(percentile(latencies, 50))} ms, p99 ${formatNumber(percentile(latencies, 99))} ms, machine CPU ${formatNumber(machineCpu)} ms/task`,
+    `  ${system.name}: ${formatNumber(count / seconds)} tasks/s, p50 ${formatNumber(percentile(latencies, 50))} ms, p99 ${formatNumber(percentile(latencies, 99))} ms, machine CPU ${formatNumber(machine.busyMs / count)} ms/task (${stolenText(machine)})`,
   );
 }
 
@@ -396,20 +429,20 @@ async function bulkSubmit(
   await system.prepareQueue(queue);
   await warmUp(system, queue);
   const before = await postgres.counters(system.database);
-  const machineBefore = await machineBusyMs();
+  const machineBefore = await machineCpu();
   const t0 = performance.now();
   await seed(system, queue, sizes.bulk, sizes.bulkPerRequest);
   const rate = sizes.bulk / ((performance.now() - t0) / 1000);
-  const machineCpu = ((await machineBusyMs()) - machineBefore) / sizes.bulk;
+  const machine = machineWindow(machineBefore, await machineCpu());
   const after = await postgres.counters(system.database);
   const wal = (await postgres.walBytes(before, after)) / sizes.bulk;
   await system.discard(queue);
   await system.discard(`${queue}_warm`);
   rec.record('bulk submit, 1 000 per request', 'rate', system.name, rate);
   rec.record('bulk submit, 1 000 per request', 'WAL', system.name, wal);
-  rec.record('bulk submit, 1 000 per request', 'machine CPU', system.name, machineCpu);
+  recordMachine(rec, 'bulk submit, 1 000 per request', system.name, machine, sizes.bulk);
   log(
-    `  ${system.name}: ${formatNumber(rate)} tasks/s, ${formatNumber(wal)} WAL bytes/task, machine CPU ${formatNumber(machineCpu)} ms/task`,
+    `  ${system.name}: ${formatNumber(rate)} tasks/s, ${formatNumber(wal)} WAL bytes/task, machine CPU ${formatNumber(machine.busyMs / sizes.bulk)} ms/task (${stolenText(machine)})`,
   );
 }
 
@@ -417,8 +450,13 @@ async function bulkSubmit(
 interface DrainResult {
   /** Tasks finished per second, first handler start to the last completion. */
   rate: number;
-  /** CPU ms the whole machine was busy per second of the drain (workers started to stopped). */
+  /**
+   * CPU ms the whole machine was busy per second of the drain (workers started to stopped),
+   * steal left out.
+   */
   machineBusyMsPerS: number;
+  /** The share of the CPUs' time over the same window that the hypervisor gave elsewhere. */
+  stolenShare: number;
 }
 
 async function drain(
@@ -438,11 +476,12 @@ async function drain(
   await probe.connect();
   const before = await postgres.counters(system.database);
   const statementsBefore = await postgres.statements(system.database);
+  const requestsBefore = await system.serverRequests?.();
   const cpuBefore = {
     server: await system.serverCpuMs(),
     postgres: await postgres.cpuMs(),
     bench: process.cpuUsage(),
-    machine: await machineBusyMs(),
+    machine: await machineCpu(),
     at: performance.now(),
   };
 
@@ -485,9 +524,10 @@ async function drain(
     server: await system.serverCpuMs(),
     postgres: await postgres.cpuMs(),
     bench: process.cpuUsage(cpuBefore.bench),
-    machine: await machineBusyMs(),
+    machine: await machineCpu(),
     at: performance.now(),
   };
+  const requestsAfter = await system.serverRequests?.();
   const completedAfterStop = count - (await probe.scalar(system.unfinishedSql, [queue]));
   // Read before any discard below: pg_stat_statements counts at once, and the discard is not
   // the drain's work.
@@ -521,19 +561,31 @@ async function drain(
   // children it gave implausible values (graphile-worker's strict drain, 2 commits per task,
   // at 0.003–0.3 ms/task) and is not yet understood.
   rec.record(shape, 'CPU workers', system.name, workersCpu);
-  const machineCpu = (cpuAfter.machine - cpuBefore.machine) / perTask;
-  rec.record(shape, 'machine CPU', system.name, machineCpu);
+  const machine = machineWindow(cpuBefore.machine, cpuAfter.machine);
+  recordMachine(rec, shape, system.name, machine, perTask);
+  const requests =
+    requestsBefore && requestsAfter && requestsBetween(requestsBefore, requestsAfter);
+  if (requests) {
+    const total = [...requests.values()].reduce((sum, count) => sum + count, 0);
+    rec.record(shape, 'HTTP requests', system.name, total / perTask);
+  }
   if (capped) {
     rec.notes.push(
       `${shape}, ${system.name}, queue ${queue}: stopped at the ${sizes.drainCapMs / 1000} s cap with ${completedAtEnd}/${count} done; rate = done / elapsed`,
     );
   }
   log(
-    `  ${system.name}: ${formatNumber(rate)} tasks/s${capped ? ` (capped: ${completedAtEnd}/${count})` : ''}, ${formatNumber(commits / perTask)} commits/task, ${formatNumber((after.nextXid - before.nextXid) / perTask)} write xacts/task, ${formatNumber(statements.statements)} statements/task (${formatNumber(statements.execMs)} ms executing), ${formatNumber(wal / perTask)} WAL bytes/task; CPU ms/task: machine ${formatNumber(machineCpu)}, server ${formatNumber(serverCpu)}, PostgreSQL (unverified) ${formatNumber(postgresCpu)}, workers ${formatNumber(workersCpu)}`,
+    `  ${system.name}: ${formatNumber(rate)} tasks/s${capped ? ` (capped: ${completedAtEnd}/${count})` : ''}, ${formatNumber(commits / perTask)} commits/task, ${formatNumber((after.nextXid - before.nextXid) / perTask)} write xacts/task, ${formatNumber(statements.statements)} statements/task (${formatNumber(statements.execMs)} ms executing), ${formatNumber(wal / perTask)} WAL bytes/task; CPU ms/task: machine ${formatNumber(machine.busyMs / perTask)} (${stolenText(machine)}), server ${formatNumber(serverCpu)}, PostgreSQL (unverified) ${formatNumber(postgresCpu)}, workers ${formatNumber(workersCpu)}${requests ? `; tasks per request: ${tasksPerRequest(requests, perTask)}` : ''}`,
   );
-  const machineBusyMsPerS =
-    (cpuAfter.machine - cpuBefore.machine) / ((cpuAfter.at - cpuBefore.at) / 1000);
-  return { rate, machineBusyMsPerS };
+  const machineBusyMsPerS = machine.busyMs / ((cpuAfter.at - cpuBefore.at) / 1000);
+  return { rate, machineBusyMsPerS, stolenShare: machine.stolenShare };
+}
+
+/** Tasks per request of each route a drain used, e.g. `acquire:batch 31.9, settle:batch 32.0`. */
+function tasksPerRequest(requests: ReadonlyMap<string, number>, tasks: number): string {
+  return [...requests]
+    .map(([key, count]) => `${key.slice(key.lastIndexOf('/') + 1)} ${formatNumber(tasks / count)}`)
+    .join(', ');
 }
 
 /** A small deterministic generator, so every system sees the same gaps. */
@@ -565,6 +617,7 @@ async function pickup(
   });
   // Let the worker settle into its idle state (parked poll, LISTEN, or polling loop).
   await sleep(1_000);
+  const machineBefore = await machineCpu();
   const gap = random(seedValue);
   for (let i = 0; i < count; i += 1) {
     await sleep(gap() * sizes.pickupMaxGapMs);
@@ -574,6 +627,7 @@ async function pickup(
   }
   const deadline = performance.now() + 30_000;
   while (started.size < count && performance.now() < deadline) await sleep(10);
+  const machine = machineWindow(machineBefore, await machineCpu());
   await workers.stop();
   const latencies: number[] = [];
   for (const [i, ack] of acknowledged) {
@@ -587,8 +641,9 @@ async function pickup(
   rec.record(shape, 'p50', system.name, percentile(latencies, 50));
   rec.record(shape, 'p99', system.name, percentile(latencies, 99));
   rec.record(shape, 'max', system.name, percentile(latencies, 100));
+  recordMachine(rec, shape, system.name, machine);
   log(
-    `  ${system.name}: p50 ${formatNumber(percentile(latencies, 50))} ms, p99 ${formatNumber(percentile(latencies, 99))} ms, max ${formatNumber(percentile(latencies, 100))} ms`,
+    `  ${system.name}: p50 ${formatNumber(percentile(latencies, 50))} ms, p99 ${formatNumber(percentile(latencies, 99))} ms, max ${formatNumber(percentile(latencies, 100))} ms (${stolenText(machine)})`,
   );
 }
 
@@ -746,7 +801,7 @@ async function heartbeats(
   rec.record(HEARTBEATS, 'heartbeats', system.name, renewals / seconds);
   rec.record(HEARTBEATS, 'heartbeat CPU share', system.name, share);
   log(
-    `  ${system.name}: ${formatNumber(beside.rate / baseline)} × shape 3's strict drain rate, ${formatNumber(vsAdjacent)} × the adjacent ones (${formatNumber(before.rate)} before, ${formatNumber(after.rate)} after), beside ${sizes.heldLeases} held leases (${formatNumber(renewals / seconds)} heartbeats/s); held alone they took ${formatNumber(heldCost.total)} ms of CPU per s (server ${formatNumber(heldCost.server)}, workers ${formatNumber(heldCost.workers)}, PostgreSQL statements ${formatNumber(heldCost.statements)}), ${formatNumber(share)} of the machine's ${formatNumber(beside.machineBusyMsPerS)} ms/s during the drain`,
+    `  ${system.name}: ${formatNumber(beside.rate / baseline)} × shape 3's strict drain rate, ${formatNumber(vsAdjacent)} × the adjacent ones (${formatNumber(before.rate)} before, ${formatNumber(after.rate)} after; CPU time stolen in the three drains: ${[before, beside, after].map((d) => formatNumber(100 * d.stolenShare)).join(', ')} %), beside ${sizes.heldLeases} held leases (${formatNumber(renewals / seconds)} heartbeats/s); held alone they took ${formatNumber(heldCost.total)} ms of CPU per s (server ${formatNumber(heldCost.server)}, workers ${formatNumber(heldCost.workers)}, PostgreSQL statements ${formatNumber(heldCost.statements)}), ${formatNumber(share)} of the machine's ${formatNumber(beside.machineBusyMsPerS)} ms/s during the drain`,
   );
 }
 

@@ -4,6 +4,7 @@ import { Client, type Logger, Worker } from '@ledgence/worker';
 import pg from 'pg';
 import { processCpuMs } from '../cpu.js';
 import type { ServerProcess } from '../server.js';
+import { serverRequestCounts } from './requests.js';
 import {
   type BenchData,
   type BenchSystem,
@@ -198,6 +199,7 @@ export function ledgenceSystem(
     unfinishedSql: UNFINISHED_SQL,
     flushStats: () => sleep(statsFlushWaitMs),
     serverCpuMs: () => processCpuMs(server.pid),
+    serverRequests: () => serverRequestCounts(server.url),
     describe(mode) {
       return `server process (defaults, LEDGENCE_LOG_LEVEL=warn); one @ledgence/worker Worker, concurrency ${LEDGENCE_CONCURRENCY[mode]}, default renew/poll settings`;
     },

@@ -71,6 +71,11 @@ export interface BenchSystem {
   flushStats(): Promise<void>;
   /** CPU ms the system's own server process has used so far; NaN for in-process libraries. */
   serverCpuMs(): Promise<number>;
+  /**
+   * HTTP requests the system's server has answered so far, per `METHOD route`; absent for
+   * in-process libraries, which answer none.
+   */
+  serverRequests?(): Promise<Map<string, number>>;
   /** The configuration used for `mode`, for the report. */
   describe(mode: WorkerMode): string;
   close(): Promise<void>;
