@@ -471,12 +471,15 @@ async function drain(
   const count = sizes.drain;
   await system.prepareQueue(queue);
   await seed(system, queue, count, sizes.bulkPerRequest);
+  // A scrape of the server's /metrics reads queue depths from PostgreSQL: scraped outside the
+  // windows of the commit, statement and CPU counters (this one before the statistics flush),
+  // so they count none of it.
+  const requestsBefore = await system.serverRequests?.();
   await system.flushStats();
   const probe = new CountingClient(postgres.urlFor(system.database));
   await probe.connect();
   const before = await postgres.counters(system.database);
   const statementsBefore = await postgres.statements(system.database);
-  const requestsBefore = await system.serverRequests?.();
   const cpuBefore = {
     server: await system.serverCpuMs(),
     postgres: await postgres.cpuMs(),
@@ -527,7 +530,6 @@ async function drain(
     machine: await machineCpu(),
     at: performance.now(),
   };
-  const requestsAfter = await system.serverRequests?.();
   const completedAfterStop = count - (await probe.scalar(system.unfinishedSql, [queue]));
   // Read before any discard below: pg_stat_statements counts at once, and the discard is not
   // the drain's work.
@@ -536,6 +538,7 @@ async function drain(
   if (capped) await system.discard(queue);
   await system.flushStats();
   const after = await postgres.counters(system.database);
+  const requestsAfter = await system.serverRequests?.();
   const commits = after.xactCommit - before.xactCommit - probe.statements;
   const wal = await postgres.walBytes(before, after);
   const seconds = ((end ?? performance.now()) - (firstStart ?? end ?? 0)) / 1000;
