@@ -20,9 +20,12 @@ import { type CrashRun, crashRun, Receiver, type RunEnv } from './test/crash-run
 /**
  * A lease long enough that a replacement starts well within it: a worker
  * interrupted mid-protocol converges by replaying (the path under test), not
- * by losing its lease. Recovery runs keep the harness's 1 s lease.
+ * by losing its lease. Recovery runs keep the harness's 1 s lease. The
+ * product's default (30 s): 10 s was once too short with five runs starting
+ * servers at once on two cores (CI, 2026-12-02: `settle.before_commit` ran its
+ * handler twice, the lease having expired before the retried settle landed).
  */
-const LONG_LEASE: RunEnv = { LEDGENCE_LEASE_DURATION_MS: '10000' };
+const LONG_LEASE: RunEnv = { LEDGENCE_LEASE_DURATION_MS: '30000' };
 
 /** Points that fired (the armed process died there), for the coverage line. */
 const fired = new Set<FailpointName>();
@@ -58,7 +61,7 @@ async function workConverges(run: CrashRun): Promise<void> {
   expect(count(history, 'report_accepted')).toBe(1);
   expect(count(history, 'succeeded')).toBe(1);
   // The lease outlives the restart, so the one attempt runs the handler exactly once.
-  expect(run.executions()).toBe(1);
+  expect(run.executions(), `history: ${history.join(', ')}`).toBe(1);
 }
 
 /** Claims one task over raw HTTP and never renews it: its lease runs out. */
