@@ -172,10 +172,17 @@ export class Receiver {
     return this;
   }
 
-  /** The destinations variable naming this receiver `hooks`. */
+  /**
+   * The destinations variable naming this receiver `hooks`. Its timeout is a termination bound,
+   * not a timing claim: the receiver answers from the test process, which shares two cores with
+   * up to five crash runs, and a 204 arriving after the timeout makes the sender (rightly) try
+   * again — a second POST that `delivery.after_report`'s count of exactly one would blame on the
+   * crash. 5 s keeps that count about the crash alone; it also sets the completion lease (the
+   * timeout + 5 s) that `before_send` and `after_send` wait out before the POST is sent again.
+   */
   destinations(): string {
     const secret = `whsec_${Buffer.alloc(32, 7).toString('base64')}`;
-    return JSON.stringify({ hooks: { url: this.url, secret, timeout_ms: 1_000 } });
+    return JSON.stringify({ hooks: { url: this.url, secret, timeout_ms: 5_000 } });
   }
 
   close(): Promise<void> {
