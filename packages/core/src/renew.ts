@@ -63,7 +63,12 @@ export function renewLease(
     ...attempt,
     renew_sequence: command.sequence,
     last_renewal: command,
-    lease_expires_at: Math.min(now + config.leaseDurationMs, attempt.authority_deadline),
+    // A settlement awaiting cleanup already holds the lease to the authority deadline; a
+    // keep-alive must not shorten it.
+    lease_expires_at:
+      attempt.pending !== null
+        ? attempt.lease_expires_at
+        : Math.min(now + config.leaseDurationMs, attempt.authority_deadline),
     dispatch_allowed: attempt.dispatch_allowed || grant,
   };
   const entries: HistoryEntry[] = grant ? [['dispatch_authorized', attempt.attempt_id]] : [];

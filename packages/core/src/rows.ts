@@ -66,7 +66,7 @@ export interface TaskRow {
 
 /**
  * What a settlement decided for the task, held on the attempt while cleanup is
- * unconfirmed and applied when it is confirmed or authority ends.
+ * unconfirmed and applied when it is confirmed or at the authority deadline.
  */
 export type SettlementDecision =
   | { kind: 'succeed'; output: unknown }

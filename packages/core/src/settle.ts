@@ -166,7 +166,7 @@ function sameReport(command: SettleCommand, attempt: AttemptRow): void {
  * after the lease ended); anything else is `409 conflict`. Otherwise the owner
  * must hold a live lease (else `ownership_lost`). `report_accepted` is always
  * recorded; with `quiescence: confirmed` the decision applies at once, with
- * `unconfirmed` the task stays active until cleanup is confirmed or authority ends.
+ * `unconfirmed` the task stays active until cleanup is confirmed or the authority deadline.
  */
 export function settleAttempt(
   loadedTask: TaskRow | null,
@@ -215,7 +215,10 @@ export function settleAttempt(
     return {
       changed: true,
       task: recorded.task,
-      attempt: { ...settled, pending: decision },
+      // DESIGN §5: the task stays active until cleanup is confirmed or the authority deadline,
+      // not merely until this lease would have lapsed: the abandoned code may still run, and the
+      // worker that reported it stops renewing. Recovery then applies the decision at that time.
+      attempt: { ...settled, pending: decision, lease_expires_at: attempt.authority_deadline },
       history: recorded.history,
       reply: { receipt, already_accepted: false, task_state: recorded.task.state },
     };

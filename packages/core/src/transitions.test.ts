@@ -566,7 +566,11 @@ describe('recoverExpiredLease', () => {
     const { task, attempt } = dispatched();
     const command = settleCommand(task, attempt, success(attempt), 'unconfirmed');
     const held = settleAttempt(task, attempt, command, T0 + 100);
-    const recovered = recoverExpiredLease(held.task, held.attempt, T0 + 31_000);
+    // Held to the authority deadline (DESIGN §5), not to the lease the attempt had.
+    expect(held.attempt.lease_expires_at).toBe(attempt.authority_deadline);
+    expect(attempt.lease_expires_at).toBeLessThan(attempt.authority_deadline);
+    expect(recoverExpiredLease(held.task, held.attempt, attempt.lease_expires_at + 1)).toBeNull();
+    const recovered = recoverExpiredLease(held.task, held.attempt, attempt.authority_deadline);
     expect(recovered?.outcome).toBe('finalized');
     expect(recovered?.task.state).toBe('succeeded');
     expect(recovered?.attempt.state).toBe('succeeded');

@@ -553,7 +553,7 @@ describe('lifecycle', () => {
     expect(await code(h.store.recoverExpiredLeases(0))).toBe('invalid_input');
   });
 
-  it('an unconfirmed settlement whose lease ends takes its recorded outcome', async () => {
+  it('an unconfirmed settlement takes its recorded outcome at the authority deadline', async () => {
     const { snapshot } = await h.store.submit(submitCommand('fin', { queue: 'fin' }));
     const s = await session('fin');
     const a = await claim('fin', s.id, 0, 1);
@@ -563,7 +563,9 @@ describe('lifecycle', () => {
       quiescence: 'unconfirmed',
     });
     expect(reply.task_state).toBe('active');
-    h.advance(2_500);
+    const held = await h.store.inspectAttempt(SCOPE, snapshot.task_id, a.lease.owner.attempt_id);
+    const step = held.authority_deadline - (await h.store.now());
+    h.advance(step);
     // Not lost: its recorded outcome is applied and counted as finalized.
     expect(await h.store.recoverExpiredLeases()).toMatchObject({
       scanned: 1,

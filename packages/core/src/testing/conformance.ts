@@ -1534,6 +1534,32 @@ export function runTaskStoreConformance(
         expect(finished.settlement?.receipt).toEqual(reply.receipt);
       });
 
+      it('unconfirmed: the task is held until the authority deadline, not the lease it had', async () => {
+        const w = setup();
+        const { task, assignment } = await w.submitAndClaim({
+          retry: { max_attempts: 3, delay_ms: 0 },
+        });
+        await w.dispatch(assignment);
+        const before = await w.store.inspectAttempt(w.scope, task.task_id, assignment.event.id);
+        expect(before.lease.expires_at).toBeLessThan(before.authority_deadline);
+        await w.store.settle(settleApplicationError(assignment, {}, { quiescence: 'unconfirmed' }));
+        const settled = await w.store.inspectAttempt(w.scope, task.task_id, assignment.event.id);
+        expect(settled.lease.expires_at).toBe(before.authority_deadline);
+        // The worker that reported stops renewing; its old lease running out frees nothing.
+        await w.advancePast(before.lease.expires_at);
+        await w.recoverAll();
+        expect((await w.store.status(w.scope, task.task_id)).state).toBe('active');
+        // A keep-alive during cleanup does not shorten the hold either.
+        const kept = await w.store.renew(renewCommand(assignment, 2));
+        expect(kept.expires_at).toBe(before.authority_deadline);
+        await w.advancePast(before.authority_deadline);
+        await w.recoverAll();
+        expect((await w.store.status(w.scope, task.task_id)).state).toBe('queued');
+        const reasons = await w.reasons(task.task_id);
+        expect(reasons.at(-1)).toBe('retry_scheduled');
+        expect(reasons).not.toContain('lease_expired');
+      });
+
       it('cancel requested during cleanup of a retryable failure: the task is cancelled, never retried', async () => {
         const w = setup();
         const { task, assignment } = await w.submitAndClaim({

@@ -236,7 +236,8 @@ describe('createMemoryTaskStore', () => {
       config: { leaseDurationMs: 1_000 },
     });
     await store.settle(settleSuccess(assignment, 'x', { quiescence: 'unconfirmed' }));
-    store.advance(1_000);
+    const held = await store.inspectAttempt(scope, task.task_id, assignment.event.id);
+    store.advance(held.authority_deadline - (await store.now()));
     const progress = await store.recoverExpiredLeases();
     expect(progress).toMatchObject({ scanned: 1, recovered: 0 });
     expect((await store.status(scope, task.task_id)).state).toBe('succeeded');
