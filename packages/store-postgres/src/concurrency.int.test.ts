@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { PostgresTaskStore } from './store.js';
 import {
   acquireCommand,
+  CONFIG,
   type Harness,
   harness,
   renewCommand,
@@ -219,5 +220,94 @@ describe('concurrency', () => {
     expect(maxSeen).toBeLessThanOrEqual(limit);
     const [key] = await h.sql`select active from concurrency_keys where concurrency_key = 'k'`;
     expect(key?.active).toBe(0);
+  });
+});
+
+describe('a poll that waited for a concurrency key decides at the time after the wait', () => {
+  /** Holds a key's row in another transaction, as a concurrent claim or settle of that key does. */
+  async function holdKey(key: string): Promise<() => Promise<void>> {
+    const holder = await h.sql.reserve();
+    await holder`begin`;
+    await holder`select 1 from concurrency_keys where concurrency_key = ${key} for update`;
+    return async () => {
+      await holder`commit`;
+      holder.release();
+    };
+  }
+
+  /** Resolves once a statement of this database waits for a row lock. */
+  async function untilLockWait(): Promise<void> {
+    for (;;) {
+      const [row] = await h.sql`select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock'`;
+      if (Number(row?.n) > 0) return;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+  }
+
+  async function firstLease(queue: string, session: string): Promise<Assignment> {
+    const { reply } = await h.store.acquire(acquireCommand(session, 0, 1, queue), {
+      recordEmpty: true,
+    });
+    if (reply.disposition !== 'assigned')
+      throw new Error(`expected assigned: ${reply.disposition}`);
+    return reply.assignment;
+  }
+
+  it('a replay in the same batch answers ownership_lost once its attempt was lost and re-leased during the wait', async () => {
+    const queue = 'waited-replay';
+    const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 2 });
+    const thief = await h.store.openSession({ scope: SCOPE, queue, concurrency: 1 });
+    await h.store.submit(
+      submitCommand('waited-replay-t', { queue, retry: { max_attempts: 3, delay_ms: 0 } }),
+    );
+    const held = await firstLease(queue, session.id);
+    await h.store.submit(
+      submitCommand('waited-replay-k', { queue, concurrency_key: 'waited-replay' }),
+    );
+    const release = await holdKey('waited-replay');
+    // Slot 0 replays its poll 1; slot 1's new poll claims the keyed task and waits for its key.
+    const batch = h.store.acquireBatch(
+      [acquireCommand(session.id, 0, 1, queue), acquireCommand(session.id, 1, 1, queue)],
+      { recordEmpty: true },
+    );
+    await untilLockWait();
+    // Meanwhile slot 0's lease ends, recovery takes it, and another session claims its task.
+    h.advance(held.lease.expires_at - (await h.store.now()) + 1);
+    const other = h.makeStore(2);
+    expect((await other.recoverExpiredLeases()).requeued).toBe(1);
+    const { reply: taken } = await other.acquire(acquireCommand(thief.id, 0, 1, queue), {
+      recordEmpty: true,
+    });
+    expect(taken.disposition === 'assigned' && taken.assignment.lease.owner.task_id).toBe(
+      held.lease.owner.task_id,
+    );
+    await release();
+    const [replayed, claimed] = await batch;
+    // DESIGN §5: a replay answers `ownership_lost` once that attempt is no longer owned.
+    expect(replayed?.ok && replayed.value.reply.disposition).toBe('ownership_lost');
+    expect(claimed?.ok && claimed.value.reply.disposition).toBe('assigned');
+  });
+
+  it('a claim made after the wait grants a lease counted from after the wait', async () => {
+    const queue = 'waited-claim';
+    const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 1 });
+    await h.store.submit(
+      submitCommand('waited-claim-k', { queue, concurrency_key: 'waited-claim' }),
+    );
+    const release = await holdKey('waited-claim');
+    const poll = h.store.acquire(acquireCommand(session.id, 0, 1, queue), { recordEmpty: true });
+    await untilLockWait();
+    // The wait outlasts a whole lease.
+    h.advance(CONFIG.leaseDurationMs + 1_000);
+    await release();
+    const { reply } = await poll;
+    if (reply.disposition !== 'assigned')
+      throw new Error(`expected assigned: ${reply.disposition}`);
+    const { authority } = reply.assignment;
+    expect(authority.expires_at).toBeGreaterThan(await h.store.now());
+    // The worker's first renewal, sent at once, finds its lease live.
+    const renewed = await h.store.renew(renewCommand(authority.owner, 1, 'dispatch'));
+    expect(renewed.dispatch_allowed).toBe(true);
   });
 });

@@ -300,20 +300,27 @@ export async function selectClaimable(
  * concurrency (a plain `count(*) < limit` in the SKIP LOCKED select would let two claimers both
  * pass). An upsert, so a key row that does not exist yet (rows loaded outside `submit`) is
  * created holding this claim. Index: the primary key of `concurrency_keys`.
+ *
+ * Also returns store time read after the upsert (the aggregate consumes it first), since the wait
+ * may outlast a lease: the poll's decisions after it must not use the time read before it.
  */
 export async function takeConcurrencySlot(
   tx: Tx,
   scope: { tenant_id: string; namespace: string },
   key: string,
   limit: number,
-): Promise<boolean> {
-  const rows = await tx`
-    insert into concurrency_keys as k (tenant_id, namespace, concurrency_key, active)
-    values (${scope.tenant_id}, ${scope.namespace}, ${key}, 1)
-    on conflict (tenant_id, namespace, concurrency_key) do update set active = k.active + 1
-      where k.active < ${limit}
-    returning k.active`;
-  return rows.length === 1;
+): Promise<{ taken: boolean; now: number }> {
+  const [row] = await tx`
+    with taken as (
+      insert into concurrency_keys as k (tenant_id, namespace, concurrency_key, active)
+      values (${scope.tenant_id}, ${scope.namespace}, ${key}, 1)
+      on conflict (tenant_id, namespace, concurrency_key) do update set active = k.active + 1
+        where k.active < ${limit}
+      returning 1
+    )
+    select count(*)::int as taken, (extract(epoch from clock_timestamp()) * 1000)::bigint as now
+    from taken`;
+  return { taken: num(row?.taken) === 1, now: num(row?.now) };
 }
 
 /**

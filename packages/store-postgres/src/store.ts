@@ -1301,28 +1301,47 @@ class PgTaskStore implements PostgresTaskStore {
     // more rounds only where concurrency keys refused some).
     const winners = new Map<string, TaskRow[]>();
     const changes = new Changes();
+    // Store time of the decisions below: a concurrency key's row lock may have waited for another
+    // transaction, for longer than a lease, so new leases and replayed authority are sampled after
+    // it. (Which polls are new, and `consumer_busy`, were decided at `now`, before any wait.)
+    let decidedAt = now;
     for (const [group, { first }] of queues) {
       const need = fresh.get(group)?.length ?? 0;
       const offered = firstRoundOf.get(group) ?? [];
-      const { won, surplus } = await this.claimable(tx, first, now, need, offered);
+      const { won, surplus, at } = await this.claimable(tx, first, now, need, offered);
+      decidedAt = Math.max(decidedAt, at);
       winners.set(group, won);
       // Rows locked for polls that turned out not to be new (or not yet available at `now`)
       // stay unwritten until COMMIT; a poll that skipped them meanwhile may have parked, so the
       // queue is woken once they are free.
       if (surplus !== undefined) changes.hint(queueHint(surplus));
     }
-    // Replays answer from the cursor's attempt and its task, unlocked (a replay writes nothing).
-    const replayRefs = replays
-      .filter((r) => r.cursor.assignment !== null)
-      .map((r) => taskRefOf(r.command.scope, (r.cursor.assignment as { task_id: string }).task_id));
+    // Replays answer from the cursor's attempt and its task, unlocked (a replay writes nothing),
+    // both read again here: the slot read above may predate a concurrency key's wait, during
+    // which the attempt may have been lost and its task claimed by another slot.
+    const replayed = replays.flatMap((r) =>
+      r.cursor.assignment === null ? [] : [{ scope: r.command.scope, ...r.cursor.assignment }],
+    );
     const replayTasks = new Map<string, TaskRow>();
-    // Claimed tasks come with their data (selectClaimable); only replays read payloads here.
-    const payloads =
-      replayRefs.length > 0 ? payloadOf(await loadPayloads(tx, replayRefs)) : new Map();
-    if (replayRefs.length > 0) {
-      for (const row of await loadTasks(tx, replayRefs)) {
+    if (replayed.length > 0) {
+      const taskRefs = replayed.map((r) => taskRefOf(r.scope, r.task_id));
+      // Claimed tasks come with their data (selectClaimable); only replays read payloads here.
+      const [payloadRows, taskRows, attemptRows] = await pipelined([
+        loadPayloads(tx, taskRefs),
+        loadTasks(tx, taskRefs),
+        loadAttempts(
+          tx,
+          replayed.map((r) => ({ ...taskRefOf(r.scope, r.task_id), attempt_id: r.attempt_id })),
+        ),
+      ]);
+      const payloads = payloadOf(payloadRows);
+      for (const row of taskRows) {
         const task = taskFromDb(row);
         replayTasks.set(taskKeyOf(task), taskFromDb(row, payloads.get(taskKeyOf(task)) ?? {}));
+      }
+      for (const row of attemptRows) {
+        const attempt = attemptFromDb(row);
+        attempts.set(attemptKeyOf(attempt), attempt);
       }
     }
     for (const { index, cursor, command } of replays) {
@@ -1331,7 +1350,7 @@ class PgTaskStore implements PostgresTaskStore {
             taskKey(command.scope.tenant_id, command.scope.namespace, cursor.assignment.task_id),
           ) ?? null)
         : null;
-      const reply = replayPoll(cursor, task, slotAttempt(command, cursor), now);
+      const reply = replayPoll(cursor, task, slotAttempt(command, cursor), decidedAt);
       results[index] = { ok: true, value: { reply, recorded: true } };
     }
 
@@ -1353,7 +1372,7 @@ class PgTaskStore implements PostgresTaskStore {
         const claim = claimTask(
           picked,
           command,
-          now,
+          decidedAt,
           { attempt_id: newId('attempt'), lease_id: newId('lease') },
           this.config,
         );
@@ -1375,7 +1394,8 @@ class PgTaskStore implements PostgresTaskStore {
    * past it (at most three rounds: contention on one key is bounded by its limit, and the next
    * poll finds the rest). `surplus` is a row the first round locked and the claim leaves
    * unwritten: beyond `need`, or available only after `now` (the select read store time a little
-   * later than the claim's `now`).
+   * later than the claim's `now`). `at`: store time after the last key lock was granted (`now`
+   * when no key was taken).
    */
   private async claimable(
     tx: Tx,
@@ -1383,10 +1403,11 @@ class PgTaskStore implements PostgresTaskStore {
     now: Timestamp,
     need: number,
     offered: readonly DbRow[],
-  ): Promise<{ won: TaskRow[]; surplus: TaskRow | undefined }> {
+  ): Promise<{ won: TaskRow[]; surplus: TaskRow | undefined; at: Timestamp }> {
     const won: TaskRow[] = [];
     const excluded: string[] = [];
     let surplus: TaskRow | undefined;
+    let at = now;
     let rows = offered;
     for (let round = 0; round < 3; round += 1) {
       if (round > 0) {
@@ -1410,13 +1431,14 @@ class PgTaskStore implements PostgresTaskStore {
         .sort((a, b) => ((a.concurrency_key ?? '') < (b.concurrency_key ?? '') ? -1 : 1));
       const refused = new Set<string>();
       for (const task of keyed) {
-        const ok = await takeConcurrencySlot(
+        const slot = await takeConcurrencySlot(
           tx,
           command.scope,
           task.concurrency_key as string,
           task.concurrency_limit ?? 1,
         );
-        if (!ok) refused.add(task.task_id);
+        at = Math.max(at, slot.now + this.offset());
+        if (!slot.taken) refused.add(task.task_id);
       }
       for (const task of tasks) {
         excluded.push(task.task_id);
@@ -1425,7 +1447,7 @@ class PgTaskStore implements PostgresTaskStore {
       // Refusals leave polls unserved: another round past the refused tasks.
       if (refused.size === 0) break;
     }
-    return { won: won.sort(claimOrder), surplus };
+    return { won: won.sort(claimOrder), surplus, at };
   }
 
   // ---- renew / settle / confirm -------------------------------------------------------------
