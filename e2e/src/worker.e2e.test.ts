@@ -148,6 +148,68 @@ describe('Worker against the real server', () => {
     ]);
   });
 
+  it('settles a throw of a value with no text as a retryable crash, not leaving it to lease expiry', async () => {
+    const c = client(server.url);
+    const queue = 'textless-throw';
+    const task = await c.submit({
+      queue,
+      program: 'odd',
+      data: null,
+      retry: { max_attempts: 1, delay_ms: 0 },
+    });
+    const w = worker(queue, { concurrency: 1 });
+    w.register('odd', () => {
+      // No prototype: String() of it throws.
+      throw Object.assign(Object.create(null), { reason: 'odd' });
+    });
+    const running = w.run();
+    const [result] = await settled(c, [task.task_id]);
+    await w.stop();
+    await running;
+    expect(reasons(await historyOf(c, task.task_id))).toContain('report_accepted');
+    expect(result?.outcome).toEqual({
+      state: 'failed',
+      failure: {
+        kind: 'execution',
+        error: {
+          kind: 'crashed',
+          message: 'the handler threw a value that cannot be turned into text',
+          retryable: true,
+        },
+      },
+    });
+  });
+
+  it('retries a crash whose long message is cut between characters, never inside one', async () => {
+    const c = client(server.url);
+    const queue = 'long-message';
+    const task = await c.submit({
+      queue,
+      program: 'flaky',
+      data: null,
+      retry: { max_attempts: 2, delay_ms: 0 },
+    });
+    const emoji = '\u{1F600}';
+    const w = worker(queue, { concurrency: 1 });
+    w.register('flaky', (_data, ctx) => {
+      // A long error text (an upstream reply, say) of two UTF-16 units per character.
+      if (ctx.attempt === 1) throw new Error(`!${emoji.repeat(2_000)}`);
+      return 'second attempt';
+    });
+    const running = w.run();
+    const [result] = await settled(c, [task.task_id]);
+    await w.stop();
+    await running;
+    expect(result?.outcome).toEqual({ state: 'succeeded', output: 'second attempt' });
+    const [first] = attemptIds(await historyOf(c, task.task_id));
+    const attempt = await c.attempt(task.task_id, first as string);
+    // Cut to the server's 4 KiB message limit: one byte, 1 023 emoji of four, the ellipsis.
+    expect(attempt.settlement?.command.report).toEqual({
+      kind: 'failed',
+      report: { kind: 'crashed', message: `!${emoji.repeat(1_023)}…`, retryable: true },
+    });
+  });
+
   it('validates data with a Standard Schema: invalid data fails as invalid_data, not retried', async () => {
     const c = client(server.url);
     const queue = 'typed';
@@ -653,6 +715,107 @@ describe('Worker against the real server', () => {
       expect(debugLog.filter((l) => l.includes('slot cursor lost'))).toEqual([]);
       expect(debugLog.filter((l) => l.includes('"why":"renew_conflict"'))).toEqual([]);
       console.log(`flaky proxy: ${proxy.drops()} connections dropped over 200 tasks`);
+    } finally {
+      await proxy.close();
+    }
+  });
+});
+
+describe('Worker with long leases', () => {
+  let longLeases: ServerProcess;
+
+  beforeAll(async () => {
+    // Leases that outlast what these tests hold up: a 15 MiB settlement batch being committed,
+    // a dispatch answer held back by the test.
+    longLeases = await stack.start({ LEDGENCE_LEASE_DURATION_MS: '20000' });
+  });
+
+  it('settles large non-ASCII outputs finishing together with no request refused as too large', async () => {
+    const c = client(longLeases.url);
+    const queue = 'large-outputs';
+    // ~1 MiB of UTF-8 each (three bytes per character, one UTF-16 unit): 18 are over the
+    // server's 16 MiB batch limit, a third of it counted in units.
+    const n = 18;
+    const output = '\u4e2d'.repeat(340_000);
+    const ids = idsOf(
+      await c.submitBatch(
+        Array.from({ length: n }, (_, i) => ({
+          queue,
+          program: 'large',
+          data: i,
+          retry: { max_attempts: 1, delay_ms: 0 },
+        })),
+      ),
+    );
+    let started = 0;
+    let releaseAll!: () => void;
+    const together = new Promise<void>((resolve) => {
+      releaseAll = resolve;
+    });
+    const w = worker(queue, { url: longLeases.url, concurrency: n, requestTimeoutMs: 10_000 });
+    w.register('large', async () => {
+      started += 1;
+      if (started === n) releaseAll();
+      await together;
+      return output;
+    });
+    const running = w.run();
+    // Statuses, not results: reading 18 MiB of outputs back would only slow the test.
+    const states = async () =>
+      (await Promise.all(ids.map((id) => c.status(id)))).map((s) => s.state);
+    await until(
+      async () => (await states()).every((state) => state !== 'queued' && state !== 'active'),
+      90_000,
+      'every task terminal',
+    );
+    await w.stop();
+    await running;
+    expect(await states()).toEqual(Array(n).fill('succeeded'));
+    // A request refused as too large would have been sent again split, and logged.
+    expect(debugLog.filter((l) => l.includes('did not fit a shared request'))).toEqual([]);
+  });
+
+  it('stop() hands back, without running it, a task whose dispatch is answered after the grace period', async () => {
+    const c = client(longLeases.url);
+    const queue = 'late-dispatch';
+    const task = await c.submit({ queue, program: 'late', data: null });
+    let dispatchSent = false;
+    let answerDispatch!: () => void;
+    const dispatchAnswered = new Promise<void>((resolve) => {
+      answerDispatch = resolve;
+    });
+    const proxy = await startHttpProxy(longLeases.url, {
+      hold({ path, body }) {
+        if (!path.startsWith('/v1/worker/renew') || !body.includes('"intent":"dispatch"')) {
+          return undefined;
+        }
+        dispatchSent = true;
+        return dispatchAnswered;
+      },
+    });
+    try {
+      let started = false;
+      const w = worker(queue, { url: proxy.url, concurrency: 1, abortGraceMs: 5_000 });
+      w.register('late', () => {
+        started = true;
+        return 'ran';
+      });
+      const running = w.run();
+      await until(() => dispatchSent);
+      const stopping = w.stop({ graceMs: 0 });
+      // The answer comes once the drain has passed its grace and aborted what was running.
+      await until(() => debugLog.some((l) => l.includes('shutdown grace period over')));
+      answerDispatch();
+      await stopping;
+      await running;
+      expect(started).toBe(false);
+      const [attemptId] = attemptIds(await historyOf(c, task.task_id));
+      const attempt = await c.attempt(task.task_id, attemptId as string);
+      expect(attempt.settlement?.command).toMatchObject({
+        report: { kind: 'failed', report: { kind: 'rejected', retryable: true } },
+        quiescence: 'confirmed',
+      });
+      expect((await c.status(task.task_id)).state).toBe('queued');
     } finally {
       await proxy.close();
     }

@@ -3,7 +3,8 @@
  * short lease timings on a per-file test database, waiting helpers that read
  * the server's record through the public API, a TCP proxy that can drop
  * or black-hole connections between a worker and the server, and an HTTP(S)
- * proxy that forwards requests as they are and lets a test see each one.
+ * proxy that forwards requests as they are, lets a test see each one and can
+ * hold back a reply.
  */
 
 import {
@@ -276,6 +277,11 @@ export interface HttpProxyOptions {
    * been passed on (or the exchange failed).
    */
   observe?: (request: ProxiedRequest) => (() => void) | undefined;
+  /**
+   * Holds back the reply of a request until the promise it returns resolves (the request is
+   * forwarded at once), to place an answer at a chosen moment of the client's life.
+   */
+  hold?: (request: ProxiedRequest) => Promise<void> | undefined;
 }
 
 /** An HTTP(S) proxy in front of a server. */
@@ -289,7 +295,8 @@ export interface HttpProxy {
 /**
  * A forwarding proxy to `target` that sees every request: the SDK's default exchange talks to
  * it over real sockets (HTTP, or HTTPS with `tls`), and the test observes what was sent without
- * replacing the client's transport. Replies stream through unchanged (long polls included).
+ * replacing the client's transport. Replies stream through unchanged (long polls included),
+ * unless `hold` holds one back.
  */
 export async function startHttpProxy(
   target: string,
@@ -303,7 +310,9 @@ export async function startHttpProxy(
     req.on('end', () => {
       forwarded += 1;
       const body = Buffer.concat(chunks);
-      const observed = options.observe?.({ method: req.method ?? '', path: req.url ?? '', body });
+      const request = { method: req.method ?? '', path: req.url ?? '', body };
+      const observed = options.observe?.(request);
+      const held = options.hold?.(request);
       // Once, whichever way the exchange ends: replied, failed, or the client went away mid-reply
       // (a long poll aborted at stop), so a test's count of open requests stays true.
       let ended = false;
@@ -322,9 +331,13 @@ export async function startHttpProxy(
           headers: req.headers,
         },
         (reply) => {
-          res.writeHead(reply.statusCode ?? 502, reply.headers);
-          reply.pipe(res);
-          reply.on('end', done);
+          const pass = () => {
+            res.writeHead(reply.statusCode ?? 502, reply.headers);
+            reply.pipe(res);
+            reply.on('end', done);
+          };
+          if (held === undefined) pass();
+          else void held.then(pass);
         },
       );
       out.on('error', () => {

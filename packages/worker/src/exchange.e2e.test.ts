@@ -11,6 +11,7 @@ import {
   type Exchange,
   fetchExchange,
   nodeExchange,
+  UnsendableRequest,
   type WireRequest,
 } from './exchange.js';
 
@@ -191,6 +192,24 @@ describe.each(both)('%s exchange', (_name, make) => {
     const cutShort = await make()(wire(short.url)).catch((e: unknown) => e);
     expect(cutShort).toBeInstanceOf(Error);
     expect(cutShort).not.toBeInstanceOf(DeadlineExceeded);
+  });
+});
+
+describe('node exchange requests', () => {
+  it('rejects at once, as UnsendableRequest, a request node:http refuses to build, leaving no timer', async () => {
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    const before = timers();
+    const error = await ownedNodeExchange()(
+      wire('http://127.0.0.1:1/x', {
+        // What an API key read from a file with its line break would become.
+        headers: { authorization: 'Bearer key-from-a-file\n' },
+        timeoutMs: 60_000,
+      }),
+    ).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(UnsendableRequest);
+    expect((error as Error).cause).toMatchObject({ code: 'ERR_INVALID_CHAR' });
+    // The deadline armed before the request was built must not stay armed for its 60 s.
+    expect(timers()).toBeLessThanOrEqual(before);
   });
 });
 

@@ -13,6 +13,8 @@
  * Both reject with {@link DeadlineExceeded} when the deadline passes, with the caller's abort
  * reason when its signal aborts, and with the underlying error for anything else (a refused
  * connection, a reset, a reply cut short); {@link HttpTransport} turns those into typed errors.
+ * The node exchange also rejects with {@link UnsendableRequest} when `node:http` refuses to build
+ * the request (a header value it cannot send): nothing went out, and nothing would if retried.
  */
 import {
   type ClientRequest,
@@ -54,6 +56,20 @@ export class DeadlineExceeded extends Error {
   constructor(timeoutMs: number, options?: { cause?: unknown }) {
     super(`no complete reply within ${timeoutMs} ms`, options);
     this.name = 'DeadlineExceeded';
+  }
+}
+
+/**
+ * The request could not be built, so nothing was sent (`node:http` throws before sending, e.g. on
+ * a header value with a line break); its `cause` is what refused it. The same request would be
+ * refused again.
+ */
+export class UnsendableRequest extends Error {
+  constructor(cause: unknown) {
+    super(cause instanceof Error ? cause.message : 'node:http refused to build the request', {
+      cause,
+    });
+    this.name = 'UnsendableRequest';
   }
 }
 
@@ -125,7 +141,13 @@ export function nodeExchange(): NodeExchange {
   const https = new HttpsAgent({ keepAlive: true, scheduling: 'lifo' });
   const exchange = (request: WireRequest): Promise<WireReply> =>
     new Promise<WireReply>((resolve, reject) => {
-      const url = new URL(request.url);
+      let url: URL;
+      try {
+        url = new URL(request.url);
+      } catch (error) {
+        reject(new UnsendableRequest(error));
+        return;
+      }
       const secure = url.protocol === 'https:';
       const headers =
         request.body === undefined
@@ -155,11 +177,19 @@ export function nodeExchange(): NodeExchange {
       request.signal?.addEventListener('abort', onAbort, { once: true });
 
       const send = (): void => {
-        const req = (secure ? httpsRequest : httpRequest)(url, {
-          method: request.method,
-          headers,
-          agent: secure ? https : http,
-        });
+        let req: ClientRequest;
+        try {
+          req = (secure ? httpsRequest : httpRequest)(url, {
+            method: request.method,
+            headers,
+            agent: secure ? https : http,
+          });
+        } catch (error) {
+          // Thrown before anything was sent: failing here also clears the deadline, which would
+          // otherwise keep its timer (and the process) alive for nothing.
+          fail(new UnsendableRequest(error));
+          return;
+        }
         current = req;
         let answered = false;
         req.on('error', (error: NodeJS.ErrnoException) => {

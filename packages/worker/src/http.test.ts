@@ -5,6 +5,7 @@ import {
   WorkerSessionSchema,
 } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
+import { Client } from './client.js';
 import {
   ApplicationError,
   isRetryable,
@@ -13,6 +14,7 @@ import {
   TransportError,
 } from './errors.js';
 import { type FetchLike, HttpTransport } from './http.js';
+import { Worker } from './worker.js';
 
 function respond(status: number, body: string, type = 'application/json'): FetchLike {
   return async () => new Response(body, { status, headers: { 'content-type': type } });
@@ -212,5 +214,36 @@ describe('HttpTransport configuration', () => {
     for (const url of ['', 'localhost:8080', 'ftp://h/', 'Error: x']) {
       expect(() => new HttpTransport({ url, fetch: respond(200, '{}') })).toThrow(TypeError);
     }
+  });
+
+  it('refuses an API key it could not send as it is, saying what to fix', () => {
+    const url = 'http://127.0.0.1:1';
+    const scope = { url, tenant: 'acme', namespace: 'prod' };
+    const cases: [string, RegExp][] = [
+      ['key-from-a-file\n', /apiKey contains a line break \(at character 16 of 16\); trim it/],
+      ['key\r\n', /line break/],
+      [' key', /apiKey contains whitespace \(at character 1 of 4\); trim it/],
+      ['key\u0000', /apiKey contains a control character/],
+      ['kéy', /not printable ASCII/],
+    ];
+    for (const [apiKey, message] of cases) {
+      // Each would otherwise fail every request as a network error, retried without end.
+      expect(() => new HttpTransport({ url, apiKey })).toThrow(message);
+      expect(() => new Client({ ...scope, apiKey })).toThrow(TypeError);
+      expect(() => new Worker({ ...scope, apiKey, queue: 'q', concurrency: 1 })).toThrow(TypeError);
+    }
+    expect(() => new HttpTransport({ url, apiKey: 'e2e-worker-key_0123+/=' })).not.toThrow();
+  });
+
+  it('reports a request that cannot be built as a non-retryable TypeError, not a network failure', async () => {
+    // The default node:http exchange: the base URL and this path make no URL, so nothing is sent.
+    const http = new HttpTransport({ url: 'http://127.0.0.1:1' });
+    const error = await http
+      .request({ method: 'GET', path: ':2/x', schema: WorkerSessionSchema, maxBytes: 1_000 })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TypeError);
+    expect(error).not.toBeInstanceOf(TransportError);
+    expect((error as Error).message).toMatch(/^GET :2\/x cannot be sent: /);
+    expect(isRetryable(error)).toBe(false);
   });
 });

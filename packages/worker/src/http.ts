@@ -6,7 +6,8 @@
  * problem document becomes a {@link ProblemError}; anything that leaves the
  * outcome unknown (network, timeout, 5xx without a problem) is a
  * {@link TransportError}, which callers may retry because every request the
- * SDK sends is replay-safe.
+ * SDK sends is replay-safe. A request that cannot be built is a `TypeError`,
+ * like the bad configuration it comes from: retrying it would fail the same way.
  */
 import {
   COMMAND_MAX_DEPTH,
@@ -25,6 +26,7 @@ import {
   fetchExchange,
   type NodeExchange,
   nodeExchange,
+  UnsendableRequest,
   type WireReply,
 } from './exchange.js';
 
@@ -39,7 +41,10 @@ export type ReplyOf<S extends ReplySchema> = ReturnType<typeof parseWith<S>>;
 export interface HttpOptions {
   /** The server's base URL, e.g. `http://127.0.0.1:8080`. */
   url: string;
-  /** The API key, sent as `Authorization: Bearer <key>`; absent in development mode. */
+  /**
+   * The API key, sent as `Authorization: Bearer <key>`; absent in development mode. Printable
+   * ASCII without spaces (a key read from a file must be trimmed of its line break).
+   */
   apiKey?: string | undefined;
   /**
    * Send every request through this `fetch` (a test double, a custom agent, a runtime without
@@ -148,6 +153,30 @@ function failureOf(status: number, contentType: string, bytes: Uint8Array): Erro
   });
 }
 
+/**
+ * Why `key` cannot be an API key, or `undefined` if it can. A bearer token is printable ASCII
+ * without spaces (RFC 6750); anything else `node:http` refuses to send (a line break), `fetch`
+ * silently trims (edge whitespace), or the server can never match. Caught here, it is a clear
+ * error at construction rather than a request failing, and being retried, on every call.
+ */
+function apiKeyProblem(key: unknown): string | undefined {
+  if (typeof key !== 'string') return 'apiKey must be a string';
+  const at = key.search(/[^\x21-\x7e]/);
+  if (at < 0) return undefined;
+  const where = `at character ${at + 1} of ${key.length}`;
+  const char = key[at] as string;
+  if (char === '\n' || char === '\r') {
+    return `apiKey contains a line break (${where}); trim it: a key read from a file often ends with one`;
+  }
+  if (/\s/.test(char)) {
+    return `apiKey contains whitespace (${where}); trim it: an API key is a single token`;
+  }
+  if (char < ' ' || char === '\x7f') {
+    return `apiKey contains a control character (${where}); remove it`;
+  }
+  return `apiKey contains a character that is not printable ASCII (${where}); check that the right value is passed as the key`;
+}
+
 /** Problem replies are small; a larger one is not a problem document. */
 const PROBLEM_MAX_BYTES = 64 * 1024;
 
@@ -171,6 +200,10 @@ export class HttpTransport {
       throw new TypeError(`url must use http or https, not ${protocol}`);
     }
     this.#base = options.url.replace(/\/+$/, '');
+    if (options.apiKey !== undefined) {
+      const problem = apiKeyProblem(options.apiKey);
+      if (problem !== undefined) throw new TypeError(problem);
+    }
     this.#apiKey = options.apiKey;
     if (options.fetch !== undefined) {
       if (typeof options.fetch !== 'function') throw new TypeError('fetch must be a function');
@@ -220,6 +253,11 @@ export class HttpTransport {
       });
     } catch (error) {
       if (spec.signal?.aborted) throw spec.signal.reason;
+      if (error instanceof UnsendableRequest) {
+        throw new TypeError(`${spec.method} ${spec.path} cannot be sent: ${error.message}`, {
+          cause: error.cause,
+        });
+      }
       if (error instanceof DeadlineExceeded) {
         throw new TransportError(`${spec.method} ${spec.path} timed out after ${timeoutMs} ms`, {
           reason: 'timeout',

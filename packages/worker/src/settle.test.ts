@@ -1,6 +1,8 @@
 import {
   ContractError,
+  isWellFormedText,
   type LeaseOwner,
+  MESSAGE_MAX_BYTES,
   OPERATION_ID_MAX_BYTES,
   utf8ByteLength,
 } from '@ledgence/contracts';
@@ -114,8 +116,97 @@ describe('reports', () => {
     });
   });
 
+  it('report a thrown value that cannot be turned into text as a retryable crash, without throwing', () => {
+    const throwing = () => {
+      throw new Error('not today');
+    };
+    const unreadable = [
+      Object.create(null),
+      Object.assign(Object.create(null), { reason: 'odd' }),
+      { toString: throwing },
+      { [Symbol.toPrimitive]: throwing },
+      Object.defineProperty(new Error('x'), 'message', { get: throwing }),
+      // `instanceof` itself runs a trap.
+      new Proxy({}, { getPrototypeOf: throwing, get: throwing }),
+    ];
+    for (const error of unreadable) {
+      const command = settleCommandFor(
+        owner,
+        reportFor(id, { kind: 'threw', error, aborted: null }, times),
+      );
+      expect(command.report).toEqual({
+        kind: 'failed',
+        report: {
+          kind: 'crashed',
+          message: 'the handler threw a value that cannot be turned into text',
+          retryable: true,
+        },
+      });
+    }
+    // An ApplicationError whose fields throw when read is reported like any other throw.
+    const broken = Object.defineProperty(new ApplicationError('c', 'm'), 'code', { get: throwing });
+    expect(reportFor(id, { kind: 'threw', error: broken, aborted: null }, times)).toEqual({
+      kind: 'failed',
+      report: { kind: 'crashed', message: 'm', retryable: true },
+    });
+    // The abort cause still decides the kind.
+    expect(
+      reportFor(id, { kind: 'threw', error: Object.create(null), aborted: 'shutdown' }, times),
+    ).toMatchObject({ report: { kind: 'cancelled', retryable: true } });
+  });
+
+  it("keep messages within the server's byte limit, cut between characters, so a retryable failure stays retryable", () => {
+    const emoji = '\u{1F600}';
+    const messages = [
+      // Cut at 1 000 UTF-16 units, this one split its emoji.
+      `${'x'.repeat(999)}${emoji} upstream said no`,
+      // Cut anywhere by bytes, a pair of units or three bytes per character.
+      `!${emoji.repeat(2_000)}`,
+      '\u4e2d'.repeat(2_000),
+      // Lone surrogates (a bad upstream reply) are replaced, not refused.
+      `bad \ud800 and \udc00 halves`,
+    ];
+    for (const message of messages) {
+      for (const error of [new Error(message), new ApplicationError('upstream', message)]) {
+        const command = settleCommandFor(
+          owner,
+          reportFor(id, { kind: 'threw', error, aborted: null }, times),
+        );
+        const report = command.report;
+        const sent =
+          report.kind === 'failed'
+            ? report.report
+            : report.report.outcome.kind === 'application_error'
+              ? report.report.outcome.error
+              : undefined;
+        expect(sent?.retryable).toBe(true);
+        expect(report.kind).toBe(error instanceof ApplicationError ? 'completed' : 'failed');
+        expect(isWellFormedText(sent?.message ?? '')).toBe(true);
+        expect(utf8ByteLength(sent?.message ?? '')).toBeLessThanOrEqual(MESSAGE_MAX_BYTES);
+      }
+    }
+    const cut = reportFor(
+      id,
+      { kind: 'threw', error: new Error(`!${emoji.repeat(2_000)}`), aborted: null },
+      times,
+    );
+    // As much as fits: 1 + 1 023 × 4 bytes, then the ellipsis.
+    expect(cut).toMatchObject({ report: { message: `!${emoji.repeat(1_023)}…` } });
+    expect(
+      reportFor(id, { kind: 'threw', error: new Error('a \ud800 b'), aborted: null }, times),
+    ).toMatchObject({ report: { message: 'a \ufffd b' } });
+  });
+
   it('replace an output the server would refuse by a non-retryable crash', () => {
-    for (const value of [{ big: 10n }, { f: () => 1 }, { s: 'x'.repeat(1024 * 1024 + 1) }]) {
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    for (const value of [
+      { big: 10n },
+      { f: () => 1 },
+      { s: 'x'.repeat(1024 * 1024 + 1) },
+      cyclic,
+      new Map(),
+    ]) {
       const command = settleCommandFor(owner, reportFor(id, { kind: 'returned', value }, times));
       expect(command.report).toMatchObject({
         kind: 'failed',
@@ -142,6 +233,13 @@ describe('settle retry policy', () => {
       expect(classifySettleError(problem(code))).toBe('definitive');
     }
     expect(classifySettleError(new ProtocolError('bad'))).toBe('definitive');
+  });
+
+  it('splits a request of several settlements refused as too large; one alone is definitive', () => {
+    expect(classifySettleError(problem('payload_too_large'), 2)).toBe('split');
+    expect(classifySettleError(problem('payload_too_large'), 1)).toBe('definitive');
+    expect(classifySettleError(problem('payload_too_large'))).toBe('definitive');
+    expect(classifySettleError(problem('invalid_input'), 2)).toBe('definitive');
   });
 
   it('backs off exponentially with jitter between half the ceiling and the ceiling', () => {

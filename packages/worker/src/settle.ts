@@ -10,9 +10,12 @@
  *   settlement. The command is built once per attempt and re-sent verbatim.
  * - Retry (jittered backoff) on transport errors, 5xx and `unavailable`.
  * - Accepted: a `SettleReply`, `already_accepted` or not.
+ * - Split: `payload_too_large` for a request of several settlements says only
+ *   that they do not fit together: each is sent again in a request of its own.
  * - Definitive: `ownership_lost` (the lease ended; recovery decides),
  *   `conflict` (another settlement of this attempt was recorded), `not_found`,
- *   and every other 4xx: the same bytes would meet the same answer.
+ *   and every other 4xx (`payload_too_large` of a settlement sent alone
+ *   included): the same bytes would meet the same answer.
  */
 import { createHash } from 'node:crypto';
 import {
@@ -20,6 +23,7 @@ import {
   ContractError,
   type ExecutionFailureKind,
   type LeaseOwner,
+  MESSAGE_MAX_BYTES,
   OPERATION_ID_MAX_BYTES,
   type Quiescence,
   type SettleCommand,
@@ -59,14 +63,40 @@ export interface ReportIdentity {
   activationId?: string | undefined;
 }
 
-const MESSAGE_LIMIT = 1_000;
+const ELLIPSIS = '…';
+/** A cut message keeps room for the ellipsis that marks the cut. */
+const CUT_MESSAGE_BYTES = MESSAGE_MAX_BYTES - utf8ByteLength(ELLIPSIS);
+// With the `u` flag a surrogate pair is one code point, so only lone halves match.
+const LONE_SURROGATE = /\p{Cs}/gu;
 
-/** A message safe for the wire: non-empty, bounded, no control characters. */
+/** The longest prefix of well-formed `text` within `maxBytes` of UTF-8, never splitting a character. */
+function prefixWithin(text: string, maxBytes: number): string {
+  let bytes = 0;
+  let end = 0;
+  for (const char of text) {
+    bytes += utf8ByteLength(char);
+    if (bytes > maxBytes) break;
+    end += char.length;
+  }
+  return text.slice(0, end);
+}
+
+/**
+ * A message safe for the wire: non-empty, well-formed Unicode, no control characters, and within
+ * the server's MESSAGE_MAX_BYTES of UTF-8 (a longer one is cut at a character boundary and ends
+ * with `…`). A message the server refuses would turn the report into a non-retryable failure.
+ */
 export function wireMessage(text: unknown, fallback: string): string {
   const raw = typeof text === 'string' ? text : '';
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: stripping them is the point
-  const clean = raw.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim();
-  const bounded = clean.length > MESSAGE_LIMIT ? `${clean.slice(0, MESSAGE_LIMIT)}…` : clean;
+  const clean = raw
+    .replace(LONE_SURROGATE, '\ufffd')
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: stripping them is the point
+    .replace(/[\u0000-\u001f\u007f]+/g, ' ')
+    .trim();
+  const bounded =
+    utf8ByteLength(clean) > MESSAGE_MAX_BYTES
+      ? `${prefixWithin(clean, CUT_MESSAGE_BYTES)}${ELLIPSIS}`
+      : clean;
   return bounded.length > 0 ? bounded : fallback;
 }
 
@@ -89,13 +119,53 @@ function identityOf(identity: ReportIdentity) {
       };
 }
 
+/** The message of a thrown value that cannot be turned into text. */
+const UNDESCRIBABLE = 'the handler threw a value that cannot be turned into text';
+
+/**
+ * The wire form of a thrown {@link ApplicationError}, or `undefined` for any other value.
+ * Reading a thrown value runs the handler's code (its brand lookup and getters may throw, or be
+ * a Proxy's traps): a value that throws here is reported like any other unexpected throw.
+ */
+function applicationErrorOf(error: unknown): WireApplicationError | undefined {
+  try {
+    if (!(error instanceof ApplicationError)) return undefined;
+    const appError: WireApplicationError = {
+      code: error.code,
+      message: wireMessage(error.message, error.code),
+      retryable: error.retryable,
+    };
+    const details = error.details;
+    if (details !== undefined) {
+      // Checked as plain JSON by settleCommandFor before anything is sent.
+      appError.details = details as WireApplicationError['details'];
+    }
+    return appError;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The message of any other thrown value. `String()` throws for a value without a prototype or
+ * whose `toString`/`Symbol.toPrimitive`/`message` throws; the report must be built anyway, or
+ * the attempt would be left to lease expiry.
+ */
+function describeThrown(error: unknown): string {
+  try {
+    return wireMessage(error instanceof Error ? error.message : String(error), 'failed');
+  } catch {
+    return UNDESCRIBABLE;
+  }
+}
+
 /**
  * The report of a handler's outcome: a return value → `completed/success`; a
  * thrown {@link ApplicationError} → `completed/application_error`; any other
  * throw → `failed`, `crashed` and retryable, unless the signal had been
  * aborted, which names why (cancel → `cancelled`, shutdown → `cancelled`
  * retryable, timeout → `timed_out`); still running at the shutdown
- * deadline → `cancelled`, retryable.
+ * deadline → `cancelled`, retryable. Never throws, whatever was thrown.
  */
 export function reportFor(
   identity: ReportIdentity,
@@ -112,23 +182,14 @@ export function reportFor(
   if (outcome.kind === 'abandoned') {
     return failureReport('cancelled', 'the worker shut down while the handler was running', true);
   }
-  const error = outcome.error;
-  if (error instanceof ApplicationError) {
-    const appError: WireApplicationError = {
-      code: error.code,
-      message: wireMessage(error.message, error.code),
-      retryable: error.retryable,
-    };
-    if (error.details !== undefined) {
-      // Checked as plain JSON by settleCommandFor before anything is sent.
-      appError.details = error.details as WireApplicationError['details'];
-    }
+  const appError = applicationErrorOf(outcome.error);
+  if (appError !== undefined) {
     return {
       kind: 'completed',
       report: { context, outcome: { kind: 'application_error', error: appError }, ...at },
     };
   }
-  const message = wireMessage(error instanceof Error ? error.message : String(error), 'failed');
+  const message = describeThrown(outcome.error);
   switch (outcome.aborted) {
     case 'cancelled':
       return failureReport('cancelled', `cancelled: ${message}`, false);
@@ -176,11 +237,17 @@ export function settleCommandFor(
 }
 
 /** What to do after a settle request failed. */
-export type SettleFailure = 'retry' | 'definitive';
+export type SettleFailure = 'retry' | 'split' | 'definitive';
 
-/** Classifies a failed settle (a whole request's error, or one batch item's problem). */
-export function classifySettleError(error: unknown): SettleFailure {
+/**
+ * Classifies a failed settle (a whole request's error, or one batch item's problem);
+ * `settlements` is how many the failed request carried.
+ */
+export function classifySettleError(error: unknown, settlements = 1): SettleFailure {
   if (error instanceof TransportError) return 'retry';
   if (error instanceof ProblemError && error.code === 'unavailable') return 'retry';
+  if (error instanceof ProblemError && error.code === 'payload_too_large' && settlements > 1) {
+    return 'split';
+  }
   return 'definitive';
 }

@@ -5,12 +5,12 @@ import {
   type SettleReply,
 } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
-import { TransportError } from './errors.js';
+import { ProblemError, TransportError } from './errors.js';
 import { silentLogger } from './logger.js';
 import { reportFor, settleCommandFor } from './settle.js';
 import { Settler } from './settler.js';
 
-function command(attempt: string): SettleCommand {
+function command(attempt: string, output: unknown = attempt): SettleCommand {
   const owner: LeaseOwner = {
     scope: { tenant_id: 'acme', namespace: 'prod' },
     task_id: `t-${attempt}`,
@@ -24,7 +24,7 @@ function command(attempt: string): SettleCommand {
     owner,
     reportFor(
       { taskId: owner.task_id, attemptId: attempt },
-      { kind: 'returned', value: attempt },
+      { kind: 'returned', value: output },
       { startedAt: 1, finishedAt: 2 },
     ),
   );
@@ -146,6 +146,47 @@ describe('Settler', () => {
     });
     await Promise.all(['a', 'b', 'c', 'd', 'e'].map((a) => settler.settle(command(a))));
     expect(sizes).toEqual([2, 2, 1]);
+  });
+
+  it('splits batches by UTF-8 bytes, as the server counts its limit', async () => {
+    const bodies: number[] = [];
+    const settler = new Settler({
+      logger: silentLogger,
+      maxBatchBytes: 1_000_000,
+      send: async (commands) => {
+        bodies.push(Buffer.byteLength(JSON.stringify({ commands })));
+        return commands.map((c) => reply(c));
+      },
+    });
+    // 300 000 UTF-8 bytes each but 100 000 UTF-16 units: counted in units, all six would share
+    // one request of 1.8 MB.
+    const output = '\u4e2d'.repeat(100_000);
+    const results = await Promise.all(
+      ['a', 'b', 'c', 'd', 'e', 'f'].map((a) => settler.settle(command(a, output))),
+    );
+    expect(results.every((r) => r.kind === 'accepted')).toBe(true);
+    expect(bodies).toHaveLength(2);
+    expect(Math.max(...bodies)).toBeLessThanOrEqual(1_000_000);
+  });
+
+  it('sends each settlement of a request refused as too large on its own; one refused alone is rejected', async () => {
+    const sent: string[][] = [];
+    const tooLarge = new ProblemError(problem('payload_too_large'));
+    const settler = new Settler({
+      logger: silentLogger,
+      backoff: fast,
+      send: async (commands) => {
+        const attempts = commands.map((c) => c.owner.attempt_id);
+        sent.push(attempts);
+        if (attempts.length > 1 || attempts[0] === 'huge') throw tooLarge;
+        return commands.map((c) => reply(c));
+      },
+    });
+    const results = await Promise.all(['a', 'huge', 'b'].map((a) => settler.settle(command(a))));
+    expect(results.map((r) => r.kind)).toEqual(['accepted', 'rejected', 'accepted']);
+    expect(results[1]).toEqual({ kind: 'rejected', error: tooLarge });
+    // Once together, then each alone, once.
+    expect(sent).toEqual([['a', 'huge', 'b'], ['a'], ['huge'], ['b']]);
   });
 
   it('abandons what is unsent when asked, and everything after', async () => {

@@ -1,9 +1,10 @@
 /**
  * Sends settlements: batches every settlement ready at the same moment into
- * one `settle:batch` request, retries each one with jittered backoff until it
- * is accepted or definitively rejected (see settle.ts), and lets a stopping
- * worker abandon what is still unsent. Time and I/O are injected, so the
- * retry policy is tested without sockets.
+ * one `settle:batch` request (within a count and a UTF-8 byte budget), retries
+ * each one with jittered backoff until it is accepted or definitively rejected
+ * (see settle.ts), sends each settlement of a request refused as too large in a
+ * request of its own, and lets a stopping worker abandon what is still unsent.
+ * Time and I/O are injected, so the retry policy is tested without sockets.
  */
 import { MAX_WORKER_BATCH, type SettleCommand, type SettleReply } from '@ledgence/contracts';
 import { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './backoff.js';
@@ -30,7 +31,7 @@ export interface SettlerOptions {
   now?: () => number;
   /** Largest number of commands in one request. */
   maxBatch?: number;
-  /** Largest JSON size of one request body (bytes, approximate). */
+  /** Largest UTF-8 size of the commands of one request (the body's envelope adds a few bytes). */
   maxBatchBytes?: number;
   /**
    * Requests in flight at once (1 by default). With one, settlements finishing while a request
@@ -47,6 +48,8 @@ interface Item {
   notBefore: number;
   /** In a request now: the next batches pass it over. */
   sending: boolean;
+  /** Goes in a request of its own: a request it shared was refused as too large. */
+  alone: boolean;
   resolve: (result: SettleResult) => void;
 }
 
@@ -96,10 +99,12 @@ export class Settler {
     return new Promise((resolve) => {
       this.#queue.push({
         command,
-        bytes: JSON.stringify(command).length + 1,
+        // UTF-8 bytes, as the server counts its limit; one more for the comma between commands.
+        bytes: Buffer.byteLength(JSON.stringify(command)) + 1,
         failures: 0,
         notBefore: 0,
         sending: false,
+        alone: false,
         resolve,
       });
       this.#schedule(0);
@@ -181,6 +186,10 @@ export class Settler {
     let bytes = 0;
     for (const item of this.#queue) {
       if (item.sending || item.notBefore > now) continue;
+      if (item.alone) {
+        if (batch.length === 0) return [item];
+        continue;
+      }
       if (batch.length >= this.#options.maxBatch) break;
       if (batch.length > 0 && bytes + item.bytes > this.#options.maxBatchBytes) break;
       batch.push(item);
@@ -194,7 +203,7 @@ export class Settler {
     try {
       results = await this.#options.send(batch.map((item) => item.command));
     } catch (error) {
-      for (const item of batch) this.#failed(item, error);
+      for (const item of batch) this.#failed(item, error, batch.length);
       return;
     }
     batch.forEach((item, index) => {
@@ -204,10 +213,23 @@ export class Settler {
     });
   }
 
-  #failed(item: Item, error: unknown): void {
+  /** `settlements`: how many the failed request carried (1 for a batch item's own problem). */
+  #failed(item: Item, error: unknown, settlements = 1): void {
     if (this.#closed) return;
     const attempt = item.command.owner.attempt_id;
-    if (classifySettleError(error) === 'definitive') {
+    const verdict = classifySettleError(error, settlements);
+    if (verdict === 'split') {
+      // Not the settlement's fault: it goes again at once, alone, and only a refusal of it alone
+      // is definitive.
+      item.alone = true;
+      this.#options.logger.warn('settlement did not fit a shared request; sending it alone', {
+        attempt_id: attempt,
+        task_id: item.command.owner.task_id,
+        ...errorFields(error),
+      });
+      return;
+    }
+    if (verdict === 'definitive') {
       this.#options.logger.warn('settlement rejected', {
         attempt_id: attempt,
         task_id: item.command.owner.task_id,

@@ -314,6 +314,8 @@ export class Worker {
   #extendTimer: ReturnType<typeof setInterval> | undefined;
   #fatal: unknown;
   #stopGraceMs: number | undefined;
+  /** Set when stop()'s grace period has passed: from then on no handler may start. */
+  #graceOver = false;
   readonly #stopRequested = deferred();
   readonly #stopped = deferred();
 
@@ -414,7 +416,9 @@ export class Worker {
    * Stops taking tasks, lets in-flight tasks finish within `graceMs`, then
    * aborts their signals, reports those still running as `cancelled`
    * (retryable), and resolves once every settlement is accepted, rejected or
-   * given up. Never rejects; safe to call more than once.
+   * given up. No handler starts after `graceMs`: a task whose dispatch is
+   * answered later is handed back without running. Never rejects; safe to
+   * call more than once.
    */
   stop(options: StopOptions = {}): Promise<void> {
     if (this.#state === 'new') {
@@ -669,11 +673,7 @@ export class Worker {
         // Taken while stopping (a poll answered after stop, or a drain
         // replay): hand it back without asking for dispatch, so the attempt
         // does not count against the task's retries.
-        await this.#settle(
-          held,
-          failureReport('rejected', 'the worker is shutting down', true),
-          'confirmed',
-        );
+        await this.#handBack(held);
         return;
       }
       await this.#dispatch(held);
@@ -726,6 +726,17 @@ export class Worker {
         );
         return;
       }
+      if (this.#graceOver) {
+        // The dispatch answer came after stop()'s grace period: the drain has already aborted
+        // what was running, so a handler starting now would run with a signal nothing aborts,
+        // on work the drain treats as abandoned. No user code ran yet: hand the task back.
+        this.#logger.info(
+          'dispatch answered after the shutdown grace; handing the task back',
+          fields,
+        );
+        await this.#handBack(held);
+        return;
+      }
       const { outcome, startedAt } = await this.#runHandler(held, registration);
       const report = reportFor(
         {
@@ -753,6 +764,15 @@ export class Worker {
       if (slot !== undefined) this.#slots[consumerId] = released(slot);
       this.#notifier.notify();
     }
+  }
+
+  /** Hands an assignment back at shutdown, before any user code ran: retryable, quiescent. */
+  #handBack(held: Held): Promise<SettleResult> {
+    return this.#settle(
+      held,
+      failureReport('rejected', 'the worker is shutting down', true),
+      'confirmed',
+    );
   }
 
   #hold(consumerId: number, assignment: Assignment, sentAt: number): Held {
@@ -1069,6 +1089,10 @@ export class Worker {
     }
     await within(Promise.allSettled([...this.#executions]), deadline - monotonicNow());
     if (this.#executions.size > 0) {
+      this.#graceOver = true;
+      this.#logger.info('shutdown grace period over; aborting running handlers', {
+        in_flight: this.#held.size,
+      });
       for (const held of this.#held.values()) {
         if (held.handlerRunning) this.#abortHeld(held, 'shutdown');
       }
