@@ -44,6 +44,7 @@ import {
   RETRY_MAX_DELAY_MS,
   SCOPE_TEXT_MAX_BYTES,
   SUBMISSION_DATA_MAX_BYTES,
+  TASK_STATUS_MAX_BYTES,
 } from './limits.js';
 import { type SubmitCommand, TaskListQuerySchema } from './schemas/index.js';
 import {
@@ -56,6 +57,7 @@ import {
   submitTask,
   trace,
 } from './schemas/testdata/examples.js';
+import { taskStatusMaxBytes } from './status.js';
 import { textProblem } from './text.js';
 
 const json = (value: unknown) => JSON.stringify(value);
@@ -304,6 +306,52 @@ describe('decodeSubmitRequest', () => {
     );
     expect(error.code).toBe('payload_too_large');
     expect(error.path).toBe('$.input.data');
+  });
+});
+
+describe('the task status limit at submit (TASK_STATUS_MAX_BYTES)', () => {
+  // Every label as long as allowed, and all of it `"`, which JSON writes as two bytes: each
+  // field within its own limit, the status they make ~11 KB. The edge itself (exactly at the
+  // limit, one byte over) is tested against the real status in @ledgence/core (views.test.ts).
+  const quoted: Record<string, string> = {};
+  for (let i = 0; i < MAX_LABELS; i += 1) {
+    quoted[`${'"'.repeat(LABEL_KEY_MAX_BYTES - 2)}${String(i).padStart(2, '0')}`] = '"'.repeat(
+      LABEL_VALUE_MAX_BYTES,
+    );
+  }
+  const tooBig = { ...submitTask, labels: quoted };
+
+  function expectStatusTooLarge(error: ContractError, path: string): void {
+    expect(error.code).toBe('payload_too_large');
+    expect(error.reason).toBe('status_too_large');
+    expect(error.path).toBe(path);
+    expect(error.message).toMatch(new RegExp(`more than ${TASK_STATUS_MAX_BYTES}`));
+  }
+
+  it('is checked by every submit path, at the task', () => {
+    expect(taskStatusMaxBytes(tooBig)).toBeGreaterThan(TASK_STATUS_MAX_BYTES);
+    expectStatusTooLarge(
+      errorOf(() => validateSubmitTask(tooBig)),
+      '$.input',
+    );
+    expectStatusTooLarge(
+      errorOf(() => decodeSubmitCommand(json(withInput({ labels: quoted })))),
+      '$.input',
+    );
+    expectStatusTooLarge(
+      errorOf(() => decodeSubmitRequest(json({ input: tooBig }), 'k')),
+      '$.input',
+    );
+  });
+
+  it('rejects only the batch item whose status would be too large', () => {
+    const items = decodeSubmitBatch(
+      json({ commands: [submitCommand, withInput({ labels: quoted })] }),
+    );
+    expect(items[0]?.ok).toBe(true);
+    const item = items[1];
+    if (item === undefined || item.ok) throw new Error('expected a failed item');
+    expectStatusTooLarge(item.error, '$.commands[1].input');
   });
 });
 

@@ -28,6 +28,7 @@ import {
   SETTLEMENT_MAX_BYTES,
   SUBMISSION_DATA_MAX_BYTES,
   SUBMISSION_MAX_BYTES,
+  TASK_STATUS_MAX_BYTES,
 } from './limits.js';
 import {
   type AcquireCommand,
@@ -53,6 +54,7 @@ import {
   type SubmitTask,
   SubmitTaskSchema,
 } from './schemas/index.js';
+import { taskStatusMaxBytes } from './status.js';
 import { textProblem } from './text.js';
 
 // ---- Issues to errors ---------------------------------------------------------
@@ -144,12 +146,27 @@ export function parseWith<const TSchema extends v.GenericSchema>(
 
 // ---- Application JSON ---------------------------------------------------------
 
-function checkSubmitData(task: SubmitTask, path: string): void {
+/**
+ * The size rules of a submitted task: `data` as plain JSON within SUBMISSION_DATA_MAX_BYTES and
+ * depth 64, and the task's status within TASK_STATUS_MAX_BYTES at its largest (status.ts). Each
+ * is a computed size, not a byte count of the body, so both are `payload_too_large` as the
+ * completion event's limit is (cloudevent.ts).
+ */
+function checkSubmitSizes(task: SubmitTask, path: string): void {
   checkJsonValue(task.data, {
     maxBytes: SUBMISSION_DATA_MAX_BYTES,
     maxDepth: JSON_MAX_DEPTH,
     path: `${path}.data`,
   });
+  const statusBytes = taskStatusMaxBytes(task);
+  if (statusBytes > TASK_STATUS_MAX_BYTES) {
+    throw new ContractError(
+      'payload_too_large',
+      `${path} would give the task a status of up to ${statusBytes} bytes, more than ` +
+        `${TASK_STATUS_MAX_BYTES}: its labels, queue and program (JSON-encoded) must be smaller`,
+      { reason: 'status_too_large', path },
+    );
+  }
 }
 
 function checkSettlePayloads(command: SettleCommand, path: string): void {
@@ -174,14 +191,15 @@ function checkSettlePayloads(command: SettleCommand, path: string): void {
 /**
  * Validates a SubmitTask built in memory or decoded from JSON: the schema,
  * then `data` as plain JSON of at most SUBMISSION_DATA_MAX_BYTES compact
- * bytes and depth 64 (`payload_too_large` when larger). Returns the
+ * bytes and depth 64, and the task's largest status within
+ * TASK_STATUS_MAX_BYTES (`payload_too_large` when larger). Returns the
  * normalised task. The submit decoders run the same checks.
  *
  * @param path - the task's JSON path in its command, for error paths.
  */
 export function validateSubmitTask(task: unknown, path = '$.input'): SubmitTask {
   const parsed = parseWith(SubmitTaskSchema, task, path);
-  checkSubmitData(parsed, path);
+  checkSubmitSizes(parsed, path);
   return parsed;
 }
 
@@ -191,7 +209,7 @@ export function validateSubmitTask(task: unknown, path = '$.input'): SubmitTask 
  */
 export function validateSubmitCommand(command: unknown, path = '$'): SubmitCommand {
   const parsed = parseWith(SubmitCommandSchema, command, path);
-  checkSubmitData(parsed.input, `${path}.input`);
+  checkSubmitSizes(parsed.input, `${path}.input`);
   return parsed;
 }
 
@@ -244,7 +262,7 @@ export function decodeSubmitRequest(
     );
   }
   const body = parseWith(SubmitRequestBodySchema, value);
-  checkSubmitData(body.input, '$.input');
+  checkSubmitSizes(body.input, '$.input');
   const command: SubmitCommand = { idempotency_key: idempotencyKeyHeader, input: body.input };
   if (body.origin_trace !== undefined) command.origin_trace = body.origin_trace;
   return command;

@@ -360,6 +360,7 @@ export {
   UriReferenceSchema,
   WorkerSessionSchema,
 } from './schemas/index.js';
+export { taskStatusMaxBytes } from './status.js';
 export {
   isWellFormedText,
   textProblem,

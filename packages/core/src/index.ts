@@ -153,6 +153,7 @@ export {
   attemptSnapshot,
   invocationEvent,
   recordedHistoryEvent,
+  taskPage,
   taskResult,
   taskSnapshot,
   taskStatus,

@@ -3,11 +3,18 @@ import {
   type AttemptSnapshot,
   buildTaskEvent,
   type CloudEvent,
+  encodeTaskCursor,
   type RecordedHistoryEvent,
+  type Scope,
+  TASK_CURSOR_MAX_BYTES,
+  TASK_PAGE_MAX_BYTES,
+  type TaskFilters,
+  type TaskPage,
   type TaskResult,
   type TaskSnapshot,
   type TaskStatus,
   type Timestamp,
+  utf8ByteLength,
 } from '@ledgence/contracts';
 import { authorityAt, leaseOf } from './lease.js';
 import type { AttemptRow, HistoryRow, TaskRow } from './rows.js';
@@ -48,6 +55,53 @@ export function taskStatus(task: TaskRow): TaskStatus {
   };
   if (Object.keys(task.labels).length > 0) status.labels = task.labels;
   return status;
+}
+
+/**
+ * The bytes of a page's compact encoding around its statuses, `{"tasks":[` … `]}`, with room for
+ * the longest `,"next_cursor":"…"` it may carry: whether a cursor follows is known only once the
+ * page is cut, and a cursor is at most TASK_CURSOR_MAX_BYTES of base64url, which JSON writes as
+ * it is.
+ */
+const PAGE_ENVELOPE_BYTES =
+  utf8ByteLength(JSON.stringify({ tasks: [], next_cursor: '' })) + TASK_CURSOR_MAX_BYTES;
+
+/**
+ * One page of a task list (DESIGN §4, §12). `rows` are the tasks matching the query after its
+ * cursor, in listing order, at most `limit + 1` of them: the one beyond a full page tells that
+ * another page follows. The page holds up to `limit` statuses and stops before its compact
+ * encoding would pass TASK_PAGE_MAX_BYTES, so it may hold fewer; `next_cursor` then continues
+ * right after its last status, and is absent only when no matching task is left.
+ */
+export function taskPage(
+  scope: Scope,
+  filters: TaskFilters,
+  rows: readonly TaskRow[],
+  limit: number,
+): TaskPage {
+  const tasks: TaskStatus[] = [];
+  let bytes = PAGE_ENVELOPE_BYTES;
+  for (const row of rows) {
+    if (tasks.length === limit) break;
+    const status = taskStatus(row);
+    // A comma separates each status from the one before.
+    const size = utf8ByteLength(JSON.stringify(status)) + (tasks.length > 0 ? 1 : 0);
+    // The first status is always taken, so a page with a cursor is never empty: one status is
+    // far smaller than a page (at most TASK_STATUS_MAX_BYTES from submit on), and the next page
+    // could start nowhere else anyway.
+    if (tasks.length > 0 && bytes + size > TASK_PAGE_MAX_BYTES) break;
+    bytes += size;
+    tasks.push(status);
+  }
+  const page: TaskPage = { tasks };
+  const last = tasks.at(-1);
+  if (rows.length > tasks.length && last !== undefined) {
+    page.next_cursor = encodeTaskCursor(scope, filters, {
+      submitted_at: last.submitted_at,
+      task_id: last.task_id,
+    });
+  }
+  return page;
 }
 
 /** One coherent observation; pending is distinct from a successful JSON null. */

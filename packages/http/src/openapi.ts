@@ -44,6 +44,7 @@ import {
   SettleBatchRequestSchema,
   SettleCommandSchema,
   SettleReplySchema,
+  SUBMISSION_DATA_MAX_BYTES,
   SubmitBatchReplySchema,
   SubmitBatchRequestSchema,
   SubmitCommandSchema,
@@ -51,6 +52,8 @@ import {
   SubmitTaskSchema,
   TASK_LIST_DEFAULT_LIMIT,
   TASK_LIST_MAX_LIMIT,
+  TASK_PAGE_MAX_BYTES,
+  TASK_STATUS_MAX_BYTES,
   TaskHistorySchema,
   TaskPageSchema,
   TaskResultSchema,
@@ -249,7 +252,10 @@ const ROUTES = {
     description:
       'Insert-or-return by idempotency key. The body is a SubmitCommand, or, with an ' +
       '`Idempotency-Key` header, `{input, origin_trace?}`. 201 when created, 200 when an ' +
-      'identical submission already exists; the same key with other content is 409.',
+      'identical submission already exists; the same key with other content is 409. ' +
+      `Data over ${SUBMISSION_DATA_MAX_BYTES} bytes, or labels, queue and program that could ` +
+      `make the task's status (at its largest) encode to more than ${TASK_STATUS_MAX_BYTES} ` +
+      'bytes, is 413 (`reason` `too_large` or `status_too_large`).',
     tags: ['tasks'],
     access: 'client',
     body: { schema: { oneOf: [ref('SubmitCommand'), ref('SubmitRequestBody')] }, required: true },
@@ -279,7 +285,9 @@ const ROUTES = {
     summary: 'List tasks',
     description:
       'Newest first. Label filters are `label.<key>=<value>` parameters (repeatable with ' +
-      'different keys; all must match). A cursor is bound to the scope and filters.',
+      'different keys; all must match). A cursor is bound to the scope and filters. A page ' +
+      `encodes to at most ${TASK_PAGE_MAX_BYTES} bytes, so it may hold fewer than \`limit\` ` +
+      'tasks even when more follow: `next_cursor` alone tells whether another page exists.',
     tags: ['tasks'],
     access: 'client',
     query: [

@@ -387,6 +387,22 @@ describe('EXPLAIN of the hot statements', () => {
     expect(countPlan).not.toMatch(/Seq Scan/);
   });
 
+  it('a history read probes task_history by its primary key, its bound a bigint', async () => {
+    const start = captured.length;
+    capturing = true;
+    // Past 2^31−1: the bound is compared as a bigint with the integer column (store.ts).
+    const page = await store.history(SCOPE, 'tsk_done_00099999', 2 ** 31);
+    capturing = false;
+    expect(page).toEqual([]);
+    const read = captured.slice(start).find((c) => /from task_history/.test(c.query));
+    if (read === undefined) throw new Error('statement not captured');
+    const plan = await explain(read.query, read.params);
+    expect(plan).toMatch(
+      /Index (Only )?Scan using task_history_tenant_id_namespace_task_id_sequence_pk/,
+    );
+    expect(plan).not.toMatch(/Seq Scan/);
+  });
+
   it('retention walks tasks_retention: scopes, preview and the collection statement', async () => {
     const start = captured.length;
     capturing = true;

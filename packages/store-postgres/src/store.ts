@@ -20,7 +20,6 @@ import {
   type CompletionSubscription,
   ContractError,
   decodeTaskCursor,
-  encodeTaskCursor,
   HISTORY_PAGE_LIMIT,
   type LeaseOwner,
   MAX_COMPLETION_BATCH,
@@ -100,6 +99,7 @@ import {
   type TaskRow,
   type TaskStore,
   taskNotFound,
+  taskPage,
   taskResult,
   taskSnapshot,
   taskStatus,
@@ -1669,10 +1669,14 @@ class PgTaskStore implements PostgresTaskStore {
         select 1 from tasks where tenant_id = ${scope.tenant_id}
           and namespace = ${scope.namespace} and task_id = ${taskId}`;
       if (task === undefined) throw taskNotFound(taskId);
+      // `sequence` is an `integer` column, but a caller may ask for any sequence in 0..2^53−1
+      // (DESIGN §4.1): an untyped parameter would be inferred as `integer` and fail beyond
+      // 2^31−1 (a 5xx by content alone). As `bigint` it compares across types in the same
+      // btree operator family, so the primary key still serves the range.
       const rows = await tx`
         select * from task_history
         where tenant_id = ${scope.tenant_id} and namespace = ${scope.namespace}
-          and task_id = ${taskId} and sequence > ${afterSequence}
+          and task_id = ${taskId} and sequence > ${afterSequence}::bigint
         order by sequence
         limit ${HISTORY_PAGE_LIMIT}`;
       return rows.map((row) =>
@@ -1722,16 +1726,13 @@ class PgTaskStore implements PostgresTaskStore {
           }
         order by submitted_at desc nulls last, task_id desc nulls last
         limit ${limit + 1}`;
-      const tasks = rows.slice(0, limit).map((row) => taskStatus(taskFromDb(row)));
-      const page: TaskPage = { tasks };
-      const last = tasks[tasks.length - 1];
-      if (rows.length > limit && last !== undefined) {
-        page.next_cursor = encodeTaskCursor(scope, filters, {
-          submitted_at: last.submitted_at,
-          task_id: last.task_id,
-        });
-      }
-      return page;
+      // The row beyond the page tells whether another page follows.
+      return taskPage(
+        scope,
+        filters,
+        rows.map((row) => taskFromDb(row)),
+        limit,
+      );
     });
   }
 

@@ -27,13 +27,17 @@ import {
   type Scope,
   type SubmitCommand,
   TASK_ATTEMPT_EVENT_TYPE,
+  TASK_CURSOR_MAX_BYTES,
   TASK_LIST_DEFAULT_LIMIT,
   TASK_LIST_MAX_LIMIT,
+  TASK_PAGE_MAX_BYTES,
+  TASK_STATUS_MAX_BYTES,
   type TaskFilters,
   type TaskSnapshot,
   type TaskStatus,
   type Timestamp,
   type TransitionReason,
+  utf8ByteLength,
   type WorkerSession,
 } from '@ledgence/contracts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -49,6 +53,7 @@ import {
   settleExecutionFailure,
   settleSuccess,
   submitCommand,
+  submitCommandWithStatusBytes,
   TEST_QUEUE,
   withKeysReversed,
 } from './fixtures.js';
@@ -1909,6 +1914,18 @@ export function runTaskStoreConformance(
         expect((await w.events(task.task_id)).length).toBe(before.length + 1);
       });
 
+      it('takes any after_sequence in 0..2^53−1; one past the end reads an empty page', async () => {
+        const w = setup();
+        const task = await w.submit();
+        expect((await w.store.history(w.scope, task.task_id, 0)).map((e) => e.sequence)).toEqual([
+          1,
+        ]);
+        // Both sides of a 32-bit integer column's range, and the largest sequence the wire allows.
+        for (const after of [2 ** 31 - 1, 2 ** 31, Number.MAX_SAFE_INTEGER]) {
+          expect(await w.store.history(w.scope, task.task_id, after)).toEqual([]);
+        }
+      });
+
       it('answers not_found for an unknown task or another scope', async () => {
         const w = setup();
         const task = await w.submit();
@@ -2138,6 +2155,59 @@ export function runTaskStoreConformance(
           w.store.listTasks(w.scope, { filters: {}, limit: TASK_LIST_MAX_LIMIT + 1 }),
           'invalid_input',
         );
+      });
+    });
+
+    describe('list page size (DESIGN §12 TASK_PAGE_MAX_BYTES)', () => {
+      it('listTasks ends a page before TASK_PAGE_MAX_BYTES; its cursors reach every task once', async () => {
+        const w = setup();
+        // Statuses as large as a submission may make them (~8 KiB): 300 of them, fewer than the
+        // row limit, would make one page of about 2.3 MiB; size alone must cut it, twice.
+        const count = 300;
+        const items = await w.store.submitBatch(
+          Array.from({ length: count }, () =>
+            submitCommandWithStatusBytes(w.scope, TASK_STATUS_MAX_BYTES),
+          ),
+        );
+        expect(items.every((item) => item.ok)).toBe(true);
+        const pages: { tasks: TaskStatus[]; bytes: number; cursor?: string }[] = [];
+        let cursor: string | undefined;
+        do {
+          const page = await w.store.listTasks(w.scope, {
+            filters: {},
+            limit: TASK_LIST_MAX_LIMIT,
+            cursor,
+          });
+          // What the list route answers is this page as compact JSON.
+          pages.push({
+            tasks: page.tasks,
+            bytes: utf8ByteLength(JSON.stringify(page)),
+            cursor: page.next_cursor,
+          });
+          cursor = page.next_cursor;
+        } while (cursor !== undefined && pages.length <= count);
+        expect(pages.length).toBeGreaterThanOrEqual(3);
+        for (const [index, page] of pages.entries()) {
+          expect(page.bytes).toBeLessThanOrEqual(TASK_PAGE_MAX_BYTES);
+          expect(page.tasks.length).toBeGreaterThan(0);
+          const next = pages[index + 1]?.tasks[0];
+          if (next !== undefined) {
+            // Cut by size, not by the limit, and no earlier than it had to be: the next status
+            // (and its comma) would not have fitted beside the longest cursor a page may carry.
+            expect(page.tasks.length).toBeLessThan(TASK_LIST_MAX_LIMIT);
+            expect(
+              page.bytes -
+                (page.cursor?.length ?? 0) +
+                TASK_CURSOR_MAX_BYTES +
+                1 +
+                utf8ByteLength(JSON.stringify(next)),
+            ).toBeGreaterThan(TASK_PAGE_MAX_BYTES);
+          }
+        }
+        const listed = pages.flatMap((page) => page.tasks);
+        expect(listed).toHaveLength(count);
+        expect(new Set(listed.map((t) => t.task_id)).size).toBe(count);
+        expect([...listed].sort(listingOrder)).toEqual(listed);
       });
     });
 

@@ -4,21 +4,25 @@
  * line and a change of wire shape is fixed here once.
  */
 import { randomUUID } from 'node:crypto';
-import type {
-  AcquireCommand,
-  ApplicationError,
-  Assignment,
-  ExecutionFailure,
-  LeaseOwner,
-  OpenSessionCommand,
-  Quiescence,
-  RenewCommand,
-  RenewIntent,
-  Scope,
-  SettleCommand,
-  SubmitCommand,
-  SubmitTask,
-  WorkerSession,
+import {
+  type AcquireCommand,
+  type ApplicationError,
+  type Assignment,
+  type ExecutionFailure,
+  LABEL_KEY_MAX_BYTES,
+  LABEL_VALUE_MAX_BYTES,
+  type LeaseOwner,
+  MAX_LABELS,
+  type OpenSessionCommand,
+  type Quiescence,
+  type RenewCommand,
+  type RenewIntent,
+  type Scope,
+  type SettleCommand,
+  type SubmitCommand,
+  type SubmitTask,
+  taskStatusMaxBytes,
+  type WorkerSession,
 } from '@ledgence/contracts';
 
 /** The namespace every {@link freshScope} uses; the tenant is what keeps tests apart. */
@@ -63,6 +67,43 @@ export function submitCommand(
   };
   if (origin_trace !== undefined) command.origin_trace = origin_trace;
   return command;
+}
+
+/**
+ * A {@link submitCommand} whose task's status at its largest (`taskStatusMaxBytes`) encodes to
+ * exactly `statusBytes`, for tests at TASK_STATUS_MAX_BYTES: MAX_LABELS labels with keys and
+ * values of the longest length allowed, and as many of the value characters `"` (two bytes once
+ * JSON-escaped, one byte more than the `v` it replaces) as reaching `statusBytes` takes.
+ * `overrides` are as for {@link submitCommand}, `labels` excepted.
+ *
+ * @throws RangeError when `statusBytes` is out of the range those labels can reach.
+ * @example submitCommandWithStatusBytes(scope, TASK_STATUS_MAX_BYTES + 1) // one byte too many
+ */
+export function submitCommandWithStatusBytes(
+  scope: Scope,
+  statusBytes: number,
+  overrides: Omit<Parameters<typeof submitCommand>[1], 'labels'> = {},
+): SubmitCommand {
+  const keys = Array.from(
+    { length: MAX_LABELS },
+    (_, i) => `${String(i).padStart(2, '0')}${'k'.repeat(LABEL_KEY_MAX_BYTES - 2)}`,
+  );
+  const withQuotes = (quotes: number): Record<string, string> => {
+    const labels: Record<string, string> = {};
+    let left = quotes;
+    for (const key of keys) {
+      const here = Math.min(left, LABEL_VALUE_MAX_BYTES);
+      labels[key] = `${'"'.repeat(here)}${'v'.repeat(LABEL_VALUE_MAX_BYTES - here)}`;
+      left -= here;
+    }
+    return labels;
+  };
+  const plain = submitCommand(scope, { ...overrides, labels: withQuotes(0) });
+  const quotes = statusBytes - taskStatusMaxBytes(plain.input);
+  if (quotes < 0 || quotes > MAX_LABELS * LABEL_VALUE_MAX_BYTES) {
+    throw new RangeError(`no labels give a status of ${statusBytes} bytes to this command`);
+  }
+  return { ...plain, input: { ...plain.input, labels: withQuotes(quotes) } };
 }
 
 /** An open-session command on {@link TEST_QUEUE} with `concurrency` slots (default 4). */

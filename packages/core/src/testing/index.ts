@@ -49,6 +49,7 @@ export {
   settleExecutionFailure,
   settleSuccess,
   submitCommand,
+  submitCommandWithStatusBytes,
   TEST_NAMESPACE,
   TEST_QUEUE,
   withKeysReversed,

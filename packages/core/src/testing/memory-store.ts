@@ -16,7 +16,6 @@ import {
   type CompletionSubscription,
   ContractError,
   decodeTaskCursor,
-  encodeTaskCursor,
   HISTORY_PAGE_LIMIT,
   type LeaseOwner,
   MAX_COMPLETION_BATCH,
@@ -99,6 +98,7 @@ import { submitTask } from '../submit.js';
 import {
   attemptSnapshot,
   recordedHistoryEvent,
+  taskPage,
   taskResult,
   taskSnapshot,
   taskStatus,
@@ -816,16 +816,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
       selected.sort(listingOrder);
       // One row beyond the page tells whether another page exists, so the
       // last page carries no cursor.
-      const page = selected.slice(0, limit);
-      const last = page.at(-1);
-      const reply: TaskPage = { tasks: page.map((task) => copy(taskStatus(task))) };
-      if (selected.length > limit && last !== undefined) {
-        reply.next_cursor = encodeTaskCursor(scope, filters, {
-          submitted_at: last.submitted_at,
-          task_id: last.task_id,
-        });
-      }
-      return reply;
+      return copy(taskPage(scope, filters, selected.slice(0, limit + 1), limit));
     },
 
     recoverExpiredLeases,
