@@ -3,13 +3,14 @@
  * duplicates inside renew and acquire batches answered as if alone (DESIGN §7.1), replays after
  * the task was leased again, attempt counting in recovery, and a batch that fails as a whole.
  */
-import { type Assignment, ContractError } from '@ledgence/contracts';
+import type { Assignment, ContractError } from '@ledgence/contracts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   acquireCommand,
   failureCommand,
   type Harness,
   harness,
+  outcomeCode,
   renewCommand,
   SCOPE,
   submitCommand,
@@ -21,16 +22,6 @@ beforeAll(async () => {
   h = await harness('lease_paths');
 });
 afterAll(() => h.close());
-
-async function code(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return 'ok';
-  } catch (error) {
-    if (error instanceof ContractError) return error.code;
-    throw error;
-  }
-}
 
 async function keyActive(key: string): Promise<number> {
   const rows = await h.sql`select active from concurrency_keys
@@ -212,7 +203,7 @@ describe('recovery counts and cancel', () => {
     const st = await h.store.status(SCOPE, a.lease.owner.task_id);
     expect(st.state).toBe('cancelled');
     expect(st.attempt_count).toBe(4);
-    expect(await code(h.store.renew(renewCommand(a.lease.owner, 2)))).toBe('ownership_lost');
+    expect(await outcomeCode(h.store.renew(renewCommand(a.lease.owner, 2)))).toBe('ownership_lost');
   });
 });
 

@@ -9,9 +9,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresTaskStore } from './store.js';
 import {
   acquireCommand,
+  CONFIG,
   failureCommand,
   type Harness,
   harness,
+  outcomeCode,
   renewCommand,
   SCOPE,
   submitCommand,
@@ -48,15 +50,6 @@ async function history(taskId: string): Promise<RecordedHistoryEvent[]> {
 
 function gapless(events: RecordedHistoryEvent[]): void {
   expect(events.map((e) => e.sequence)).toEqual(events.map((_, i) => i + 1));
-}
-
-async function code(p: Promise<unknown>): Promise<string> {
-  try {
-    await p;
-    return 'ok';
-  } catch (error) {
-    return (error as { code?: string }).code ?? String(error);
-  }
 }
 
 const answer = (r: { ok: boolean; value?: unknown; error?: { code: string } }) =>
@@ -134,9 +127,9 @@ describe('settle against lease expiry', () => {
     const now = await h.store.now();
     h.advance(attempt.lease.expires_at - now);
     try {
-      expect(await code(h.store.settle(successCommand(a, 'late')))).toBe('ownership_lost');
+      expect(await outcomeCode(h.store.settle(successCommand(a, 'late')))).toBe('ownership_lost');
       expect(
-        await code(
+        await outcomeCode(
           h.store.settleBatch([successCommand(a, 'late')]).then((r) => {
             if (!r[0]?.ok) throw r[0]?.error;
           }),
@@ -158,7 +151,7 @@ describe('a settle batch that fails as a whole is answered item by item', () => 
       const store = createPostgresTaskStore({
         url: h.db.url,
         max: 2,
-        config: (await import('./testdata/fixtures.js')).CONFIG,
+        config: CONFIG,
         failpoints: createFailpoints(parseFailpoints(`${point}=error*1`)),
       });
       try {

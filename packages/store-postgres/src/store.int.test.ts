@@ -1,4 +1,4 @@
-import { type Assignment, ContractError } from '@ledgence/contracts';
+import type { Assignment } from '@ledgence/contracts';
 import { commandDigest } from '@ledgence/core';
 import { withKeysReversed } from '@ledgence/core/testing';
 import postgres from 'postgres';
@@ -10,6 +10,7 @@ import {
   failureCommand,
   type Harness,
   harness,
+  outcomeCode,
   renewCommand,
   SCOPE,
   submitCommand,
@@ -21,16 +22,6 @@ beforeAll(async () => {
   h = await harness('store');
 });
 afterAll(() => h.close());
-
-async function code(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return 'ok';
-  } catch (error) {
-    if (error instanceof ContractError) return error.code;
-    throw error;
-  }
-}
 
 /**
  * A store on a connection of its own that runs `before` ahead of the first lookup of
@@ -95,7 +86,7 @@ describe('submit', () => {
     );
     expect(again.created).toBe(false);
     expect(again.snapshot).toEqual(first.snapshot);
-    expect(await code(h.store.submit(submitCommand('s1', { queue: 'sub', data: 2 })))).toBe(
+    expect(await outcomeCode(h.store.submit(submitCommand('s1', { queue: 'sub', data: 2 })))).toBe(
       'conflict',
     );
     const history = await h.store.history(SCOPE, first.snapshot.task_id, 0);
@@ -119,7 +110,7 @@ describe('submit', () => {
     // the command's own — the digest, not the rebuilt command, was compared.
     await h.sql`update tasks set command_digest = ${commandDigest(submitCommand('other'))}
       where task_id = ${snapshot.task_id}`;
-    expect(await code(h.store.submit(command))).toBe('conflict');
+    expect(await outcomeCode(h.store.submit(command))).toBe('conflict');
     expect((await h.store.submitBatch([command]))[0]).toMatchObject({
       ok: false,
       error: { code: 'conflict' },
@@ -381,9 +372,9 @@ describe('submit', () => {
   it('a foreign scope cannot see a task', async () => {
     const { snapshot } = await h.store.submit(submitCommand('scoped', { queue: 'sub' }));
     const other = { tenant_id: 'other', namespace: 'prod' };
-    expect(await code(h.store.status(other, snapshot.task_id))).toBe('not_found');
-    expect(await code(h.store.cancel(other, snapshot.task_id))).toBe('not_found');
-    expect(await code(h.store.history(other, snapshot.task_id, 0))).toBe('not_found');
+    expect(await outcomeCode(h.store.status(other, snapshot.task_id))).toBe('not_found');
+    expect(await outcomeCode(h.store.cancel(other, snapshot.task_id))).toBe('not_found');
+    expect(await outcomeCode(h.store.history(other, snapshot.task_id, 0))).toBe('not_found');
   });
 });
 
@@ -399,19 +390,19 @@ describe('lifecycle', () => {
     expect(replay.reply.disposition).toBe('assigned');
     // A new poll while the slot is busy.
     expect(
-      await code(h.store.acquire(acquireCommand(s.id, 0, 2, 'life'), { recordEmpty: true })),
+      await outcomeCode(h.store.acquire(acquireCommand(s.id, 0, 2, 'life'), { recordEmpty: true })),
     ).toBe('consumer_busy');
     const owner = assignment.lease.owner;
     const auth = await h.store.renew(renewCommand(owner, 1, 'dispatch'));
     expect(auth.dispatch_allowed).toBe(true);
     expect((await h.store.renew(renewCommand(owner, 1, 'dispatch'))).renew_sequence).toBe(1);
-    expect(await code(h.store.renew(renewCommand(owner, 3)))).toBe('sequence_conflict');
+    expect(await outcomeCode(h.store.renew(renewCommand(owner, 3)))).toBe('sequence_conflict');
     const settled = await h.store.settle(successCommand(assignment, 'op1', { out: null }));
     expect(settled.already_accepted).toBe(false);
     expect(settled.task_state).toBe('succeeded');
     const replayed = await h.store.settle(successCommand(assignment, 'op1', { out: null }));
     expect(replayed.already_accepted).toBe(true);
-    expect(await code(h.store.settle(successCommand(assignment, 'op2')))).toBe('conflict');
+    expect(await outcomeCode(h.store.settle(successCommand(assignment, 'op2')))).toBe('conflict');
     const result = await h.store.result(SCOPE, snapshot.task_id);
     expect(result.outcome).toEqual({ state: 'succeeded', output: { out: null } });
     const history = await h.store.history(SCOPE, snapshot.task_id, 0);
@@ -456,7 +447,7 @@ describe('lifecycle', () => {
       successCommand(assignment, 'op-canon', { ...output, a: { y: [{ k: 0 }], b: true } }),
       successCommand(assignment, 'op-canon', output, 'unconfirmed'),
     ]) {
-      expect(await code(h.store.settle(other))).toBe('conflict');
+      expect(await outcomeCode(h.store.settle(other))).toBe('conflict');
     }
   });
 
@@ -511,7 +502,7 @@ describe('lifecycle', () => {
     const s = await session('expire');
     const a = await claim('expire', s.id, 0, 1);
     h.advance(2_500);
-    expect(await code(h.store.renew(renewCommand(a.lease.owner, 1)))).toBe('ownership_lost');
+    expect(await outcomeCode(h.store.renew(renewCommand(a.lease.owner, 1)))).toBe('ownership_lost');
     const progress = await h.store.recoverExpiredLeases();
     expect(progress).toMatchObject({
       scanned: 1,
@@ -520,7 +511,7 @@ describe('lifecycle', () => {
       failed: 0,
       cancelled: 0,
     });
-    expect(await code(h.store.settle(successCommand(a, 'late')))).toBe('ownership_lost');
+    expect(await outcomeCode(h.store.settle(successCommand(a, 'late')))).toBe('ownership_lost');
     const status = await h.store.status(SCOPE, snapshot.task_id);
     expect(status.state).toBe('queued');
     const history = await h.store.history(SCOPE, snapshot.task_id, 0);
@@ -550,7 +541,7 @@ describe('lifecycle', () => {
       finalized: 0,
       has_more: false,
     });
-    expect(await code(h.store.recoverExpiredLeases(0))).toBe('invalid_input');
+    expect(await outcomeCode(h.store.recoverExpiredLeases(0))).toBe('invalid_input');
   });
 
   it('an unconfirmed settlement takes its recorded outcome at the authority deadline', async () => {
@@ -594,14 +585,14 @@ describe('lifecycle', () => {
 
   it('sessions: unknown, expired, extended', async () => {
     expect(
-      await code(h.store.acquire(acquireCommand('ses_nope', 0, 1), { recordEmpty: true })),
+      await outcomeCode(h.store.acquire(acquireCommand('ses_nope', 0, 1), { recordEmpty: true })),
     ).toBe('session_not_found');
     const s = await session('q', 1);
     h.advance(61_000);
-    expect(await code(h.store.acquire(acquireCommand(s.id, 0, 1), { recordEmpty: true }))).toBe(
-      'session_expired',
-    );
-    expect(await code(h.store.extendSession(SCOPE, s.id))).toBe('session_expired');
+    expect(
+      await outcomeCode(h.store.acquire(acquireCommand(s.id, 0, 1), { recordEmpty: true })),
+    ).toBe('session_expired');
+    expect(await outcomeCode(h.store.extendSession(SCOPE, s.id))).toBe('session_expired');
     const fresh = await session('q', 1);
     const extended = await h.store.extendSession(SCOPE, fresh.id);
     expect(extended.expires_at).toBeGreaterThanOrEqual(fresh.expires_at);
@@ -652,7 +643,7 @@ describe('listing', () => {
     expect(none.tasks).toEqual([]);
     const page = await h.store.listTasks(SCOPE, { filters: { queue: 'list' }, limit: 2 });
     expect(
-      await code(
+      await outcomeCode(
         h.store.listTasks(SCOPE, {
           filters: { queue: 'other' },
           cursor: page.next_cursor as string,

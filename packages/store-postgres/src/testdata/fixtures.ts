@@ -12,6 +12,7 @@ import type {
   SubmitCommand,
   SubmitTask,
 } from '@ledgence/contracts';
+import { ContractError } from '@ledgence/contracts';
 import { type LifecycleConfig, lifecycleConfig } from '@ledgence/core';
 import postgres from 'postgres';
 import { createPostgresTaskStore, type PostgresTaskStore } from '../store.js';
@@ -145,4 +146,18 @@ export function failureCommand(
     quiescence: 'confirmed',
     processing_trace: null,
   };
+}
+
+/**
+ * `'ok'` when the promise fulfils, else the code of the ContractError it rejects with. Any other
+ * rejection is rethrown: a store that fails with a non-contract error has a bug the test must show.
+ */
+export async function outcomeCode(promise: Promise<unknown>): Promise<string> {
+  try {
+    await promise;
+    return 'ok';
+  } catch (error) {
+    if (error instanceof ContractError) return error.code;
+    throw error;
+  }
 }
