@@ -238,6 +238,39 @@ describe('Worker against the real server', () => {
     expect(got).toBe(41);
   });
 
+  it('settles invalid data as invalid_data even when an issue message must be cut inside an emoji', async () => {
+    const c = client(server.url);
+    const queue = 'typed-long';
+    const task = await c.submit({ queue, program: 'typed', data: { n: 'x' } });
+    // 500 UTF-16 units end between the two halves of the 250th emoji: a naive cut sends a lone
+    // surrogate, which the server refuses as JSON, and the report would never land as invalid_data.
+    const longMessage = `!${'\u{1F600}'.repeat(400)}`;
+    const verbose: StandardSchemaV1<unknown, { n: number }> = {
+      '~standard': {
+        version: 1,
+        vendor: 'ledgence-e2e',
+        validate: () => ({ issues: [{ message: longMessage, path: ['n'] }] }),
+      },
+    };
+    const w = worker(queue);
+    w.register('typed', (data) => data.n, { schema: verbose });
+    const running = w.run();
+    const [result] = await settled(c, [task.task_id]);
+    await w.stop();
+    await running;
+    expect(result?.outcome).toMatchObject({
+      state: 'failed',
+      failure: { kind: 'application', error: { code: 'invalid_data', retryable: false } },
+    });
+    expect(result?.status.attempt_count).toBe(1);
+    const outcome = result?.outcome as {
+      failure: { error: { details: { issues: { message: string }[] } } };
+    };
+    const [issue] = outcome.failure.error.details.issues;
+    expect(issue?.message.isWellFormed()).toBe(true);
+    expect(longMessage.startsWith((issue?.message ?? '').replace(/…$/, ''))).toBe(true);
+  });
+
   it('counts an unknown program against the retry budget', async () => {
     const c = client(server.url);
     const queue = 'unknown';

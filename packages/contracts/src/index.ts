@@ -362,6 +362,7 @@ export {
 } from './schemas/index.js';
 export { taskStatusMaxBytes } from './status.js';
 export {
+  fitText,
   isWellFormedText,
   textProblem,
   utf8ByteLength,

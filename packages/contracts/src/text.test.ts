@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { textProblem, textProblemByRules } from './text.js';
+import { fitText, textProblem, textProblemByRules, utf8ByteLength } from './text.js';
 
 // Characters near every boundary the rules draw: controls, space and the other whitespace,
 // the ends of printable ASCII, C1 controls, two- and three-byte text, zero-width space, BOM,
@@ -56,5 +56,39 @@ describe('textProblem', () => {
     expect(textProblem('a\ud800', 8)).toBe('must be well-formed Unicode');
     expect(textProblem('', 8)).toBe('must not be empty');
     expect(textProblem(1, 8)).toBe('must be a string');
+  });
+});
+
+describe('fitText', () => {
+  it('returns well-formed text within the limit unchanged', () => {
+    expect(fitText('héllo \u{1F600}', 11)).toBe('héllo \u{1F600}');
+  });
+
+  it('replaces lone surrogates, which no JSON decoder here accepts', () => {
+    expect(fitText('a\ud800b\udc00', 100)).toBe('a\ufffdb\ufffd');
+  });
+
+  it('cuts before a character that would cross the limit, never inside a surrogate pair', () => {
+    // 1 + 4 + 4 bytes, a limit of 9 keeps all; 8 leaves room for '!' and the 3-byte mark.
+    expect(fitText('!\u{1F600}\u{1F600}', 9)).toBe('!\u{1F600}\u{1F600}');
+    expect(fitText('!\u{1F600}\u{1F600}', 8)).toBe('!\u{1F600}…');
+    expect(fitText('!\u{1F600}\u{1F600}', 7)).toBe('!…');
+  });
+
+  it('always answers well-formed text within the limit that starts with the kept prefix', () => {
+    fc.assert(
+      fc.property(
+        fc.string({ unit: 'binary', maxLength: 200 }),
+        fc.integer({ min: 3, max: 400 }),
+        (text, max) => {
+          const fitted = fitText(text, max);
+          expect(fitted.isWellFormed()).toBe(true);
+          expect(utf8ByteLength(fitted)).toBeLessThanOrEqual(max);
+          const kept =
+            fitted.endsWith('…') && fitted !== text.toWellFormed() ? fitted.slice(0, -1) : fitted;
+          expect(text.toWellFormed().startsWith(kept)).toBe(true);
+        },
+      ),
+    );
   });
 });

@@ -21,6 +21,30 @@ export function utf8ByteLength(value: string): number {
   return bytes;
 }
 
+const LONE_SURROGATES = /\p{Cs}/gu;
+const CUT_MARK = '…';
+const CUT_MARK_BYTES = 3;
+
+/**
+ * `text` made safe to send within `maxBytes` of UTF-8: lone surrogates (which no JSON decoder
+ * here accepts) become U+FFFD, and a longer text is cut at a character boundary — never inside a
+ * surrogate pair — and ends with `…`. For free text a peer wrote (error messages, schema issues),
+ * where refusing the whole report would lose more than the cut does.
+ */
+export function fitText(text: string, maxBytes: number): string {
+  const wellFormed = text.replace(LONE_SURROGATES, '\ufffd');
+  if (utf8ByteLength(wellFormed) <= maxBytes) return wellFormed;
+  const budget = maxBytes - CUT_MARK_BYTES;
+  let bytes = 0;
+  let end = 0;
+  for (const char of wellFormed) {
+    bytes += utf8ByteLength(char);
+    if (bytes > budget) break;
+    end += char.length;
+  }
+  return `${wellFormed.slice(0, end)}${CUT_MARK}`;
+}
+
 // C0 and C1 controls and DEL; identifiers end up in logs, headers and indexes.
 // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point
 const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f]/;

@@ -22,6 +22,7 @@ import {
   type AttemptReport,
   ContractError,
   type ExecutionFailureKind,
+  fitText,
   type LeaseOwner,
   MESSAGE_MAX_BYTES,
   OPERATION_ID_MAX_BYTES,
@@ -63,24 +64,6 @@ export interface ReportIdentity {
   activationId?: string | undefined;
 }
 
-const ELLIPSIS = '…';
-/** A cut message keeps room for the ellipsis that marks the cut. */
-const CUT_MESSAGE_BYTES = MESSAGE_MAX_BYTES - utf8ByteLength(ELLIPSIS);
-// With the `u` flag a surrogate pair is one code point, so only lone halves match.
-const LONE_SURROGATE = /\p{Cs}/gu;
-
-/** The longest prefix of well-formed `text` within `maxBytes` of UTF-8, never splitting a character. */
-function prefixWithin(text: string, maxBytes: number): string {
-  let bytes = 0;
-  let end = 0;
-  for (const char of text) {
-    bytes += utf8ByteLength(char);
-    if (bytes > maxBytes) break;
-    end += char.length;
-  }
-  return text.slice(0, end);
-}
-
 /**
  * A message safe for the wire: non-empty, well-formed Unicode, no control characters, and within
  * the server's MESSAGE_MAX_BYTES of UTF-8 (a longer one is cut at a character boundary and ends
@@ -88,15 +71,9 @@ function prefixWithin(text: string, maxBytes: number): string {
  */
 export function wireMessage(text: unknown, fallback: string): string {
   const raw = typeof text === 'string' ? text : '';
-  const clean = raw
-    .replace(LONE_SURROGATE, '\ufffd')
-    // biome-ignore lint/suspicious/noControlCharactersInRegex: stripping them is the point
-    .replace(/[\u0000-\u001f\u007f]+/g, ' ')
-    .trim();
-  const bounded =
-    utf8ByteLength(clean) > MESSAGE_MAX_BYTES
-      ? `${prefixWithin(clean, CUT_MESSAGE_BYTES)}${ELLIPSIS}`
-      : clean;
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: stripping them is the point
+  const clean = raw.replace(/[\u0000-\u001f\u007f]+/g, ' ').trim();
+  const bounded = fitText(clean, MESSAGE_MAX_BYTES);
   return bounded.length > 0 ? bounded : fallback;
 }
 

@@ -8,6 +8,7 @@
 import {
   type Assignment,
   type CloudEvent,
+  fitText,
   LedgenceError,
   LONG_POLL_WAIT_MS,
   MAX_SESSION_CONCURRENCY,
@@ -1114,13 +1115,16 @@ export class Worker {
   }
 }
 
+/** An issue message's share of the `invalid_data` details (at most 20 issues are sent). */
+const ISSUE_MESSAGE_MAX_BYTES = 500;
+
 /** Validates task data with a Standard Schema; invalid data is an `invalid_data` application error. */
 async function validateData(schema: StandardSchemaV1, data: unknown): Promise<unknown> {
   const result = await schema['~standard'].validate(data);
   if (result.issues === undefined) return result.value;
   const issues = result.issues.slice(0, 20).map((issue) => ({
     path: issuePath(issue),
-    message: String(issue.message).slice(0, 500),
+    message: fitText(String(issue.message), ISSUE_MESSAGE_MAX_BYTES),
   }));
   const first = issues[0];
   throw new ApplicationError(
