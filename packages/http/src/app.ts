@@ -224,6 +224,27 @@ function invalidPathParameter(name: string, problem: string): ContractError {
   });
 }
 
+const STRICT_UTF8 = new TextDecoder('utf-8', { fatal: true });
+// biome-ignore lint/suspicious/noControlCharactersInRegex: the range is ASCII as a whole
+const ASCII = /^[\u0000-\u007f]*$/;
+
+/**
+ * A header's value as text. Node hands header bytes over one per character (latin1), while
+ * clients such as curl send UTF-8: decoded here, a key sent as `Idempotency-Key` names the same
+ * task as the same key sent in a body. Bytes that are not UTF-8 are refused, not guessed at.
+ */
+function headerText(c: AppContext, name: string): string | undefined {
+  const raw = c.req.header(name);
+  if (raw === undefined || ASCII.test(raw)) return raw;
+  try {
+    return STRICT_UTF8.decode(Uint8Array.from(raw, (char) => char.charCodeAt(0)));
+  } catch {
+    throw new ContractError('invalid_input', `the ${name} header is not UTF-8 text`, {
+      reason: 'invalid_text',
+    });
+  }
+}
+
 /** A path parameter checked with the text rule of its field. */
 function pathText(c: AppContext, name: string, maxBytes: number): string {
   const value = c.req.param(name) ?? '';
@@ -484,7 +505,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
 
   app.post(`${SCOPE_PREFIX}/tasks`, documentRoute('submitTask'), async (c) => {
     const bytes = await requiredBody(c, SUBMISSION_MAX_BYTES);
-    const header = c.req.header('idempotency-key');
+    const header = headerText(c, 'Idempotency-Key');
     if (header !== undefined) supply(c, header);
     const command = decodeSubmitRequest(bytes, header);
     supply(c, command);

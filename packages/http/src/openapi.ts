@@ -262,7 +262,9 @@ const ROUTES = {
     headers: [
       {
         name: 'Idempotency-Key',
-        description: 'The idempotency key, when the body does not carry it (text, ≤ 255 bytes).',
+        description:
+          'The idempotency key, when the body does not carry it: text of ≤ 255 bytes, read as ' +
+          'UTF-8 (bytes that are not UTF-8 are 400 `invalid_text`).',
         schema: { type: 'string' },
       },
     ],

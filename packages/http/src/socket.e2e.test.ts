@@ -136,4 +136,72 @@ describe('over a real socket', () => {
     expect(res.status).toBe(413);
     expect(res.headers.get('content-type')).toBe('application/problem+json');
   });
+
+  it('reads an Idempotency-Key header as UTF-8, so it names the task its body form names', async () => {
+    const key = 'café-☕-1';
+    const input = submitBody(ACME_PROD, key).input;
+    const byHeader = await rawPost(
+      `${scopePath(ACME_PROD)}/tasks`,
+      {
+        ...headers(KEYS.client),
+        // What curl sends: the key's UTF-8 bytes, which node:http writes one per character.
+        'idempotency-key': Buffer.from(key, 'utf8').toString('latin1'),
+      },
+      JSON.stringify({ input }),
+    );
+    expect(byHeader.status).toBe(201);
+    const byBody = await fetch(`${base}${scopePath(ACME_PROD)}/tasks`, {
+      method: 'POST',
+      headers: headers(KEYS.client),
+      body: JSON.stringify({ idempotency_key: key, input }),
+    });
+    expect(byBody.status).toBe(200);
+    const created = JSON.parse(byHeader.body) as { task_id: string };
+    expect(((await byBody.json()) as { task_id: string }).task_id).toBe(created.task_id);
+  });
+
+  it('refuses an Idempotency-Key header whose bytes are not UTF-8, and creates nothing', async () => {
+    const input = submitBody(ACME_PROD, 'unused').input;
+    const before = await listed();
+    const res = await rawPost(
+      `${scopePath(ACME_PROD)}/tasks`,
+      {
+        ...headers(KEYS.client),
+        'idempotency-key': 'caf\u00e9', // one byte 0xE9: latin1, not UTF-8
+      },
+      JSON.stringify({ input }),
+    );
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.body)).toMatchObject({ code: 'invalid_input' });
+    expect(await listed()).toBe(before);
+  });
 });
+
+/** A POST over node:http, whose header values go out as the latin1 bytes of their characters. */
+function rawPost(
+  path: string,
+  requestHeaders: Record<string, string>,
+  body: string,
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${base}${path}`, { method: 'POST', headers: requestHeaders });
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }),
+      );
+    });
+    req.on('error', reject);
+    // A Buffer body: with a string one, node:http would write the head as UTF-8 along with it.
+    req.end(Buffer.from(body, 'utf8'));
+  });
+}
+
+/** How many tasks ACME_PROD holds. */
+async function listed(): Promise<number> {
+  const res = await fetch(`${base}${scopePath(ACME_PROD)}/tasks?limit=500`, {
+    headers: headers(KEYS.client),
+  });
+  return ((await res.json()) as { tasks: unknown[] }).tasks.length;
+}
