@@ -2,6 +2,7 @@ import {
   type AcquireReply,
   type AttemptSnapshot,
   type Authority,
+  ContractError,
   type Problem,
   type RecordedHistoryEvent,
   SESSION_VALIDITY_MS,
@@ -824,6 +825,72 @@ describe('operations routes and the edge', () => {
     expect(JSON.stringify(problem)).not.toContain('secret-dsn');
     const failure = lines.find((l) => l.msg === 'request failed') as { err?: { stack?: string } };
     expect(failure?.err?.stack).toContain('connection reset');
+  });
+
+  it('answers a store failure wrapped as unavailable with the generic detail and logs its cause', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: 'info' },
+      { write: (line: string) => lines.push(JSON.parse(line)) },
+    );
+    const service = createTaskService({ store: createMemoryTaskStore() });
+    // What the PostgreSQL store throws for a failed statement (store.ts `unavailable`).
+    const cause = new Error('relation "tasks" does not exist at db-internal-7:5432');
+    service.status = async () => {
+      throw new ContractError('unavailable', `the task store is unavailable: ${cause.message}`, {
+        cause,
+      });
+    };
+    const app = createHttpApp({ service, auth: { keys: [] }, logger });
+    const problem = await expectProblem(await app.request(`${TASKS}/tsk_1`), 'unavailable');
+    expect(JSON.stringify(problem)).not.toContain('db-internal-7');
+    expect(problem.detail).toBe('The service is temporarily unavailable; retry later.');
+    const failure = lines.find((l) => l.msg === 'request failed') as {
+      request_id?: string;
+      err?: { message?: string };
+    };
+    expect(failure?.err?.message).toContain('db-internal-7');
+    expect(failure?.request_id).toBe(problem.request_id);
+  });
+
+  it('answers a batch item the store failed with the generic detail and logs its cause', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: 'info' },
+      { write: (line: string) => lines.push(JSON.parse(line)) },
+    );
+    const service = createTaskService({ store: createMemoryTaskStore() });
+    const submitBatch = service.submitBatch.bind(service);
+    const cause = new Error('deadlock detected on db-internal-7');
+    // The first item answered as the PostgreSQL store answers an item its statement failed.
+    service.submitBatch = async (commands) => {
+      const [, ...rest] = await submitBatch(commands);
+      const failed = new ContractError(
+        'unavailable',
+        `the task store is unavailable: ${cause.message}`,
+        {
+          cause,
+        },
+      );
+      return [{ ok: false, error: failed }, ...rest];
+    };
+    const app = createHttpApp({ service, auth: { keys: [] }, logger });
+    const res = await app.request(`${TASKS}:batch`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        commands: [submitBody(ACME_PROD, 'item-1'), submitBody(ACME_PROD, 'item-2')],
+      }),
+    });
+    const { results } = await expectJson<{ results: (TaskSnapshot | Problem)[] }>(res, 200);
+    expect(results[0]).toMatchObject({
+      code: 'unavailable',
+      detail: 'The service is temporarily unavailable; retry later.',
+    });
+    expect(JSON.stringify(results)).not.toContain('db-internal-7');
+    expect(results[1]).toMatchObject({ state: 'queued' });
+    const failure = lines.find((l) => l.msg === 'request failed') as { err?: { message?: string } };
+    expect(failure?.err?.message).toContain('db-internal-7');
   });
 
   it('runs in development mode without keys: every request is allowed', async () => {

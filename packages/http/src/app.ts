@@ -62,7 +62,7 @@ import { CancelBodySchema, ExtendSessionBodySchema } from './bodies.js';
 import { readBody } from './body.js';
 import { createOpenApiDocument, documentRoute } from './openapi.js';
 import { checkRoutePolicies, type PolicyVariables } from './policy.js';
-import { genericError, PROBLEM_CONTENT_TYPE, problemOf } from './problem.js';
+import { genericError, PROBLEM_CONTENT_TYPE, problemOf, wrapsBackendFailure } from './problem.js';
 import {
   parseAfterSequence,
   parseLimit,
@@ -351,13 +351,15 @@ function checkSubmitScope(command: SubmitCommand, scope: Scope, at: string): voi
 /**
  * Runs the items of a batch that passed decoding and authorization through
  * `run` in one call, and answers every item in request order: its reply, or
- * its own problem document.
+ * its own problem document (an item's backend failure goes to `logFailure`, as
+ * its document names it only as `unavailable`).
  */
 async function answerBatch<C, R, O>(
   items: readonly DecodedItem<C>[],
   check: (command: C, index: number) => void,
   run: (commands: C[]) => Promise<ItemResult<R>[]>,
   reply: (value: R) => O,
+  logFailure: (error: ContractError) => void,
 ): Promise<(O | Problem)[]> {
   const answers: (O | Problem | undefined)[] = new Array(items.length);
   const accepted: C[] = [];
@@ -380,9 +382,12 @@ async function answerBatch<C, R, O>(
     const results = await run(accepted);
     results.forEach((result, k) => {
       const index = positions[k] as number;
-      answers[index] = result.ok
-        ? reply(result.value)
-        : problemOf(result.error, { supplied: suppliedStrings([accepted[k]]) });
+      if (result.ok) {
+        answers[index] = reply(result.value);
+        return;
+      }
+      if (wrapsBackendFailure(result.error)) logFailure(result.error);
+      answers[index] = problemOf(result.error, { supplied: suppliedStrings([accepted[k]]) });
     });
   }
   return answers.map(
@@ -461,9 +466,14 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     }
   });
 
+  /** Logs a failure whose text is for the operator: the client's answer says only "retry". */
+  const logFailure = (c: AppContext) => (error: unknown) =>
+    logger.error({ request_id: c.get('requestId'), err: error }, 'request failed');
+
   app.onError((error, c) => {
     const requestId = c.get('requestId');
     if (error instanceof ContractError) {
+      if (wrapsBackendFailure(error)) logFailure(c)(error);
       // Decoder, query and path messages name paths and rules only; the
       // service's messages may quote identifiers, so those are scrubbed.
       const supplied = c.get('inService') ? suppliedStrings(c.get('supplied')) : undefined;
@@ -471,7 +481,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     }
     // Not a contract error: a bug or a backend failure. The stack goes to the
     // log; the client learns only that it may retry (no 500 code exists).
-    logger.error({ request_id: requestId, err: error }, 'request failed');
+    logFailure(c)(error);
     return problemResponse(c, problemOf(genericError('unavailable'), { requestId }));
   });
 
@@ -531,6 +541,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
       (command, index) => checkSubmitScope(command, scope, `$.commands[${index}]`),
       (commands) => svc(c).submitBatch(commands),
       (outcome) => outcome.snapshot,
+      logFailure(c),
     );
     return c.json({ results });
   });
@@ -727,6 +738,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
       (command, index) => requireScope(principal, command.scope, `$.commands[${index}].scope`),
       (commands) => svc(c).acquireBatch(commands, { waitMs, signal: c.req.raw.signal }),
       (reply) => reply,
+      logFailure(c),
     );
     return c.json({ replies });
   });
@@ -749,6 +761,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
         requireScope(principal, command.owner.scope, `$.commands[${index}].owner.scope`),
       run,
       (value) => value,
+      logFailure(c),
     );
   }
 

@@ -62,9 +62,19 @@ function quotesInput(message: string, supplied: readonly string[] | undefined): 
 }
 
 /**
+ * Whether `error` is an `unavailable` that wraps a backend failure (its `cause`): the failure's
+ * text names database internals (hosts, relations, constraints) that are for the operator's log,
+ * not for a client, who learns only that it may retry.
+ */
+export function wrapsBackendFailure(error: ContractError): boolean {
+  return error.code === 'unavailable' && error.cause !== undefined;
+}
+
+/**
  * The problem document of a {@link ContractError}: `type` from its code,
  * `title` and `status` from the contracts' tables, its message as `detail`
- * (unless it quotes request input), and its `reason` and `path` when set.
+ * (unless it quotes request input or wraps a backend failure), and its `reason` and `path` when
+ * set.
  */
 export function problemOf(error: ContractError, context: ProblemContext = {}): Problem {
   const code = error.code;
@@ -73,7 +83,10 @@ export function problemOf(error: ContractError, context: ProblemContext = {}): P
     title: ERROR_TITLES[code],
     status: ERROR_STATUS[code],
     code,
-    detail: quotesInput(error.message, context.supplied) ? GENERIC_DETAILS[code] : error.message,
+    detail:
+      wrapsBackendFailure(error) || quotesInput(error.message, context.supplied)
+        ? GENERIC_DETAILS[code]
+        : error.message,
   };
   if (error.reason !== undefined) problem.reason = error.reason;
   if (error.path !== undefined && !quotesInput(error.path, context.supplied)) {
