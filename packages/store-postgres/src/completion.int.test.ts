@@ -323,7 +323,9 @@ describe('leasing and reporting', () => {
         expect(at).toBeGreaterThanOrEqual(t0);
         const clipped = { ...report, error: reported.last_error ?? '' };
         expect(Buffer.byteLength(clipped.error)).toBeLessThanOrEqual(MESSAGE_MAX_BYTES);
-        expect(longError.startsWith(clipped.error)).toBe(true);
+        // Cut at a character boundary, and marked as cut.
+        expect(clipped.error.endsWith('…')).toBe(true);
+        expect(longError.startsWith(clipped.error.slice(0, -1))).toBe(true);
         expect(reported).toEqual(reportDelivery(leased, clipped, at ?? 0));
         h.advance(100);
       } else {

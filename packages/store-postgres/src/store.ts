@@ -20,6 +20,7 @@ import {
   type CompletionSubscription,
   ContractError,
   decodeTaskCursor,
+  fitText,
   HISTORY_PAGE_LIMIT,
   type LeaseOwner,
   MAX_COMPLETION_BATCH,
@@ -291,19 +292,6 @@ function unavailable(error: unknown): ContractError {
   return new ContractError('unavailable', `the task store is unavailable: ${detail}`, {
     cause: error,
   });
-}
-
-/**
- * `text` cut to at most `maxBytes` UTF-8 bytes on a code point boundary. A sender bounds its
- * error messages already; this keeps a column of the wire view within its contract regardless.
- */
-function clipUtf8(text: string, maxBytes: number): string {
-  const bytes = Buffer.from(text, 'utf8');
-  if (bytes.length <= maxBytes) return text;
-  let end = maxBytes;
-  // Back up over continuation bytes (10xxxxxx) to the start of the cut code point.
-  while (end > 0 && ((bytes[end] ?? 0) & 0xc0) === 0x80) end -= 1;
-  return bytes.subarray(0, end).toString('utf8');
 }
 
 // The failpoints of the transactions that have them (see TxFailpoint). Acquire and recovery
@@ -1880,7 +1868,7 @@ class PgTaskStore implements PostgresTaskStore {
         attempt: report.attempt,
         next: report.next,
         status_code: report.status_code ?? null,
-        error: report.error === undefined ? null : clipUtf8(report.error, MESSAGE_MAX_BYTES),
+        error: report.error === undefined ? null : fitText(report.error, MESSAGE_MAX_BYTES),
       }),
     );
   }
