@@ -1,12 +1,16 @@
 /**
- * The server's database pool (`LEDGENCE_DB_POOL_SIZE`): the real server on a database of its
- * own, driven over HTTP, and PostgreSQL's own view of who is connected (`pg_stat_activity`).
+ * The real server on a database of its own, driven over HTTP: its database pool
+ * (`LEDGENCE_DB_POOL_SIZE`, seen through PostgreSQL's own `pg_stat_activity`) and its shutdown
+ * budget (`LEDGENCE_SHUTDOWN_TIMEOUT_MS`) against a real completion receiver on 127.0.0.1.
  */
-import type { AcquireReply, WorkerSession } from '@ledgence/contracts';
+import { createServer as createHttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import type { AcquireReply, CompletionSubscription, WorkerSession } from '@ledgence/contracts';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import pino from 'pino';
 import postgres from 'postgres';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { loadConfig } from './config.js';
 import { type RunningServer, startServer } from './server.js';
 
@@ -16,25 +20,35 @@ const noFiles = (path: string): string => {
   throw new Error(`no file ${path} in this test`);
 };
 
-let running: { server: RunningServer; db: TestDatabase }[] = [];
+let running: RunningServer[] = [];
+let databases: TestDatabase[] = [];
 afterEach(async () => {
-  for (const { server, db } of running) {
-    await server.stop();
-    await db.drop();
-  }
+  // Servers first: a database in use cannot be dropped.
+  for (const server of running) await server.stop();
+  for (const db of databases) await db.drop();
   running = [];
+  databases = [];
 });
+
+async function database(): Promise<TestDatabase> {
+  const db = await createTestDatabase({ prefix: 'server' });
+  databases.push(db);
+  return db;
+}
+
+/** A server on `db` with the variables of `env`; stopped after the test. */
+async function startOn(db: TestDatabase, env: Record<string, string>): Promise<RunningServer> {
+  const config = loadConfig({ DATABASE_URL: db.url, PORT: '0', ...env }, noFiles);
+  const server = await startServer(config, { logger: pino({ level: 'silent' }) });
+  running.push(server);
+  return server;
+}
 
 async function serverWithPool(
   size: number,
 ): Promise<{ url: string; connections: () => Promise<Record<string, number>> }> {
-  const db = await createTestDatabase({ prefix: 'pool' });
-  const config = loadConfig(
-    { DATABASE_URL: db.url, PORT: '0', LEDGENCE_DB_POOL_SIZE: String(size) },
-    noFiles,
-  );
-  const server = await startServer(config, { logger: pino({ level: 'silent' }) });
-  running.push({ server, db });
+  const db = await database();
+  const server = await startOn(db, { LEDGENCE_DB_POOL_SIZE: String(size) });
   return {
     url: server.url,
     async connections() {
@@ -104,4 +118,70 @@ describe('LEDGENCE_DB_POOL_SIZE', () => {
     }
     expect(connections).toEqual({ 'ledgence-store': 3, 'ledgence-wake': 1 });
   });
+});
+
+describe('LEDGENCE_SHUTDOWN_TIMEOUT_MS', () => {
+  it('bounds stop() while a completion callback hangs, and the aborted try is delivered later', async () => {
+    // RunningServer.stop: graceful shutdown "within the configured timeout" — not after the
+    // destination's own timeout (30 s here) of a try in flight.
+    let answering = false;
+    const webhookIds: string[] = [];
+    const receiver = createHttpServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        webhookIds.push(String(req.headers['webhook-id']));
+        if (answering) res.writeHead(204).end();
+      });
+    });
+    await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
+    onTestFinished(
+      () =>
+        new Promise<void>((resolve) => {
+          receiver.closeAllConnections();
+          receiver.close(() => resolve());
+        }),
+    );
+    const { port } = receiver.address() as AddressInfo;
+    const secret = `whsec_${Buffer.alloc(32, 7).toString('base64')}`;
+    const env = {
+      LEDGENCE_CALLBACK_DESTINATIONS: JSON.stringify({
+        billing: { url: `http://127.0.0.1:${port}/hooks`, secret, timeout_ms: 30_000 },
+      }),
+      LEDGENCE_SHUTDOWN_TIMEOUT_MS: '1000',
+      // The aborted try is due again at once after the restart.
+      LEDGENCE_COMPLETION_RETRY_BASE_MS: '1',
+    };
+    const db = await database();
+    const first = await startOn(db, env);
+    const { body: task } = await post<{ task_id: string }>(first.url, tasks, submit('callback'));
+    expect((await post(first.url, `${tasks}/${task.task_id}/cancel`, {})).status).toBe(200);
+    const subscriptions = `${tasks}/${task.task_id}/completion-subscriptions`;
+    const subscribed = await post(first.url, subscriptions, {
+      subscription_key: 'k',
+      destination: 'billing',
+    });
+    expect(subscribed.status).toBe(201);
+    await vi.waitFor(() => expect(webhookIds).toHaveLength(1), { timeout: 15_000, interval: 20 });
+
+    const began = performance.now();
+    await first.stop();
+    const tookMs = performance.now() - began;
+    // The budget, then the aborted try's report and the pools closing; not the 30 s timeout.
+    expect(tookMs, `stop() took ${Math.round(tookMs)} ms`).toBeLessThan(1_000 + 3_000);
+
+    // Nothing lost: the aborted try was reported for a retry, and the restarted server sends it.
+    answering = true;
+    const second = await startOn(db, env);
+    const delivered = await vi.waitFor(
+      async () => {
+        const response = await fetch(`${second.url}${subscriptions}`);
+        const [row] = (await response.json()) as CompletionSubscription[];
+        expect(row?.state).toBe('delivered');
+        return row;
+      },
+      { timeout: 15_000, interval: 50 },
+    );
+    expect(delivered).toMatchObject({ attempts: 2, last_status_code: 204 });
+    expect(webhookIds).toEqual([delivered?.event_id, delivered?.event_id]);
+  }, 60_000);
 });

@@ -208,10 +208,19 @@ export async function startServer(
         stopping ??= (async () => {
           accepting = false;
           closing.abort();
+          // One budget for the HTTP drain and the callback tries alike: once it is spent, open
+          // connections are closed and tries still in flight aborted (each reported for a retry).
+          const spent = new AbortController();
+          const deadline = setTimeout(() => {
+            http.closeAllConnections();
+            spent.abort();
+          }, config.shutdownTimeoutMs);
+          // The sender stops leasing now, not after the drain: a try started meanwhile could
+          // only be aborted. Its later cleanup step awaits this same stop.
+          const senderStopped = sender.stop({ signal: spent.signal });
           const closed = new Promise<void>((done) => http.close(() => done()));
           http.closeIdleConnections();
-          const deadline = setTimeout(() => http.closeAllConnections(), config.shutdownTimeoutMs);
-          await closed;
+          await Promise.allSettled([closed, senderStopped]);
           clearTimeout(deadline);
           await cleanup();
         })();

@@ -1,8 +1,9 @@
 /**
  * One delivery try of a completion event to one destination (DESIGN §8):
  * a POST of the exact event bytes with Standard Webhooks headers, bounded by
- * a connect timeout and a total deadline, reading at most
- * COMPLETION_RESPONSE_MAX_BYTES of the response and following no redirect.
+ * a connect timeout and a total deadline, decided by the response status,
+ * reading at most COMPLETION_RESPONSE_MAX_BYTES of the response and following
+ * no redirect.
  * The result is a {@link DeliveryOutcome} value; network conditions never
  * throw, so the leasing loop records every try the same way.
  *
@@ -21,6 +22,8 @@ import {
   type CompletionEvent,
   ContractError,
   canonicalJson,
+  HTTP_STATUS_MAX,
+  HTTP_STATUS_MIN,
   validateCompletionEvent,
 } from '@ledgence/contracts';
 import type { Destination } from './destinations.js';
@@ -70,7 +73,7 @@ export function encodeCompletionEvent(event: CompletionEvent): EncodedEvent {
   return Object.freeze({ id: checked.id, body });
 }
 
-/** The receiver accepted the event (a 2xx whose response ended within the limits). */
+/** The receiver accepted the event: it answered a 2xx, whatever its body. */
 export interface DeliveredOutcome {
   /** The discriminant. */
   readonly kind: 'delivered';
@@ -89,8 +92,8 @@ export interface GoneOutcome {
 /**
  * Why a try failed, a small fixed set fit for a metrics label: a non-2xx
  * `status`, a `redirect` (3xx, never followed), the total `timeout`, the
- * `connect_timeout`, a `network` error, a `response_too_large`, or `aborted`
- * by the caller's signal.
+ * `connect_timeout`, a `network` error (including a status line outside
+ * 100..999), or `aborted` by the caller's signal.
  */
 export type RetryReason =
   | 'status'
@@ -98,7 +101,6 @@ export type RetryReason =
   | 'timeout'
   | 'connect_timeout'
   | 'network'
-  | 'response_too_large'
   | 'aborted';
 
 /** The try failed; the event is due again after a backoff (see `nextDeliveryDelayMs`). */
@@ -137,13 +139,18 @@ export interface DeliverEventOptions {
  * `application/cloudevents+json` with the Standard Webhooks headers (signed
  * at this try's time), and resolves with the outcome:
  *
- * - `delivered` for a 2xx whose body ends within COMPLETION_RESPONSE_MAX_BYTES;
+ * - `delivered` for a 2xx, decided at the status line: the receiver has
+ *   accepted the event, so what its body does after that (too long, cut off,
+ *   too slow) changes nothing;
  * - `gone` for 410, so the caller stops retrying;
  * - `retry` for everything else — other statuses (with `Retry-After` parsed),
- *   redirects (never followed), a connect timeout, the total deadline (the
- *   destination's `timeoutMs`, measured from the call, not from the last
- *   byte), a larger response (the socket is destroyed after the limit, nothing
- *   is buffered), connection errors and an abort.
+ *   redirects (never followed), a status line outside 100..999, a connect
+ *   timeout, the total deadline (the destination's `timeoutMs`, measured from
+ *   the call, not from the last byte), connection errors and an abort.
+ *
+ * At most COMPLETION_RESPONSE_MAX_BYTES of a 2xx body is read, counted and
+ * never kept, within the same deadline; past it the socket is destroyed. Any
+ * other answer is not read at all.
  *
  * Never rejects for network conditions; rejects with a `TypeError` only for
  * caller bugs (a destination without its key, a non-http(s) URL, a bad id).
@@ -184,16 +191,25 @@ export async function deliverEvent(options: DeliverEventOptions): Promise<Delive
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
     const req: ClientRequest = send(url, { method: 'POST', headers });
 
-    const finish = (outcome: DeliveryOutcome, destroy: boolean): void => {
+    // The outcome is settled once, the first to come winning; the exchange may go on after it
+    // (a delivered 2xx's body is still drained), so ending it is a step of its own.
+    const settle = (outcome: DeliveryOutcome): void => {
       if (settled) return;
       settled = true;
+      resolve(outcome);
+    };
+    const end = (destroy: boolean): void => {
       clearTimeout(deadline);
       clearTimeout(connectTimer);
       signal?.removeEventListener('abort', onAbort);
       // Destroying the socket is how an unwanted or endless response stops being read.
       if (destroy) req.destroy();
-      resolve(outcome);
     };
+    const finish = (outcome: DeliveryOutcome, destroy: boolean): void => {
+      settle(outcome);
+      end(destroy);
+    };
+    // After a delivered 2xx this only ends the drain: the outcome stays `delivered`.
     const fail = (reason: RetryReason, error: string, status?: number, after?: number) =>
       finish(retry(reason, error, status, after), true);
 
@@ -216,31 +232,40 @@ export async function deliverEvent(options: DeliverEventOptions): Promise<Delive
         clearTimeout(connectTimer),
       );
     });
-    // Also the route of every error after `finish` destroyed the request: ignored then.
+    // Also the route of every error after `end` destroyed the request: the outcome stands then.
     req.on('error', (error: NodeJS.ErrnoException) =>
       fail('network', `connection failed: ${error.code ?? error.message}`),
     );
     req.on('response', (res: IncomingMessage) =>
-      onResponse(res, now(), {
-        finish,
-        fail,
-      }),
+      onResponse(res, now(), { settle, end, finish, fail }),
     );
     req.end(event.body);
   });
 }
 
 interface ResponseHandlers {
+  settle: (outcome: DeliveryOutcome) => void;
+  end: (destroy: boolean) => void;
   finish: (outcome: DeliveryOutcome, destroy: boolean) => void;
   fail: (reason: RetryReason, error: string, status?: number, after?: number) => void;
 }
 
-/** Decides on a non-2xx status at once; reads a 2xx body to its end within the byte limit. */
+/**
+ * Decides at the status: any answer but a 2xx at once, without reading its body; a 2xx is
+ * delivered, and its body drained within the byte limit so the connection can be reused.
+ */
 function onResponse(res: IncomingMessage, nowMs: number, handlers: ResponseHandlers): void {
-  const { finish, fail } = handlers;
-  const status = res.statusCode ?? 0;
-  // Listen before deciding: destroying the socket makes the response emit errors.
-  res.on('error', () => fail('network', 'the response ended early', status));
+  const { settle, end, finish, fail } = handlers;
+  const status = res.statusCode;
+  // Listen before deciding: destroying the socket makes the response emit errors. Each path
+  // below settles the outcome at once, so an error can only end the exchange, never decide it.
+  res.on('error', () => end(true));
+  if (status === undefined || status < HTTP_STATUS_MIN || status > HTTP_STATUS_MAX) {
+    // Node's parser takes any three digits ("099", "000"); outside the range a subscription
+    // records (CompletionSubscriptionSchema) it is not an HTTP status: a broken response, like one cut off, and nothing to record.
+    fail('network', `invalid status line (status ${status})`);
+    return;
+  }
   if (status === 410) {
     finish({ kind: 'gone', status: 410 }, true);
     return;
@@ -254,28 +279,30 @@ function onResponse(res: IncomingMessage, nowMs: number, handlers: ResponseHandl
     }
     return;
   }
+  // DESIGN §8: 2xx = delivered. The receiver has the event; failing now would post it again,
+  // up to exhaustion, to a receiver that accepted it every time.
+  settle({ kind: 'delivered', status });
   if (Number(res.headers['content-length']) > COMPLETION_RESPONSE_MAX_BYTES) {
-    fail('response_too_large', tooLarge(), status);
+    // More than the limit is coming: reading it would be work for nothing.
+    end(true);
     return;
   }
   let received = 0;
   let ended = false;
   res.on('data', (chunk: Buffer) => {
-    // Counted, never kept: the body's content does not matter, only that it ends in bounds.
+    // Counted, never kept: the body's content does not matter, only that it stays in bounds.
     received += chunk.byteLength;
-    if (received > COMPLETION_RESPONSE_MAX_BYTES) fail('response_too_large', tooLarge(), status);
+    if (received > COMPLETION_RESPONSE_MAX_BYTES) end(true);
   });
   res.on('end', () => {
     ended = true;
-    finish({ kind: 'delivered', status }, false);
+    // Read to its end: the socket may go back to the agent's keep-alive pool.
+    end(false);
   });
+  // Cut off before its end (the socket is gone already): only the timers are left to clear.
   res.on('close', () => {
-    if (!ended) fail('network', 'the response ended early', status);
+    if (!ended) end(true);
   });
-}
-
-function tooLarge(): string {
-  return `response body exceeds ${COMPLETION_RESPONSE_MAX_BYTES} bytes`;
 }
 
 function retry(

@@ -84,6 +84,7 @@ export {
 export {
   type CompletionSender,
   type CompletionSenderOptions,
+  type CompletionSenderStopOptions,
   createCompletionSender,
   DEFAULT_IDLE_INTERVAL_MS,
   type DeliveryFailureReason,

@@ -8,6 +8,9 @@ import {
   COMPLETION_LEASE_MS,
   COMPLETION_MAX_ATTEMPTS,
   COMPLETION_MAX_RETRY_DELAY_MS,
+  COMPLETION_RESPONSE_MAX_BYTES,
+  CompletionSubscriptionSchema,
+  parseWith,
   type Scope,
 } from '@ledgence/contracts';
 import { createMemoryTaskStore, freshScope, type MemoryTaskStore } from '@ledgence/core/testing';
@@ -28,6 +31,7 @@ import {
   type Answer,
   type ReceivedRequest,
   type Receiver,
+  startRawReceiver,
   startReceiver,
 } from './testdata/receiver.js';
 import { finishTask, subscribe, subscriptionOf } from './testdata/tasks.js';
@@ -185,6 +189,27 @@ describe('a receiver answering 2xx', () => {
     expect(logged).not.toContain(r.origin);
     expect(logged).not.toContain(KEY.toString('base64'));
   });
+
+  it('is delivered after one post when its body is longer than the read limit', async () => {
+    // DESIGN §8: 2xx = delivered. Failing it would post the event again, up to exhaustion, to a
+    // receiver that accepted it every time.
+    const r = await receiver((res) => {
+      res.writeHead(200, { 'content-type': 'text/html' });
+      res.end(Buffer.alloc(COMPLETION_RESPONSE_MAX_BYTES + 1024, 0x61));
+    });
+    const s = sender({ destinations: destinations({ billing: r }), retryBaseMs: 1 });
+    const subscription = await dueDelivery('billing');
+
+    expect((await s.runOnce()).records).toMatchObject([{ outcome: 'delivered', status: 200 }]);
+    expect(await subscriptionOf(store, scope, subscription)).toMatchObject({
+      state: 'delivered',
+      attempts: 1,
+      last_status_code: 200,
+    });
+    store.advance(COMPLETION_MAX_RETRY_DELAY_MS);
+    expect((await s.runOnce()).leased).toBe(0);
+    expect(r.requests).toHaveLength(1);
+  });
 });
 
 describe('a failed try', () => {
@@ -271,6 +296,30 @@ describe('a failed try', () => {
       expect(request.headers['webhook-id']).toBe(subscription.event_id);
       expect(first !== undefined && request.body.equals(first.body)).toBe(true);
     }
+  });
+
+  it('on a status line outside 100..999 records no status, and the subscription keeps to the wire schema', async () => {
+    // Node's parser takes "099" as 99. `last_status_code` is 100..999 in the published
+    // CompletionSubscriptionSchema, which the SDK's client checks every reply against.
+    const r = await startRawReceiver((socket) => {
+      socket.once('data', () =>
+        socket.end('HTTP/1.1 099 Odd\r\ncontent-length: 0\r\nconnection: close\r\n\r\n'),
+      );
+    });
+    open.push(r);
+    const s = sender({ destinations: destinations({ billing: r }) });
+    const subscription = await dueDelivery('billing');
+
+    const [record] = (await s.runOnce()).records;
+    expect(record).toMatchObject({ outcome: 'retry', reason: 'network' });
+    expect(record).not.toHaveProperty('status');
+    const row = await subscriptionOf(store, scope, subscription);
+    expect(row).toMatchObject({
+      state: 'due',
+      attempts: 1,
+      last_error: 'invalid status line (status 99)',
+    });
+    expect(() => parseWith(CompletionSubscriptionSchema, row)).not.toThrow();
   });
 
   it('honours Retry-After as the next due time', async () => {
@@ -430,6 +479,46 @@ describe('stop()', () => {
     s.start();
     expect((await subscriptionOf(store, scope, waiting)).state).toBe('due');
     expect(r.requests).toHaveLength(1);
+  });
+
+  it('with a signal, aborts the tries still in flight when it fires and reports each for a retry', async () => {
+    const hanging = await gatedReceiver();
+    const seen: DeliveryRecord[] = [];
+    const s = sender({
+      // A try would otherwise hold stop() for its whole destination timeout.
+      destinations: destinations({ billing: { ...hanging, timeoutMs: 60_000 } }),
+      retryBaseMs: 1_000,
+      onDelivery: (record) => seen.push(record),
+    });
+    const subscription = await dueDelivery('billing');
+    s.start();
+    await vi.waitFor(() => expect(hanging.held).toHaveLength(1), WAIT);
+
+    const budget = new AbortController();
+    let stopped = false;
+    const stopping = s.stop({ signal: budget.signal }).then(() => {
+      stopped = true;
+    });
+    for (let turn = 0; turn < 5; turn += 1) await new Promise((resolve) => setImmediate(resolve));
+    // Until the signal fires, a try in flight may still finish on its own.
+    expect(stopped).toBe(false);
+    budget.abort();
+    await vi.waitFor(() => expect(stopped).toBe(true), WAIT);
+    await stopping;
+
+    expect(seen).toMatchObject([{ outcome: 'retry', reason: 'aborted', attempt: 1 }]);
+    expect(seen[0]).not.toHaveProperty('status');
+    // Neither delivered nor exhausted: the receiver may not have it, so it is due again.
+    const aborted = await subscriptionOf(store, scope, subscription);
+    expect(aborted).toMatchObject({ state: 'due', attempts: 1, last_error: 'aborted' });
+    expect(aborted).not.toHaveProperty('last_status_code');
+
+    // The next sender (another replica, or this one restarted) delivers the same event.
+    const r = await receiver((res) => res.end());
+    const next = sender({ destinations: destinations({ billing: r }) });
+    store.advance(1_000);
+    expect((await next.runOnce()).records).toMatchObject([{ outcome: 'delivered', attempt: 2 }]);
+    expect(r.requests[0]?.headers['webhook-id']).toBe(hanging.requests[0]?.headers['webhook-id']);
   });
 });
 

@@ -8,6 +8,10 @@
  * the try. A crash between the two is what the lease is for — the row becomes
  * leasable again when the lease runs out, and the try counts (the core counts
  * tries at lease time), so deliveries are at least once and never endless.
+ * Stopping with a signal aborts the tries still in flight when it fires: each
+ * is reported as a failed try, never as delivered, so the event is posted
+ * again later — unless it was the generation's last try, which ends
+ * `exhausted` as after a crash (the core counts it all the same).
  */
 import {
   buildCompletionEvent,
@@ -169,6 +173,20 @@ export interface CompletionSenderOptions {
   failpoints?: Failpoints;
 }
 
+/** Options of {@link CompletionSender.stop}. */
+export interface CompletionSenderStopOptions {
+  /**
+   * The end of the wait (e.g. the shutdown budget): when it aborts, every try
+   * still in flight is aborted and reported as a failed try (`aborted`), due
+   * again on the usual schedule — the receiver may or may not have the event,
+   * and a redelivery under the same `webhook-id` is what at-least-once allows.
+   * As with a crash, the try counts: aborting a generation's last try
+   * exhausts it. A report that fails leaves the row to its lease running
+   * out. Without a signal, stop() waits up to each try's destination timeout.
+   */
+  signal?: AbortSignal;
+}
+
 /** A completion sender. */
 export interface CompletionSender {
   /**
@@ -180,11 +198,12 @@ export interface CompletionSender {
    */
   start(): void;
   /**
-   * Stops leasing and resolves once every in-flight try has finished (each is
-   * bounded by its destination's timeout) and been reported. Safe to call
-   * more than once; every call resolves together.
+   * Stops leasing at once and resolves once every in-flight try has finished
+   * (each is bounded by its destination's timeout, or ended by
+   * `options.signal`) and been reported. Safe to call more than once; every
+   * call resolves together, and any call's signal aborts the tries.
    */
-  stop(): Promise<void>;
+  stop(options?: CompletionSenderStopOptions): Promise<void>;
   /**
    * One pass outside the loop: leases up to `batchSize` deliveries, tries
    * them all at once and resolves when every try is reported. Rejects only
@@ -232,6 +251,9 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
 
   const inFlight = new Set<Promise<DeliveryRecord>>();
   const leasing = new Set<Promise<unknown>>();
+  // Aborted by a stop() signal: every try, in flight or still to start, ends as `aborted`.
+  const tries = new AbortController();
+  const abortTries = (): void => tries.abort();
   let loop: Promise<void> | undefined;
   let stopping = false;
   let stopped: Promise<void> | undefined;
@@ -332,7 +354,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     try {
       // Leased (the try already counts), nothing sent: a crash here must cost one try, no event.
       if (failpoints.enabled) failpoints.hit('delivery.before_send');
-      delivery = await deliverEvent({ destination, event });
+      delivery = await deliverEvent({ destination, event, signal: tries.signal });
     } catch (error) {
       // deliverEvent rejects only for a destination it cannot use at all (its own
       // messages name no URL); retried, so fixing the configuration resumes delivery.
@@ -436,7 +458,10 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
       );
       loop = run();
     },
-    stop() {
+    stop(stopOptions = {}) {
+      const { signal } = stopOptions;
+      signal?.addEventListener('abort', abortTries, { once: true });
+      if (signal?.aborted) abortTries();
       stopped ??= (async () => {
         stopping = true;
         interrupt?.();
@@ -446,6 +471,9 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
           await Promise.allSettled([...leasing, ...inFlight]);
         }
       })();
+      if (signal !== undefined) {
+        void stopped.then(() => signal.removeEventListener('abort', abortTries));
+      }
       return stopped;
     },
     async runOnce() {

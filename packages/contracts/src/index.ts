@@ -290,6 +290,8 @@ export {
   ExecutionIdentitySchema,
   ExecutionReportSchema,
   HistoryEventSchema,
+  HTTP_STATUS_MAX,
+  HTTP_STATUS_MIN,
   intRange,
   isRfc3339UtcTime,
   itemCount,

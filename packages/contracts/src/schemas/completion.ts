@@ -29,9 +29,10 @@ import { TerminalTaskStateSchema } from './task.js';
 /** The CloudEvents `type` of a task completion event. */
 export const TASK_COMPLETED_EVENT_TYPE = 'dev.ledgence.task.completed';
 
-// Any three-digit status a receiver may answer with; a sender records what it got.
-const HTTP_STATUS_MIN = 100;
-const HTTP_STATUS_MAX = 999;
+/** The lowest status a delivery records: any three-digit status a receiver may answer with. */
+export const HTTP_STATUS_MIN = 100;
+/** The highest status a delivery records (a sender treats anything outside as no status). */
+export const HTTP_STATUS_MAX = 999;
 
 /**
  * Subscribe a task to a destination alias (never a URL: destinations are

@@ -78,6 +78,8 @@ export {
   CompletionSubscribeCommandSchema,
   CompletionSubscriptionListSchema,
   CompletionSubscriptionSchema,
+  HTTP_STATUS_MAX,
+  HTTP_STATUS_MIN,
   TASK_COMPLETED_EVENT_TYPE,
 } from './completion.js';
 export type {
