@@ -384,27 +384,6 @@ describe('Worker against the real server', () => {
     expect(reasons(await historyOf(c, task.task_id))).not.toContain('lease_expired');
   });
 
-  it('settles without running user code when the server refuses dispatch', async () => {
-    const c = client(server.url);
-    const queue = 'refused';
-    // A 1 s budget is within the server's 5 s safety margin: dispatch is refused.
-    const task = await c.submit({ queue, program: 'never', data: null, timeout_ms: 1_000 });
-    let ran = false;
-    const w = worker(queue);
-    w.register('never', () => {
-      ran = true;
-    });
-    const running = w.run();
-    await until(async () => reasons(await historyOf(c, task.task_id)).includes('report_accepted'));
-    await w.stop();
-    await running;
-    expect(ran).toBe(false);
-    const events = await historyOf(c, task.task_id);
-    expect(reasons(events)).not.toContain('dispatch_authorized');
-    // A refused attempt does not count: the task is queued again, not failed.
-    expect(await c.cancel(task.task_id)).toBe('cancelled');
-  });
-
   it('aborts the handler on lease loss, and its late settlement is refused', async () => {
     const c = client(server.url);
     const queue = 'lease-loss';
@@ -759,7 +738,7 @@ describe('Worker with long leases', () => {
 
   beforeAll(async () => {
     // Leases that outlast what these tests hold up: a 15 MiB settlement batch being committed,
-    // a dispatch answer held back by the test.
+    // a claim or a dispatch answer held back by the test.
     longLeases = await stack.start({ LEDGENCE_LEASE_DURATION_MS: '20000' });
   });
 
@@ -806,6 +785,38 @@ describe('Worker with long leases', () => {
     expect(await states()).toEqual(Array(n).fill('succeeded'));
     // A request refused as too large would have been sent again split, and logged.
     expect(debugLog.filter((l) => l.includes('did not fit a shared request'))).toEqual([]);
+  });
+
+  it('settles without running user code when the server refuses dispatch', async () => {
+    const c = client(longLeases.url);
+    const queue = 'refused';
+    // The server accepts no budget within its 5 s safety margin, so the worker is made to ask
+    // late: the claim's answer is held back 2 s, leaving 4 s of the 6 s budget at the dispatch
+    // renew. The 20 s lease outlasts the wait.
+    const task = await c.submit({ queue, program: 'never', data: null, timeout_ms: 6_000 });
+    const proxy = await startHttpProxy(longLeases.url, {
+      hold: ({ path }) => (path.startsWith('/v1/worker/acquire') ? sleep(2_000) : undefined),
+    });
+    try {
+      let ran = false;
+      const w = worker(queue, { url: proxy.url, concurrency: 1 });
+      w.register('never', () => {
+        ran = true;
+      });
+      const running = w.run();
+      await until(async () =>
+        reasons(await historyOf(c, task.task_id)).includes('report_accepted'),
+      );
+      await w.stop();
+      await running;
+      expect(ran).toBe(false);
+      const events = await historyOf(c, task.task_id);
+      expect(reasons(events)).not.toContain('dispatch_authorized');
+      // A refused attempt does not count: the task is queued again, not failed.
+      expect(await c.cancel(task.task_id)).toBe('cancelled');
+    } finally {
+      await proxy.close();
+    }
   });
 
   it('stop() hands back, without running it, a task whose dispatch is answered after the grace period', async () => {

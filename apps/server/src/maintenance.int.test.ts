@@ -10,6 +10,7 @@ import { submitCommand } from '@ledgence/core/testing';
 import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
 import { createMigratedTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import pino from 'pino';
+import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { collectRetention, startRetentionLoop, startStatisticsLoop } from './maintenance.js';
 
@@ -20,6 +21,7 @@ const OTHER_TENANT: Scope = { tenant_id: 'beta', namespace: 'short' };
 
 let db: TestDatabase;
 let store: PostgresTaskStore;
+let sql: postgres.Sql;
 let offset = 0;
 
 beforeAll(async () => {
@@ -29,9 +31,11 @@ beforeAll(async () => {
     config: lifecycleConfig({ terminalRetentionMs: 7 * DAY }),
     clockOffsetMs: () => offset,
   });
+  sql = postgres(db.url, { max: 1, onnotice: () => {} });
 });
 afterAll(async () => {
   await store.close();
+  await sql.end();
   await db.drop();
 });
 
@@ -132,6 +136,55 @@ describe('retention loop', () => {
     await Promise.all(loops.map((loop) => loop.stop()));
     // SKIP LOCKED shares the work; each task is counted by exactly one replica.
     expect((removedBy[0] ?? 0) + (removedBy[1] ?? 0)).toBe(10);
+  });
+
+  it('goes on past a namespace whose collection fails, and collects it in a later round', async () => {
+    const blocked: Scope = { tenant_id: 'block', namespace: 'a_blocked' };
+    const later: Scope = { tenant_id: 'block', namespace: 'b_later' };
+    const [blockedTask] = await terminalTasks(blocked, 1, 'blocked');
+    const [laterTask] = await terminalTasks(later, 1, 'later');
+    offset += 8 * DAY;
+
+    // Another transaction holds a row of the blocked namespace's retired task (one history
+    // row) for longer than the collection's lock_timeout.
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let locked!: () => void;
+    const isLocked = new Promise<void>((resolve) => {
+      locked = resolve;
+    });
+    const holder = sql.begin(async (tx) => {
+      await tx`
+        select 1 from task_history
+        where tenant_id = ${blocked.tenant_id} and namespace = ${blocked.namespace}
+          and task_id = ${blockedTask as string}
+        order by sequence limit 1 for update`;
+      locked();
+      await released;
+    });
+    await isLocked;
+    const { logger, lines } = capturingLogger();
+    try {
+      // The walk visits `block/a_blocked` first; `block/b_later` must not wait with it.
+      expect(await collectRetention({ store, logger })).toBeGreaterThanOrEqual(1);
+    } finally {
+      release();
+      await holder;
+    }
+    expect(await exists(blocked, blockedTask as string)).toBe(true);
+    expect(await exists(later, laterTask as string)).toBe(false);
+    const failures = lines.filter(
+      (l) => l.msg === 'retention of a namespace failed; retrying it next round',
+    );
+    expect(failures).toEqual([
+      expect.objectContaining({ level: 40, tenant_id: 'block', namespace: 'a_blocked' }),
+    ]);
+
+    // Once the row is released, the next round collects the namespace that failed.
+    await collectRetention({ store, logger });
+    expect(await exists(blocked, blockedTask as string)).toBe(false);
   });
 });
 

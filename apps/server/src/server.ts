@@ -64,7 +64,11 @@ export async function startServer(
   config: ServerConfig,
   options: StartServerOptions = {},
 ): Promise<RunningServer> {
-  const logger = options.logger ?? pino({ level: config.logLevel });
+  // Taken apart here, and `config` referenced by no closure: it holds the API keys' text, which
+  // must not stay reachable once the HTTP app has hashed it (DESIGN §6).
+  const { apiKeys, ...settings } = config;
+  const developmentMode = apiKeys.length === 0;
+  const logger = options.logger ?? pino({ level: settings.logLevel });
   const cleanups: (() => Promise<void>)[] = [];
   const cleanup = async () => {
     for (const step of cleanups.reverse()) {
@@ -72,10 +76,10 @@ export async function startServer(
     }
   };
   try {
-    let databaseUrl = config.databaseUrl;
+    let databaseUrl = settings.databaseUrl;
     let embedded: EmbeddedPostgres | undefined;
     if (databaseUrl === undefined) {
-      embedded = await startEmbeddedPostgres({ dataDir: resolve(config.dataDir) });
+      embedded = await startEmbeddedPostgres({ dataDir: resolve(settings.dataDir) });
       const running = embedded;
       cleanups.push(() => running.stop());
       await ensureDatabase(embedded.url, EMBEDDED_DATABASE);
@@ -85,19 +89,19 @@ export async function startServer(
     await migrate(url);
 
     const lifecycle = lifecycleConfig({
-      leaseDurationMs: config.leaseDurationMs,
-      cleanupGraceMs: config.cleanupGraceMs,
-      leaseSafetyMarginMs: config.leaseSafetyMarginMs,
-      sessionValidityMs: config.sessionValidityMs,
-      terminalRetentionMs: config.terminalRetentionMs,
+      leaseDurationMs: settings.leaseDurationMs,
+      cleanupGraceMs: settings.cleanupGraceMs,
+      leaseSafetyMarginMs: settings.leaseSafetyMarginMs,
+      sessionValidityMs: settings.sessionValidityMs,
+      terminalRetentionMs: settings.terminalRetentionMs,
     });
     // TEST ONLY (LEDGENCE_FAILPOINTS); none armed in any normal run.
-    const failpoints = serverFailpoints(config.failpoints);
+    const failpoints = serverFailpoints(settings.failpoints);
     const store = createPostgresTaskStore({
       url,
       config: lifecycle,
       failpoints,
-      max: config.dbPoolSize,
+      max: settings.dbPoolSize,
     });
     cleanups.push(() => store.close());
     const wake = createPostgresWakeSource({ url });
@@ -113,8 +117,8 @@ export async function startServer(
       createTaskService({
         store: withGroupCommit(store),
         wake,
-        longPollMaxMs: config.longPollWaitMs,
-        rescanIntervalMs: config.rescanIntervalMs,
+        longPollMaxMs: settings.longPollWaitMs,
+        rescanIntervalMs: settings.rescanIntervalMs,
         closing: closing.signal,
       }),
     );
@@ -122,10 +126,10 @@ export async function startServer(
     let accepting = true;
     const app = createHttpApp({
       service,
-      completions: createCompletionService({ store, destinations: config.callbackDestinations }),
+      completions: createCompletionService({ store, destinations: settings.callbackDestinations }),
       retention: store,
-      auth: { keys: config.apiKeys },
-      longPollMaxMs: config.longPollWaitMs,
+      auth: { keys: apiKeys },
+      longPollMaxMs: settings.longPollWaitMs,
       logger,
       metrics,
       onResponse: (info) => metrics.observeHttp(info),
@@ -142,20 +146,20 @@ export async function startServer(
 
     const recovery = startRecoveryLoop({
       recover: (limit) => service.recoverExpiredLeases(limit),
-      intervalMs: config.maintenanceIntervalMs,
+      intervalMs: settings.maintenanceIntervalMs,
       logger,
       onProgress: (progress) => metrics.recordRecovery(progress),
     });
     cleanups.push(() => recovery.stop());
     const statistics = startStatisticsLoop({
       analyze: () => store.analyzeGrowingTables(),
-      intervalMs: config.maintenanceIntervalMs,
+      intervalMs: settings.maintenanceIntervalMs,
       logger,
     });
     cleanups.push(() => statistics.stop());
     const retention = startRetentionLoop({
       store,
-      intervalMs: config.retentionIntervalMs,
+      intervalMs: settings.retentionIntervalMs,
       logger,
       onProgress: (_, progress) => metrics.recordRetention(progress),
     });
@@ -163,9 +167,9 @@ export async function startServer(
     // Every replica sends: leases are SKIP LOCKED, so replicas share the due deliveries.
     const sender = createCompletionSender({
       store,
-      destinations: config.callbackDestinations,
-      retryBaseMs: config.completionRetryBaseMs,
-      leaseMs: config.completionLeaseMs,
+      destinations: settings.callbackDestinations,
+      retryBaseMs: settings.completionRetryBaseMs,
+      leaseMs: settings.completionLeaseMs,
       logger,
       onDelivery: (record) => metrics.recordDelivery(record),
       failpoints,
@@ -191,7 +195,7 @@ export async function startServer(
         }
         return response;
       };
-      const server = serve({ fetch, hostname: config.host, port: config.port }, () =>
+      const server = serve({ fetch, hostname: settings.host, port: settings.port }, () =>
         listening(server as Server),
       );
       server.once('error', failed);
@@ -203,7 +207,7 @@ export async function startServer(
     return {
       url: `http://${host}:${address.port}`,
       dataDir: embedded?.dataDir,
-      developmentMode: config.apiKeys.length === 0,
+      developmentMode,
       stop() {
         stopping ??= (async () => {
           accepting = false;
@@ -214,7 +218,7 @@ export async function startServer(
           const deadline = setTimeout(() => {
             http.closeAllConnections();
             spent.abort();
-          }, config.shutdownTimeoutMs);
+          }, settings.shutdownTimeoutMs);
           // The sender stops leasing now, not after the drain: a try started meanwhile could
           // only be aborted. Its later cleanup step awaits this same stop.
           const senderStopped = sender.stop({ signal: spent.signal });

@@ -26,6 +26,7 @@ import {
   reportDelivery,
   subscribeTask,
 } from './completion.js';
+import { DEFAULT_LIFECYCLE_CONFIG } from './config.js';
 import type { SubscriptionRow, TaskRow } from './rows.js';
 import { submitTask } from './submit.js';
 
@@ -38,10 +39,13 @@ const queuedTask: TaskRow = (() => {
     idempotency_key: 'k1',
     input: { ...scope, queue: 'email', program: { name: 'send' }, data: { to: 'ada' } },
   };
-  return submitTask(null, command, T0, {
-    task_id: 'tsk_1',
-    run_id: 'run_1',
-  }).task;
+  return submitTask(
+    null,
+    command,
+    T0,
+    { task_id: 'tsk_1', run_id: 'run_1' },
+    DEFAULT_LIFECYCLE_CONFIG,
+  ).task;
 })();
 const terminalTask: TaskRow = cancelTask(queuedTask, T0 + 1_000).task;
 

@@ -19,10 +19,11 @@
  *            program: { name: 'send-email' }, data: { to: 'ada@example.com' } },
  * };
  * const now = Date.UTC(2026, 10, 29);
- * const result = submitTask(null, command, now, { task_id: 'tsk_1', run_id: 'run_1' });
+ * const config = lifecycleConfig();
+ * const result = submitTask(null, command, now, { task_id: 'tsk_1', run_id: 'run_1' }, config);
  * console.log(result.created, result.task.state, result.history[0]?.reason);
  * // → true queued submitted
- * console.log(lifecycleConfig().leaseDurationMs); // → 30000
+ * console.log(config.leaseDurationMs); // → 30000
  * ```
  */
 export {
@@ -118,6 +119,7 @@ export {
   retentionCutoff,
   retentionPolicyView,
   retired,
+  retiringFloor,
   subscriptionProtects,
 } from './retention.js';
 export type {
@@ -147,7 +149,7 @@ export {
   type SettleSideResult,
   settleAttempt,
 } from './settle.js';
-export { type SubmitIds, type SubmitResult, submitTask } from './submit.js';
+export { minSubmitTimeoutMs, type SubmitIds, type SubmitResult, submitTask } from './submit.js';
 export {
   assignmentAt,
   attemptSnapshot,

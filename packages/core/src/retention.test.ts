@@ -7,6 +7,7 @@ import {
 import { describe, expect, it } from 'vitest';
 import { cancelTask } from './cancel.js';
 import { markDue, subscribeTask } from './completion.js';
+import { DEFAULT_LIFECYCLE_CONFIG } from './config.js';
 import {
   retentionCandidate,
   retentionCutoff,
@@ -26,10 +27,13 @@ const queued: TaskRow = (() => {
     idempotency_key: 'k1',
     input: { tenant_id: 'acme', namespace: 'prod', queue: 'q', program: { name: 'p' }, data: 1 },
   };
-  return submitTask(null, command, T0, {
-    task_id: 'tsk_1',
-    run_id: 'run_1',
-  }).task;
+  return submitTask(
+    null,
+    command,
+    T0,
+    { task_id: 'tsk_1', run_id: 'run_1' },
+    DEFAULT_LIFECYCLE_CONFIG,
+  ).task;
 })();
 const terminal: TaskRow = cancelTask(queued, TERMINAL_AT).task;
 

@@ -18,9 +18,31 @@ export function retentionPolicyView(
   return { retention_ms: row.retention_ms, source: 'namespace', updated_at: row.updated_at };
 }
 
-/** Records older than the cutoff (strictly) are retired: `now − retention_ms`. */
-export function retentionCutoff(now: Timestamp, retentionMs: number): Timestamp {
-  return now - retentionMs;
+/**
+ * Records older than the cutoff (strictly) are retired: `now − retention_ms`, or the namespace's
+ * retiring floor when that is later (see {@link retiringFloor}).
+ */
+export function retentionCutoff(
+  now: Timestamp,
+  retentionMs: number,
+  retiringBefore: Timestamp | null = null,
+): Timestamp {
+  const cutoff = now - retentionMs;
+  return retiringBefore !== null && retiringBefore > cutoff ? retiringBefore : cutoff;
+}
+
+/**
+ * The retiring floor a namespace keeps when its policy is set at `now` (seed `RetentionPolicy`:
+ * "Existing retiring records continue physical collection under any later policy"): whatever
+ * the policy in force until now had already retired — older than its cutoff, or than the floor
+ * before it — stays collectable, however long the new policy is.
+ */
+export function retiringFloor(
+  now: Timestamp,
+  previousRetentionMs: number,
+  previousFloor: Timestamp | null,
+): Timestamp {
+  return retentionCutoff(now, previousRetentionMs, previousFloor);
 }
 
 /**

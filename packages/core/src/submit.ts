@@ -2,10 +2,12 @@ import {
   applySubmitDefaults,
   ContractError,
   MAX_SUBMIT_DELAY_MS,
+  MIN_TIMEOUT_MS,
   type SubmitCommand,
   type TaskSnapshot,
   type Timestamp,
 } from '@ledgence/contracts';
+import type { LifecycleConfig } from './config.js';
 import { isRecordedCommand } from './digest.js';
 import { recordHistory } from './history.js';
 import type { HistoryRow, TaskRow } from './rows.js';
@@ -23,20 +25,34 @@ export type SubmitResult =
   | { created: false; task: TaskRow; history: []; reply: TaskSnapshot };
 
 /**
+ * The shortest `timeout_ms` a server with this configuration accepts: one more than its lease
+ * safety margin, and never below the contract's MIN_TIMEOUT_MS. Dispatch is granted only while
+ * more budget than the margin remains (DESIGN §5), and an attempt never granted dispatch does not
+ * count against `max_attempts`: a task with a shorter budget could never run nor fail, and would
+ * be re-queued forever (DESIGN §1 "bounded everything").
+ */
+export function minSubmitTimeoutMs(config: Pick<LifecycleConfig, 'leaseSafetyMarginMs'>): number {
+  return Math.max(MIN_TIMEOUT_MS, config.leaseSafetyMarginMs + 1);
+}
+
+/**
  * Insert-or-return by `(tenant, namespace, idempotency_key)`: the same key
  * with the same canonical command returns the existing task; with another
  * command it is `409 conflict` (DESIGN §5 Submit). A new task records no
  * digest of its command: a replay compares the command rebuilt from the row
- * ({@link isRecordedCommand}).
+ * ({@link isRecordedCommand}). A new task's `timeout_ms` (explicit or default) must be at
+ * least {@link minSubmitTimeoutMs}; a replay answers as before, whatever its timeout.
  *
  * @param existing - the task already holding the key in this scope, if any, with its
  *   `input.data` loaded (the replay comparison reads it).
+ * @param config - the store's configuration; its lease safety margin bounds `timeout_ms`.
  */
 export function submitTask(
   existing: TaskRow | null,
   command: SubmitCommand,
   now: Timestamp,
   ids: SubmitIds,
+  config: Pick<LifecycleConfig, 'leaseSafetyMarginMs'>,
 ): SubmitResult {
   if (existing !== null) {
     if (
@@ -60,6 +76,7 @@ export function submitTask(
       { reason: 'schema', path: '$.input.available_at' },
     );
   }
+  checkTimeout(withDefaults.timeout_ms, config);
   const fresh: TaskRow = {
     tenant_id: input.tenant_id,
     namespace: input.namespace,
@@ -91,6 +108,22 @@ export function submitTask(
   };
   const { task, history } = recordHistory(fresh, now, [['submitted', null]]);
   return { created: true, task, history, reply: taskSnapshot(task) };
+}
+
+/** Refuses a new task's budget when dispatch could never be granted to it ({@link minSubmitTimeoutMs}). */
+function checkTimeout(
+  timeoutMs: number,
+  config: Pick<LifecycleConfig, 'leaseSafetyMarginMs'>,
+): void {
+  const minTimeoutMs = minSubmitTimeoutMs(config);
+  if (timeoutMs >= minTimeoutMs) return;
+  throw new ContractError(
+    'invalid_input',
+    `timeout_ms must be greater than the server's lease safety margin ` +
+      `(${config.leaseSafetyMarginMs} ms): an attempt with less budget is never allowed to ` +
+      `start; use at least ${minTimeoutMs}`,
+    { reason: 'schema', path: '$.input.timeout_ms' },
+  );
 }
 
 /**

@@ -43,10 +43,7 @@ function submitCommand(overrides: Partial<SubmitCommand['input']> = {}, key = 'k
 
 function queuedTask(overrides: Partial<SubmitCommand['input']> = {}): TaskRow {
   const command = submitCommand(overrides);
-  return submitTask(null, command, T0, {
-    task_id: 'tsk_1',
-    run_id: 'run_1',
-  }).task;
+  return submitTask(null, command, T0, { task_id: 'tsk_1', run_id: 'run_1' }, config).task;
 }
 
 const session: SessionRow = openSession(
@@ -140,20 +137,14 @@ describe('submitTask', () => {
 
   it('returns the existing task for the same command and conflicts on another', () => {
     const command = submitCommand();
-    const first = submitTask(null, command, T0, {
-      task_id: 'a',
-      run_id: 'b',
-    });
-    const again = submitTask(first.task, command, T0 + 5, {
-      task_id: 'c',
-      run_id: 'd',
-    });
+    const first = submitTask(null, command, T0, { task_id: 'a', run_id: 'b' }, config);
+    const again = submitTask(first.task, command, T0 + 5, { task_id: 'c', run_id: 'd' }, config);
     expect(again.created).toBe(false);
     expect(again.reply.task_id).toBe('a');
     const other = submitCommand({ data: { to: 'bob' } });
-    expect(codeOf(() => submitTask(first.task, other, T0, { task_id: 'e', run_id: 'f' }))).toBe(
-      'conflict',
-    );
+    expect(
+      codeOf(() => submitTask(first.task, other, T0, { task_id: 'e', run_id: 'f' }, config)),
+    ).toBe('conflict');
   });
 
   it('records no digest and compares a replay with the command rebuilt from the task', () => {
@@ -167,12 +158,12 @@ describe('submitTask', () => {
       origin_trace: trace,
     };
     const ids = { task_id: 'a', run_id: 'b' };
-    const first = submitTask(null, command, T0, ids);
+    const first = submitTask(null, command, T0, ids, config);
     expect(first.task.command_digest).toBeNull();
     // The same command with every object's keys in another order: a replay.
     const reordered = withKeysReversed(command);
     expect(Object.keys(reordered)).toEqual(Object.keys(command).reverse());
-    expect(submitTask(first.task, reordered, T0 + 5, ids).created).toBe(false);
+    expect(submitTask(first.task, reordered, T0 + 5, ids, config).created).toBe(false);
     // Any difference is another command: deep in the data, a label, the trace, or no trace.
     const { origin_trace: _trace, ...untraced } = command;
     for (const other of [
@@ -184,36 +175,74 @@ describe('submitTask', () => {
       { ...command, origin_trace: { traceparent: trace.traceparent.replace('01', '00') } },
       untraced,
     ]) {
-      expect(codeOf(() => submitTask(first.task, other, T0, ids))).toBe('conflict');
+      expect(codeOf(() => submitTask(first.task, other, T0, ids, config))).toBe('conflict');
     }
   });
 
   it('treats a null origin trace as none when comparing a replay (DESIGN §4.1)', () => {
     const command = submitCommand();
     const ids = { task_id: 'a', run_id: 'b' };
-    const first = submitTask(null, command, T0, ids);
+    const first = submitTask(null, command, T0, ids, config);
     const withNull = { ...command, origin_trace: null } as unknown as SubmitCommand;
-    expect(submitTask(first.task, withNull, T0, ids).created).toBe(false);
+    expect(submitTask(first.task, withNull, T0, ids, config).created).toBe(false);
   });
 
   it('compares by the recorded digest a task submitted by an earlier version holds', () => {
     const command = submitCommand();
     const ids = { task_id: 'a', run_id: 'b' };
-    const first = submitTask(null, command, T0, ids);
+    const first = submitTask(null, command, T0, ids, config);
     const recorded = { ...first.task, command_digest: commandDigest(command) };
-    expect(submitTask(recorded, command, T0, ids).created).toBe(false);
+    expect(submitTask(recorded, command, T0, ids, config).created).toBe(false);
     // A digest that is not the command's decides, though the recorded input is the same.
     const mismatched = { ...first.task, command_digest: commandDigest(submitCommand({}, 'k2')) };
-    expect(codeOf(() => submitTask(mismatched, command, T0, ids))).toBe('conflict');
+    expect(codeOf(() => submitTask(mismatched, command, T0, ids, config))).toBe('conflict');
   });
 
   it('refuses to compare a replay with a task read without its data', () => {
     const command = submitCommand();
     const ids = { task_id: 'a', run_id: 'b' };
-    const { task } = submitTask(null, command, T0, ids);
+    const { task } = submitTask(null, command, T0, ids, config);
     const { data: _data, ...withoutData } = task.input;
     const unloaded = { ...task, input: withoutData } as TaskRow;
-    expect(() => submitTask(unloaded, command, T0, ids)).toThrow(/loaded without its data/);
+    expect(() => submitTask(unloaded, command, T0, ids, config)).toThrow(/loaded without its data/);
+  });
+
+  it('refuses a timeout_ms, explicit or default, not above the lease safety margin', () => {
+    const ids = { task_id: 'x', run_id: 'y' };
+    const refusal = (command: SubmitCommand, margin: number) => {
+      try {
+        submitTask(null, command, T0, ids, lifecycleConfig({ leaseSafetyMarginMs: margin }));
+      } catch (error) {
+        if (error instanceof ContractError) return error.toJSON();
+        throw error;
+      }
+      return undefined;
+    };
+    expect(refusal(submitCommand({ timeout_ms: 5_000 }), 5_000)).toEqual({
+      code: 'invalid_input',
+      message:
+        "timeout_ms must be greater than the server's lease safety margin (5000 ms): " +
+        'an attempt with less budget is never allowed to start; use at least 5001',
+      retryable: false,
+      reason: 'schema',
+      path: '$.input.timeout_ms',
+    });
+    expect(refusal(submitCommand({ timeout_ms: 5_001 }), 5_000)).toBeUndefined();
+    // The default budget (5 min) is held to the same bound.
+    expect(refusal(submitCommand(), 300_000)).toMatchObject({ path: '$.input.timeout_ms' });
+    expect(refusal(submitCommand(), 299_999)).toBeUndefined();
+  });
+
+  it('answers a replay of a task as before, whatever its timeout and the margin now', () => {
+    const command = submitCommand({ timeout_ms: 1_000 });
+    const ids = { task_id: 'a', run_id: 'b' };
+    // Accepted when the margin was shorter (an earlier configuration, or an earlier version).
+    const first = submitTask(null, command, T0, ids, lifecycleConfig({ leaseSafetyMarginMs: 500 }));
+    const again = submitTask(first.task, command, T0 + 5, ids, config);
+    expect(again).toMatchObject({ created: false, reply: first.reply });
+    // Another command on its key is the conflict it always was.
+    const other = submitCommand({ timeout_ms: 1_001 });
+    expect(codeOf(() => submitTask(first.task, other, T0, ids, config))).toBe('conflict');
   });
 
   it('schedules by delay_ms or available_at, and defaults a concurrency key to a mutex', () => {
@@ -221,7 +250,7 @@ describe('submitTask', () => {
     expect(queuedTask({ available_at: T0 + 9 }).available_at).toBe(T0 + 9);
     expect(queuedTask({ concurrency_key: 'user-1' }).concurrency_limit).toBe(1);
     const tooFar = submitCommand({ available_at: T0 + 366 * 86_400_000 });
-    expect(codeOf(() => submitTask(null, tooFar, T0, { task_id: 'x', run_id: 'y' }))).toBe(
+    expect(codeOf(() => submitTask(null, tooFar, T0, { task_id: 'x', run_id: 'y' }, config))).toBe(
       'invalid_input',
     );
   });
@@ -241,18 +270,18 @@ describe('acquisition', () => {
   });
 
   it('a claim leases min(now + lease, authority deadline) with a fresh authority', () => {
-    const claim = claimed(queuedTask({ timeout_ms: 1_000 }));
-    expect(claim.attempt.deadline).toBe(T0 + 1_000);
-    expect(claim.attempt.authority_deadline).toBe(T0 + 31_000);
+    const claim = claimed(queuedTask({ timeout_ms: 6_000 }));
+    expect(claim.attempt.deadline).toBe(T0 + 6_000);
+    expect(claim.attempt.authority_deadline).toBe(T0 + 36_000);
     expect(claim.attempt.lease_expires_at).toBe(T0 + 30_000);
     const short = claimTask(
-      queuedTask({ timeout_ms: 1_000 }),
+      queuedTask({ timeout_ms: 6_000 }),
       poll(1),
       T0,
       { attempt_id: 'a', lease_id: 'l' },
       lifecycleConfig({ leaseDurationMs: 60_000, cleanupGraceMs: 1_000 }),
     );
-    expect(short.attempt.lease_expires_at).toBe(T0 + 2_000);
+    expect(short.attempt.lease_expires_at).toBe(T0 + 7_000);
     if (claim.reply.disposition !== 'assigned') throw new Error('expected an assignment');
     expect(claim.reply.assignment.authority).toMatchObject({
       renew_sequence: 0,

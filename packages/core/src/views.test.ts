@@ -14,6 +14,7 @@ import {
   validateSubmitCommand,
 } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
+import { DEFAULT_LIFECYCLE_CONFIG } from './config.js';
 import { newId } from './ids.js';
 import { submitTask } from './submit.js';
 import { freshScope, submitCommand, submitCommandWithStatusBytes } from './testing/fixtures.js';
@@ -28,7 +29,13 @@ const encodedBytes = (value: unknown): number => utf8ByteLength(JSON.stringify(v
  */
 function widestStatusBytes(command: SubmitCommand): number {
   const id = 'x'.repeat(NAME_MAX_BYTES);
-  const { task } = submitTask(null, command, 0, { task_id: id, run_id: id });
+  const { task } = submitTask(
+    null,
+    command,
+    0,
+    { task_id: id, run_id: id },
+    DEFAULT_LIFECYCLE_CONFIG,
+  );
   const widest = Number.MAX_SAFE_INTEGER;
   const sizes = TaskStateSchema.options.map((state) =>
     encodedBytes(

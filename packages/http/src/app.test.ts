@@ -94,6 +94,43 @@ describe('POST {scope}/tasks', () => {
     expect((await expectProblem(role, 'forbidden')).reason).toBe('role');
   });
 
+  it('refuses a timeout_ms not above the lease safety margin (400 at its path), creating nothing', async () => {
+    const h = createHarness();
+    const short = await h.call(TASKS, {
+      key: KEYS.client,
+      json: submitBody(ACME_PROD, 'short', { timeout_ms: 5_000 }),
+    });
+    expect(await expectProblem(short, 'invalid_input')).toMatchObject({
+      status: 400,
+      path: '$.input.timeout_ms',
+      detail: expect.stringContaining('use at least 5001'),
+    });
+    expect((await h.service.listTasks(ACME_PROD, { filters: {} })).tasks).toEqual([]);
+    // In a batch, the item's problem names its place in the body; the others are created.
+    const batch = await h.call(`${TASKS}:batch`, {
+      key: KEYS.client,
+      json: {
+        commands: [
+          submitBody(ACME_PROD, 'b-1', { timeout_ms: 5_001 }),
+          submitBody(ACME_PROD, 'short', { timeout_ms: 1_000 }),
+        ],
+      },
+    });
+    const { results } = await expectJson<{ results: (TaskSnapshot | Problem)[] }>(batch, 200);
+    expect(results[0]).toMatchObject({ state: 'queued' });
+    expect(results[1]).toMatchObject({
+      status: 400,
+      code: 'invalid_input',
+      path: '$.commands[1].input.timeout_ms',
+    });
+    // The key was never taken: with a budget the server accepts, it creates the task.
+    const fixed = await h.call(TASKS, {
+      key: KEYS.client,
+      json: submitBody(ACME_PROD, 'short', { timeout_ms: 5_001 }),
+    });
+    expect((await expectJson<TaskSnapshot>(fixed, 201)).idempotency_key).toBe('short');
+  });
+
   it('answers 401 with WWW-Authenticate for a missing or unknown key', async () => {
     const h = createHarness();
     const none = await h.call(TASKS, { json: submitBody(ACME_PROD, 'x') });

@@ -387,7 +387,12 @@ async function answerBatch<C, R, O>(
         return;
       }
       if (wrapsBackendFailure(result.error)) logFailure(result.error);
-      answers[index] = problemOf(result.error, { supplied: suppliedStrings([accepted[k]]) });
+      const problem = problemOf(result.error, { supplied: suppliedStrings([accepted[k]]) });
+      // The service names a path within the command it was given (`$.input.timeout_ms`); in
+      // this body that command is `$.commands[index]`, as the adapter's own item checks say.
+      if (problem.path?.startsWith('$'))
+        problem.path = `$.commands[${index}]${problem.path.slice(1)}`;
+      answers[index] = problem;
     });
   }
   return answers.map(

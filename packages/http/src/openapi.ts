@@ -18,10 +18,12 @@ import {
   CompletionSubscribeCommandSchema,
   CompletionSubscriptionListSchema,
   CompletionSubscriptionSchema,
+  DEFAULT_TIMEOUT_MS,
   ERROR_STATUS,
   type ErrorCode,
   JsonValueSchema,
   LabelsSchema,
+  LEASE_SAFETY_MARGIN_MS,
   LeaseOwnerSchema,
   LeaseSchema,
   MAX_COMPLETION_SUBSCRIPTIONS,
@@ -255,7 +257,11 @@ const ROUTES = {
       'identical submission already exists; the same key with other content is 409. ' +
       `Data over ${SUBMISSION_DATA_MAX_BYTES} bytes, or labels, queue and program that could ` +
       `make the task's status (at its largest) encode to more than ${TASK_STATUS_MAX_BYTES} ` +
-      'bytes, is 413 (`reason` `too_large` or `status_too_large`).',
+      "bytes, is 413 (`reason` `too_large` or `status_too_large`). A new task's `timeout_ms` " +
+      `(given, or the ${DEFAULT_TIMEOUT_MS} default) must also be greater than the server's ` +
+      `lease safety margin (\`LEDGENCE_LEASE_SAFETY_MARGIN_MS\`, ${LEASE_SAFETY_MARGIN_MS} by ` +
+      'default), or it is 400 `invalid_input` at `$.input.timeout_ms`: dispatch is granted only ' +
+      'while more budget than the margin remains, so a shorter budget could never start.',
     tags: ['tasks'],
     access: 'client',
     body: { schema: { oneOf: [ref('SubmitCommand'), ref('SubmitRequestBody')] }, required: true },

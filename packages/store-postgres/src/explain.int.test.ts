@@ -77,6 +77,16 @@ beforeAll(async () => {
       case when g > 99500 then g end, case when g <= 99500 then g + 5 end,
       case when g <= 99500 then g + 5 end
     from generate_series(1, 100000) as g`;
+  // Worker sessions: 20 000 long expired in acme/prod, and live ones in 100 other namespaces,
+  // which retention's walk over namespaces must pass over through its index.
+  await sql`
+    insert into worker_sessions (tenant_id, namespace, session_id, queue, concurrency,
+      created_at, expires_at)
+    select 'acme', 'prod', 'ses_old_' || g, 'q', 1, g, g + 60000
+    from generate_series(1, 20000) as g
+    union all
+    select 'acme', 'live_' || (g % 100), 'ses_live_' || g, 'q', 1, g, 9e15::bigint
+    from generate_series(1, 20000) as g`;
   // DESIGN §7.1: ANALYZE after bulk loads, where the planner would otherwise guess.
   await sql`analyze`;
   const client = postgres(db.url, {
@@ -415,18 +425,24 @@ describe('EXPLAIN of the hot statements', () => {
     // The oldest 1 000 terminal tasks, each with one attempt, none protected.
     expect(progress).toMatchObject({ tasks_removed: 1_000, attempts_removed: 1_000 });
     const mine = captured.slice(start);
-    const statements = [
-      mine.find((c) => /with recursive walk/.test(c.query)),
-      mine.find((c) => /as candidates/.test(c.query)),
-      mine.find((c) => /with victims as/.test(c.query)),
-    ];
-    for (const statement of statements) {
-      if (statement === undefined) throw new Error('statement not captured');
+    const plans = async (pattern: RegExp): Promise<string> => {
+      const statement = mine.find((c) => pattern.test(c.query));
+      if (statement === undefined) throw new Error(`statement not captured: ${pattern}`);
       const plan = await explain(statement.query, statement.params);
-      expect(plan).toMatch(/tasks_retention/);
       expect(plan).not.toMatch(
-        /Seq Scan on (tasks|attempts|task_history|task_payloads|completion_deliveries|completion_subscriptions)/,
+        /Seq Scan on (tasks|attempts|task_history|task_payloads|completion_deliveries|completion_subscriptions|worker_sessions)/,
       );
-    }
+      return plan;
+    };
+    // The walk descends both retention indexes; preview and the lock walk tasks_retention.
+    const walk = await plans(/with recursive walk/);
+    expect(walk).toMatch(/tasks_retention/);
+    expect(walk).toMatch(/worker_sessions_retention/);
+    expect(await plans(/as candidates/)).toMatch(/tasks_retention/);
+    expect(await plans(/for update of t skip locked/)).toMatch(/tasks_retention/);
+    // The collection re-checks the locked tasks by primary key and finds sessions by expiry.
+    const collection = await plans(/with victims as/);
+    expect(collection).toMatch(/tasks_pkey|Index Scan using tasks_/);
+    expect(collection).toMatch(/worker_sessions_retention/);
   });
 });

@@ -87,7 +87,7 @@ describe('migrate', () => {
     }
   });
 
-  it('upgrades a database migrated with 0000 only, keeping its rows (0001, 0002)', async () => {
+  it('upgrades a database migrated with 0000 only, keeping its rows (0001, 0002, 0003)', async () => {
     // The committed folder as it was before 0001: the first migration and a one-entry journal.
     const folder = mkdtempSync(join(tmpdir(), 'ledgence-migrations-'));
     try {
@@ -109,7 +109,11 @@ describe('migrate', () => {
             '{}', 'succeeded', 1, 1, 2, 1, 1, 3)`;
         const status = await migrationStatus(db.url);
         expect(status.applied).toEqual(['0000_init']);
-        const later = ['0001_completion_retention', '0002_submit_digest_optional'];
+        const later = [
+          '0001_completion_retention',
+          '0002_submit_digest_optional',
+          '0003_retention_floor',
+        ];
         expect(status.pending).toEqual(later);
         expect((await migrate(db.url)).applied).toEqual(later);
         expect((await migrationStatus(db.url)).current).toBe(true);
@@ -124,12 +128,19 @@ describe('migrate', () => {
         expect(column?.is_nullable).toBe('YES');
         const indexes = await sql<{ name: string }[]>`
           select indexname as name from pg_indexes
-          where indexname in ('tasks_retention', 'completion_deliveries_lease')
+          where indexname in ('tasks_retention', 'completion_deliveries_lease',
+            'worker_sessions_retention')
           order by 1`;
         expect(indexes.map((i) => i.name)).toEqual([
           'completion_deliveries_lease',
           'tasks_retention',
+          'worker_sessions_retention',
         ]);
+        // 0003: existing policies have no retiring floor until they are next set.
+        const [floor] = await sql`
+          select is_nullable from information_schema.columns
+          where table_name = 'retention_policies' and column_name = 'retiring_before'`;
+        expect(floor?.is_nullable).toBe('YES');
       } finally {
         await sql.end();
       }

@@ -22,6 +22,8 @@ import type { Tx } from './hot-sql.js';
 export interface PolicyAt {
   now: number;
   policy: RetentionPolicyRow | undefined;
+  /** The namespace's retiring floor (core `retiringFloor`); `null` before any policy was set. */
+  retiringBefore: number | null;
 }
 
 /**
@@ -40,7 +42,7 @@ export async function loadPolicyAt(
   const timeout = lockTimeoutMs === undefined ? null : `${lockTimeoutMs}ms`;
   const [row] = await tx`
     select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint as now,
-      p.retention_ms, p.updated_at,
+      p.retention_ms, p.updated_at, p.retiring_before,
       case when ${timeout}::text is not null
         then set_config('lock_timeout', ${timeout}::text, true) end as lock_timeout
     from (select 1) as one
@@ -49,6 +51,7 @@ export async function loadPolicyAt(
   return {
     now: num(row?.now),
     policy: row?.retention_ms == null ? undefined : policyRow(scope, row),
+    retiringBefore: row?.retiring_before == null ? null : num(row.retiring_before),
   };
 }
 
@@ -62,21 +65,26 @@ function policyRow(scope: Scope, row: DbRow): RetentionPolicyRow {
 }
 
 /**
- * Sets a namespace's policy (upsert), stamped with store time; returns the stored row.
- * Lock: the policy row (concurrent setters serialise; last writer wins). Index: primary key.
+ * Sets a namespace's policy (upsert) at store time `now`, with the retiring floor the caller
+ * derived from the policy it replaces (core `retiringFloor`); returns the stored row.
+ * Lock: the policy row (concurrent setters serialise; last writer wins; the floor only rises,
+ * so a setter that raced past another's insert cannot lower it). Index: primary key.
  */
 export async function upsertPolicy(
   tx: Tx,
   scope: Scope,
   retentionMs: number,
-  clockOffsetMs: number,
+  now: number,
+  retiringBefore: number,
 ): Promise<RetentionPolicyRow> {
   const [row] = await tx`
-    insert into retention_policies (tenant_id, namespace, retention_ms, updated_at)
-    values (${scope.tenant_id}, ${scope.namespace}, ${retentionMs}::bigint,
-      (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint)
+    insert into retention_policies as p (tenant_id, namespace, retention_ms, updated_at,
+      retiring_before)
+    values (${scope.tenant_id}, ${scope.namespace}, ${retentionMs}::bigint, ${now}::bigint,
+      ${retiringBefore}::bigint)
     on conflict (tenant_id, namespace) do update
-      set retention_ms = excluded.retention_ms, updated_at = excluded.updated_at
+      set retention_ms = excluded.retention_ms, updated_at = excluded.updated_at,
+        retiring_before = greatest(p.retiring_before, excluded.retiring_before)
     returning retention_ms, updated_at`;
   return policyRow(scope, row ?? {});
 }
@@ -105,40 +113,58 @@ export async function countCandidates(
 }
 
 /**
- * Namespaces holding terminal tasks, in (tenant, namespace) byte order after `after`
- * (exclusive), at most `limit`: a loose index scan — a recursive CTE whose every step is one
- * descent of `tasks_retention` to the next distinct (tenant, namespace) — so its cost is
- * `limit` descents, not the number of terminal tasks. Without `after`, the walk starts past
- * ('', ''), below every valid scope (scope text is never empty). No locks (a read).
+ * Namespaces holding terminal tasks or worker sessions that expired before `expiredBefore`, in
+ * (tenant, namespace) byte order after `after` (exclusive), at most `limit`: a loose index scan —
+ * a recursive CTE whose every step is one descent of `tasks_retention` and one of
+ * `worker_sessions_retention` to the next distinct (tenant, namespace), the lesser of the two
+ * taken — so its cost is about `limit` descents, not the number of rows. Sessions count: a
+ * namespace whose tasks are all gone (or never ended) still collects its expired sessions.
+ * Without `after`, the walk starts past ('', ''), below every valid scope (scope text is never
+ * empty). No locks (a read).
  */
 export async function selectRetentionScopes(
   tx: Tx,
   after: Scope | undefined,
   limit: number,
+  expiredBefore: number,
 ): Promise<Scope[]> {
   const rows = await tx`
     with recursive walk(tenant_id, namespace) as (
-      (select t.tenant_id collate "C", t.namespace collate "C" from tasks t
-       where t.terminal_at is not null
-         and (t.tenant_id collate "C", t.namespace collate "C")
-           > (${after?.tenant_id ?? ''}::text collate "C", ${after?.namespace ?? ''}::text collate "C")
-       order by 1, 2
-       limit 1)
+      (select n.tenant_id, n.namespace from (
+        select ${after?.tenant_id ?? ''}::text collate "C" as tenant_id,
+          ${after?.namespace ?? ''}::text collate "C" as namespace) as w
+       cross join lateral (${nextRetentionScope(tx, expiredBefore)}) as n)
       union all
       (select n.tenant_id, n.namespace from walk w
-       cross join lateral (
-         select t.tenant_id collate "C" as tenant_id, t.namespace collate "C" as namespace
-         from tasks t
-         where t.terminal_at is not null
-           and (t.tenant_id collate "C", t.namespace collate "C") > (w.tenant_id, w.namespace)
-         order by 1, 2
-         limit 1) as n)
+       cross join lateral (${nextRetentionScope(tx, expiredBefore)}) as n)
     )
     select tenant_id, namespace from walk limit ${limit}`;
   return rows.map((row) => ({
     tenant_id: String(row.tenant_id),
     namespace: String(row.namespace),
   }));
+}
+
+/** One step of {@link selectRetentionScopes}: the next scope after `w`'s, from either index. */
+function nextRetentionScope(tx: Tx, expiredBefore: number) {
+  return tx`
+    select c.tenant_id, c.namespace from (
+      (select t.tenant_id collate "C" as tenant_id, t.namespace collate "C" as namespace
+       from tasks t
+       where t.terminal_at is not null
+         and (t.tenant_id collate "C", t.namespace collate "C") > (w.tenant_id, w.namespace)
+       order by 1, 2
+       limit 1)
+      union all
+      (select s.tenant_id collate "C", s.namespace collate "C"
+       from worker_sessions s
+       where (s.tenant_id collate "C", s.namespace collate "C") > (w.tenant_id, w.namespace)
+         and s.expires_at < ${expiredBefore}::bigint
+       order by 1, 2
+       limit 1)
+    ) as c
+    order by 1, 2
+    limit 1`;
 }
 
 /** Exact counts of one collection statement. */
@@ -151,52 +177,86 @@ export interface CollectedCounts {
 }
 
 /**
- * One collection of a namespace, in ONE statement of data-modifying CTEs (they share one
- * snapshot; every delete names the victims it removes):
+ * The protection check of a retired task `t` at `cutoff` (core `subscriptionProtects`): no
+ * delivery unfinished, or finished at or after the cutoff. `NOT EXISTS (… OFFSET 0)`: the OFFSET
+ * keeps the planner from turning it into an anti join, which would read every candidate (and
+ * every unfinished delivery) and sort them before the LIMIT; as a per-row check it probes
+ * `completion_deliveries_task` only for the rows the walk reaches.
+ */
+function unprotected(tx: Tx, cutoff: number) {
+  return tx`not exists (
+    select 1 from completion_deliveries d
+    -- "default": tasks.task_id is "C", which would win the comparison and miss the index.
+    where d.tenant_id = t.tenant_id and d.namespace = t.namespace
+      and d.task_id = t.task_id collate "default"
+      and (d.state not in ('delivered', 'exhausted') or d.finished_at is null
+        or d.finished_at >= ${cutoff}::bigint)
+    offset 0)`;
+}
+
+/**
+ * The first statement of a namespace's collection: locks up to `limit` retired tasks — terminal
+ * before `cutoff`, oldest first, unprotected as far as this statement's snapshot shows — and
+ * returns their ids. Lock: `FOR UPDATE OF t SKIP LOCKED` — a task another transaction holds is
+ * skipped, never waited for. Index: `tasks_retention`, walked in order from the oldest and
+ * stopped by LIMIT.
  *
- * - `victims`: up to `limit` retired tasks — terminal before `cutoff`, oldest first, with no
- *   delivery that protects them (core `subscriptionProtects`). Lock: `FOR UPDATE OF t SKIP
- *   LOCKED` — a task another transaction holds (a subscribe or redelivery, both of which lock
- *   the task first) is skipped, never waited for. Index: `tasks_retention`, walked in order
- *   from the oldest and stopped by LIMIT. The protection check is `NOT EXISTS (… OFFSET 0)`:
- *   the OFFSET keeps the planner from turning it into an anti join, which would read every
- *   candidate (and every unfinished delivery) and sort them before the LIMIT; as a per-row
- *   check it probes `completion_deliveries_task` only for the rows the walk reaches.
+ * The protection seen here is only a pre-filter: the snapshot is taken before the locks are
+ * granted, and a subscribe or redelivery (which lock the task but do not update it, so nothing
+ * re-checks the row) may commit in between. {@link collectRetiredRows}, a later statement with
+ * a later snapshot, decides.
+ */
+export async function lockRetiredTasks(
+  tx: Tx,
+  scope: Scope,
+  cutoff: number,
+  limit: number,
+): Promise<string[]> {
+  const rows = await tx`
+    select t.task_id from tasks t
+    where t.tenant_id collate "C" = ${scope.tenant_id} and t.namespace collate "C" = ${scope.namespace}
+      and t.terminal_at is not null and t.terminal_at < ${cutoff}::bigint
+      and ${unprotected(tx, cutoff)}
+    order by t.terminal_at, t.task_id
+    limit ${limit}
+    for update of t skip locked`;
+  return rows.map((row) => String(row.task_id));
+}
+
+/**
+ * The second statement of a namespace's collection, in ONE statement of data-modifying CTEs
+ * (they share one snapshot, taken after {@link lockRetiredTasks} holds its locks; every delete
+ * names the victims it removes):
+ *
+ * - `victims`: the locked tasks still unprotected at `cutoff`. Every writer of a subscription or
+ *   delivery takes the task lock first, so what this snapshot shows is final until commit: a
+ *   subscribe or redelivery that committed before the lock is seen here and keeps its task.
+ *   Index: the tasks primary key, one probe per id.
  * - their attempts, history, payloads, deliveries and subscriptions, then the tasks, each by
  *   `task_id = ANY(<the victims' ids>)` within the scope: an index scan of each table's
  *   primary key or task index (the primary keys of attempts, task_history and task_payloads,
  *   `completion_deliveries_task`, `completion_subscriptions_key`) — a join on the CTE would
  *   let the planner hash-join against a sequential scan of the whole table. Lock: rows of
- *   tasks this statement holds; every writer of them takes the task lock first, and a finished
- *   delivery is never locked by a sender (it leases only due/delivering rows).
+ *   tasks this transaction holds; every writer of them takes the task lock first, and a
+ *   finished delivery is never locked by a sender (it leases only due/delivering rows).
  * - `expired`: up to `limit` sessions of the namespace that expired before `cutoff`, oldest
- *   first, `FOR UPDATE SKIP LOCKED`, with their consumer cursors. Index: the primary keys of
- *   worker_sessions (its scope prefix; a namespace's sessions are its live workers plus the
- *   expired ones retention has not reached yet) and consumer_cursors.
+ *   first, `FOR UPDATE SKIP LOCKED`, with their consumer cursors. Index:
+ *   `worker_sessions_retention`, then the consumer_cursors primary key.
  */
 export async function collectRetiredRows(
   tx: Tx,
   scope: Scope,
   cutoff: number,
+  locked: readonly string[],
   limit: number,
 ): Promise<CollectedCounts> {
   const { tenant_id: tenant, namespace } = scope;
   const [row] = await tx`
     with victims as (
       select t.task_id from tasks t
-      where t.tenant_id collate "C" = ${tenant} and t.namespace collate "C" = ${namespace}
-        and t.terminal_at is not null and t.terminal_at < ${cutoff}::bigint
-        and not exists (
-          select 1 from completion_deliveries d
-          -- "default": tasks.task_id is "C", which would win the comparison and miss the index.
-          where d.tenant_id = t.tenant_id and d.namespace = t.namespace
-            and d.task_id = t.task_id collate "default"
-            and (d.state not in ('delivered', 'exhausted') or d.finished_at is null
-              or d.finished_at >= ${cutoff}::bigint)
-          offset 0)
-      order by t.terminal_at, t.task_id
-      limit ${limit}
-      for update of t skip locked
+      where t.tenant_id = ${tenant} and t.namespace = ${namespace}
+        and t.task_id = any(${locked as string[]}::text[])
+        and ${unprotected(tx, cutoff)}
     ), ids as (
       -- Default collation, the collation of every task_id index but the tasks primary key's
       -- (where the column's own "C" wins the comparison).
@@ -234,9 +294,9 @@ export async function collectRetiredRows(
     ), expired as (
       select coalesce(array_agg(session_id), '{}') as session_ids from (
         select w.session_id from worker_sessions w
-        where w.tenant_id = ${tenant} and w.namespace = ${namespace}
+        where w.tenant_id collate "C" = ${tenant} and w.namespace collate "C" = ${namespace}
           and w.expires_at < ${cutoff}::bigint
-        order by w.expires_at, w.session_id
+        order by w.expires_at
         limit ${limit}
         for update of w skip locked
       ) as locked

@@ -150,7 +150,17 @@ export const workerSessions = pgTable(
     created_at: ms('created_at').notNull(),
     expires_at: ms('expires_at').notNull(),
   },
-  (t) => [primaryKey({ columns: [t.tenant_id, t.namespace, t.session_id] })],
+  (t) => [
+    primaryKey({ columns: [t.tenant_id, t.namespace, t.session_id] }),
+    // Retention's walk over namespaces (a loose index scan in byte order, as `tasks_retention`)
+    // must reach a namespace whose only garbage is expired sessions, and collects them oldest
+    // first. A session's expiry moves when it is extended, but sessions are few and small.
+    index('worker_sessions_retention').on(
+      sql`"tenant_id" collate "C"`,
+      sql`"namespace" collate "C"`,
+      t.expires_at,
+    ),
+  ],
 );
 
 /** The replay state of each consumer slot: its last completed poll. */
@@ -277,6 +287,10 @@ export const retentionPolicies = pgTable(
     namespace: text('namespace').notNull(),
     retention_ms: ms('retention_ms').notNull(),
     updated_at: ms('updated_at').notNull(),
+    // Seed `RetentionPolicy`: "existing retiring records continue physical collection under any
+    // later policy". Records older than this (terminal, or expired, before it) were retiring
+    // under an earlier policy when this one was set, and stay collectable whatever it says.
+    retiring_before: ms('retiring_before'),
   },
   (t) => [primaryKey({ columns: [t.tenant_id, t.namespace] })],
 );

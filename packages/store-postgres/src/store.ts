@@ -89,6 +89,7 @@ import {
   requireLiveSession,
   retentionCutoff,
   retentionPolicyView,
+  retiringFloor,
   type SessionRow,
   type SubmitOutcome,
   type SubscribeOutcome,
@@ -172,6 +173,7 @@ import {
   collectRetiredRows,
   countCandidates,
   loadPolicyAt,
+  lockRetiredTasks,
   selectRetentionScopes,
   upsertPolicy,
 } from './retention-sql.js';
@@ -981,10 +983,13 @@ class PgTaskStore implements PostgresTaskStore {
       const history: HistoryRow[] = [];
       for (const command of commands.slice(from, from + SUBMIT_CHUNK)) {
         try {
-          const result = submitTask(created.get(idem(command)) ?? null, command, now, {
-            task_id: newId('task'),
-            run_id: newId('run'),
-          });
+          const result = submitTask(
+            created.get(idem(command)) ?? null,
+            command,
+            now,
+            { task_id: newId('task'), run_id: newId('run') },
+            this.config,
+          );
           if (result.created) {
             created.set(idem(command), result.task);
             tasks.push(result.task);
@@ -1062,10 +1067,7 @@ class PgTaskStore implements PostgresTaskStore {
         continue;
       }
       try {
-        const result = submitTask(existing, command, now, {
-          task_id: '',
-          run_id: '',
-        });
+        const result = submitTask(existing, command, now, { task_id: '', run_id: '' }, this.config);
         results[index] = { ok: true, value: { created: result.created, snapshot: result.reply } };
       } catch (error) {
         if (!(error instanceof ContractError)) throw error;
@@ -1902,9 +1904,17 @@ class PgTaskStore implements PostgresTaskStore {
       MAX_RETENTION_MS,
       '$.retention_ms',
     );
-    return this.transact(async (tx) =>
-      this.policyView(await upsertPolicy(tx, scope, command.retention_ms, this.offset())),
-    );
+    return this.transact(async (tx) => {
+      // The row is not locked: the upsert keeps the highest floor, so concurrent setters cannot
+      // lower it whatever order they commit in.
+      const at = await loadPolicyAt(tx, scope, this.offset());
+      const floor = retiringFloor(
+        at.now,
+        this.policyView(at.policy).retention_ms,
+        at.retiringBefore,
+      );
+      return this.policyView(await upsertPolicy(tx, scope, command.retention_ms, at.now, floor));
+    });
   }
 
   async previewRetention(
@@ -1915,7 +1925,7 @@ class PgTaskStore implements PostgresTaskStore {
     return this.transact(async (tx) => {
       const at = await loadPolicyAt(tx, scope, this.offset());
       const policy = this.policyView(at.policy);
-      const cutoff = retentionCutoff(at.now, policy.retention_ms);
+      const cutoff = retentionCutoff(at.now, policy.retention_ms, at.retiringBefore);
       // One past the limit answers `truncated` exactly.
       const found = await countCandidates(tx, scope, cutoff, limit + 1);
       const preview: RetentionPreview = {
@@ -1932,7 +1942,12 @@ class PgTaskStore implements PostgresTaskStore {
 
   async retentionScopes(after: Scope | undefined, limit: number): Promise<Scope[]> {
     requireIntegerArgument(limit, 1, MAX_RETENTION_BATCH, '$.limit');
-    return this.transact((tx) => selectRetentionScopes(tx, after, limit), 'read only');
+    return this.transact(async (tx) => {
+      // No namespace's cutoff is later than `now − MIN_RETENTION_MS` (a floor is some earlier
+      // policy's cutoff): sessions expired after that cannot be collected anywhere yet.
+      const expiredBefore = retentionCutoff(await this.time(tx), MIN_RETENTION_MS);
+      return selectRetentionScopes(tx, after, limit, expiredBefore);
+    }, 'read only');
   }
 
   async collectRetired(
@@ -1944,8 +1959,12 @@ class PgTaskStore implements PostgresTaskStore {
     // sessions, under a short local lock_timeout, skipping whatever another transaction holds.
     return this.transact(async (tx) => {
       const at = await loadPolicyAt(tx, scope, this.offset(), this.retentionLockTimeoutMs);
-      const cutoff = retentionCutoff(at.now, this.policyView(at.policy).retention_ms);
-      const removed = await collectRetiredRows(tx, scope, cutoff, limit);
+      const policy = this.policyView(at.policy);
+      const cutoff = retentionCutoff(at.now, policy.retention_ms, at.retiringBefore);
+      // Two statements: the second's snapshot is taken after the first's locks are held, so a
+      // subscribe or redelivery that committed in between still protects its task.
+      const locked = await lockRetiredTasks(tx, scope, cutoff, limit);
+      const removed = await collectRetiredRows(tx, scope, cutoff, locked, limit);
       return {
         cutoff,
         tasks_removed: removed.tasks,
@@ -1954,7 +1973,7 @@ class PgTaskStore implements PostgresTaskStore {
         subscriptions_removed: removed.subscriptions,
         sessions_removed: removed.sessions,
         // A full pass may have left more behind; a short one found everything it could.
-        has_more: removed.tasks === limit || removed.sessions === limit,
+        has_more: locked.length === limit || removed.sessions === limit,
       };
     });
   }

@@ -19,6 +19,7 @@ import {
   MAX_COMPLETION_BATCH,
   MAX_COMPLETION_SUBSCRIPTIONS,
   MAX_RETENTION_BATCH,
+  MAX_RETENTION_MS,
   MIN_RETENTION_MS,
   type Scope,
   type TaskState,
@@ -1094,6 +1095,39 @@ export function runRetentionStoreConformance(
         expect(second).toMatchObject({ tasks_removed: 1, has_more: false });
         const third = await w.store.collectRetired(w.scope, 2);
         expect(third).toMatchObject({ tasks_removed: 0, sessions_removed: 0, has_more: false });
+      });
+
+      it('keeps collecting what was retiring after the policy is lengthened (seed RetentionPolicy)', async () => {
+        const w = setup();
+        const retention = await shortRetention(w);
+        const retiring: string[] = [];
+        for (let n = 0; n < 3; n += 1) retiring.push((await terminalTask(w)).taskId);
+        await w.advance(retention + 1_000);
+        // Terminal after the old cutoff: not retiring when the policy changes.
+        const young = await terminalTask(w);
+        expect(await w.store.collectRetired(w.scope, 1)).toMatchObject({
+          tasks_removed: 1,
+          has_more: true,
+        });
+        await w.store.setRetentionPolicy(w.scope, { retention_ms: MAX_RETENTION_MS });
+        expect((await w.store.previewRetention(w.scope)).candidates).toBe(2);
+        expect((await w.store.collectRetired(w.scope)).tasks_removed).toBe(2);
+        for (const taskId of retiring) await expectRemoved(w, taskId);
+        await w.advance(retention + 1_000);
+        expect((await w.store.collectRetired(w.scope)).tasks_removed).toBe(0);
+        expect((await w.store.status(w.scope, young.taskId)).state).toBe('cancelled');
+      });
+
+      it('lists a namespace whose only garbage is expired sessions, and collects them', async () => {
+        const w = setup();
+        const retention = await shortRetention(w);
+        const expired = await w.session();
+        await w.advance(retention + w.config.sessionValidityMs + 1_000);
+        expect(await w.store.retentionScopes(undefined, MAX_RETENTION_BATCH)).toContainEqual(
+          w.scope,
+        );
+        expect((await w.store.collectRetired(w.scope)).sessions_removed).toBe(1);
+        await expectContractError(w.store.extendSession(w.scope, expired.id), 'session_not_found');
       });
 
       it('has_more when the sessions fill the pass', async () => {

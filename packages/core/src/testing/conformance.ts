@@ -43,6 +43,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LifecycleConfig } from '../config.js';
 import type { TaskStore } from '../ports.js';
+import { minSubmitTimeoutMs } from '../submit.js';
 import {
   acquireCommand,
   freshScope,
@@ -478,6 +479,30 @@ export function runTaskStoreConformance(
           await expectContractError(w.store.submit(other), 'conflict');
         }
         expect(await w.reasons(first.snapshot.task_id)).toEqual(['submitted']);
+      });
+
+      it('refuses a timeout_ms not above the lease safety margin, alone or in a batch, creating nothing', async () => {
+        const w = setup();
+        // One millisecond above the margin: the shortest budget dispatch may still be granted to
+        // (DESIGN §5).
+        const shortest = minSubmitTimeoutMs(w.config);
+        expect((await w.submit({ timeout_ms: shortest })).state).toBe('queued');
+        // A margin below the contract's minimum leaves no valid timeout to refuse.
+        if (shortest === MIN_TIMEOUT_MS) return;
+        const short = submitCommand(w.scope, { timeout_ms: shortest - 1 });
+        const refusal = {
+          code: 'invalid_input',
+          path: '$.input.timeout_ms',
+          message: expect.stringContaining(`use at least ${shortest}`),
+        };
+        await expect(w.store.submit(short)).rejects.toMatchObject(refusal);
+        const defaulted = submitCommand(w.scope);
+        const [ok, refused] = await w.store.submitBatch([defaulted, short]);
+        expect(ok?.ok && ok.value.created).toBe(true);
+        expect(refused).toMatchObject({ ok: false, error: refusal });
+        // The key was never taken: the same key with a budget the store accepts creates the task.
+        const fixed = { ...short, input: { ...short.input, timeout_ms: shortest } };
+        expect((await w.store.submit(fixed)).created).toBe(true);
       });
 
       it('scopes idempotency keys: the same key in another scope is another task', async () => {
@@ -952,7 +977,9 @@ export function runTaskStoreConformance(
 
       it('reports execution_remaining_ms = max(0, deadline − now) during the cleanup grace', async () => {
         const w = setup();
-        const { task, assignment } = await w.submitAndClaim({ timeout_ms: MIN_TIMEOUT_MS });
+        const { task, assignment } = await w.submitAndClaim({
+          timeout_ms: minSubmitTimeoutMs(w.config),
+        });
         const step = Math.max(
           1,
           Math.floor(Math.min(w.config.leaseDurationMs, w.config.cleanupGraceMs) / 4),
@@ -979,7 +1006,7 @@ export function runTaskStoreConformance(
 
       it('never extends a lease past the authority deadline', async () => {
         const w = setup();
-        const { assignment } = await w.submitAndClaim({ timeout_ms: MIN_TIMEOUT_MS });
+        const { assignment } = await w.submitAndClaim({ timeout_ms: minSubmitTimeoutMs(w.config) });
         const authorityDeadline = assignment.attempt_deadline + w.config.cleanupGraceMs;
         expect(assignment.lease.expires_at).toBeLessThanOrEqual(authorityDeadline);
         // Renew late enough that now + lease passes the authority deadline,
@@ -1094,7 +1121,9 @@ export function runTaskStoreConformance(
       it('refuses dispatch when no more execution budget than the safety margin remains', async () => {
         const w = setup();
         const margin = w.config.leaseSafetyMarginMs;
-        const { task, assignment } = await w.submitAndClaim({ timeout_ms: MIN_TIMEOUT_MS });
+        const { task, assignment } = await w.submitAndClaim({
+          timeout_ms: minSubmitTimeoutMs(w.config),
+        });
         let remaining = assignment.authority.execution_remaining_ms;
         let sequence = 0;
         // Spend the budget down to the margin in steps the lease survives.

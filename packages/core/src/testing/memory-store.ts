@@ -77,7 +77,13 @@ import type {
 } from '../ports.js';
 import { countRecovery, recoverExpiredLease, startRecoveryProgress } from '../recovery.js';
 import { renewLease } from '../renew.js';
-import { retentionCandidate, retentionCutoff, retentionPolicyView, retired } from '../retention.js';
+import {
+  retentionCandidate,
+  retentionCutoff,
+  retentionPolicyView,
+  retired,
+  retiringFloor,
+} from '../retention.js';
 import type {
   AttemptRow,
   CursorRow,
@@ -248,6 +254,8 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
   const subscriptionsOfTask = new Map<string, Set<string>>();
   /** By `scopeKey(scope)`: a namespace's own retention policy. */
   const policies = new Map<string, RetentionPolicyRow>();
+  /** Each namespace's retiring floor (core `retiringFloor`), as the PostgreSQL store keeps it. */
+  const retiringFloors = new Map<string, Timestamp>();
 
   // Rows are copied in and out, as a database would serialise them: neither
   // a transition's caller nor a test can reach into stored state.
@@ -373,10 +381,13 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     const idempotencyKey = scopeKey(scope, command.idempotency_key);
     const existingKey = taskByIdempotencyKey.get(idempotencyKey);
     const existing = existingKey === undefined ? null : copy(tasks.get(existingKey) ?? null);
-    const result = submitTask(existing, command, now, {
-      task_id: newId('task'),
-      run_id: newId('run'),
-    });
+    const result = submitTask(
+      existing,
+      command,
+      now,
+      { task_id: newId('task'), run_id: newId('run') },
+      config,
+    );
     if (result.created) {
       write({ task: result.task, history: result.history });
       taskByIdempotencyKey.set(idempotencyKey, taskKey(scope, result.task.task_id));
@@ -587,6 +598,12 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
 
   const retentionPolicy = (scope: Scope): RetentionPolicy =>
     retentionPolicyView(policies.get(scopeKey(scope)), config.terminalRetentionMs);
+  const cutoffOf = (scope: Scope, now: Timestamp): Timestamp =>
+    retentionCutoff(
+      now,
+      retentionPolicy(scope).retention_ms,
+      retiringFloors.get(scopeKey(scope)) ?? null,
+    );
 
   /** The namespace's terminal tasks, oldest terminal first (terminal_at, task_id bytes). */
   const terminalTasks = (scope: Scope): TaskRow[] => {
@@ -606,7 +623,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     requireLimit(limit, MAX_RETENTION_BATCH);
     const now = clock();
     const policy = retentionPolicy(scope);
-    const cutoff = retentionCutoff(now, policy.retention_ms);
+    const cutoff = cutoffOf(scope, now);
     const candidates = terminalTasks(scope).filter((task) => retentionCandidate(task, cutoff));
     const preview: RetentionPreview = {
       retention_ms: policy.retention_ms,
@@ -626,6 +643,11 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     for (const task of tasks.values()) {
       if (isTerminalState(task.state)) found.set(scopeKey(task), scopeOf(task));
     }
+    // Namespaces with sessions no cutoff can have reached yet are left out, as in PostgreSQL.
+    const expiredBefore = retentionCutoff(clock(), MIN_RETENTION_MS);
+    for (const session of sessions.values()) {
+      if (session.expires_at < expiredBefore) found.set(scopeKey(session), scopeOf(session));
+    }
     return [...found.values()]
       .filter((scope) => after === undefined || scopeOrder(scope, after) > 0)
       .sort(scopeOrder)
@@ -637,8 +659,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     limit: number = MAX_RETENTION_BATCH,
   ): Promise<RetentionProgress> => {
     requireLimit(limit, MAX_RETENTION_BATCH);
-    const now = clock();
-    const cutoff = retentionCutoff(now, retentionPolicy(scope).retention_ms);
+    const cutoff = cutoffOf(scope, clock());
     const progress: RetentionProgress = {
       cutoff,
       tasks_removed: 0,
@@ -850,13 +871,21 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
         MAX_RETENTION_MS,
         '$.retention_ms',
       );
+      const now = clock();
+      const key = scopeKey(scope);
+      const floor = retiringFloor(
+        now,
+        retentionPolicy(scope).retention_ms,
+        retiringFloors.get(key) ?? null,
+      );
+      retiringFloors.set(key, Math.max(floor, retiringFloors.get(key) ?? floor));
       const row: RetentionPolicyRow = {
         tenant_id: scope.tenant_id,
         namespace: scope.namespace,
         retention_ms: command.retention_ms,
-        updated_at: clock(),
+        updated_at: now,
       };
-      policies.set(scopeKey(scope), copy(row));
+      policies.set(key, copy(row));
       return copy(retentionPolicyView(row, config.terminalRetentionMs));
     },
 
