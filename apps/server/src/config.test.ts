@@ -5,6 +5,7 @@ import {
   MAX_RETENTION_MS,
   MIN_RETENTION_MS,
 } from '@ledgence/contracts';
+import { createHttpApp } from '@ledgence/http';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, isLoopbackHost, loadConfig } from './config.js';
 
@@ -203,7 +204,7 @@ describe('loadConfig', () => {
     [{ LEDGENCE_API_KEYS: '[1]' }, 'LEDGENCE_API_KEYS[0] must be an object'],
     [
       { LEDGENCE_API_KEYS: '[{"key":"short","tenant":"a","namespaces":["*"],"roles":["client"]}]' },
-      'LEDGENCE_API_KEYS[0].key must be a string of at least 16 characters',
+      'LEDGENCE_API_KEYS[0].key must be at least 16 characters',
     ],
     [
       {
@@ -215,7 +216,7 @@ describe('loadConfig', () => {
       {
         LEDGENCE_API_KEYS: `[{"key":"${'k'.repeat(20)}","tenant":"a","namespaces":["*"],"roles":["root"]}]`,
       },
-      'LEDGENCE_API_KEYS[0].roles must be a non-empty array of client, worker, admin',
+      'LEDGENCE_API_KEYS[0].roles[0] must be one of client, worker, admin',
     ],
     [
       {
@@ -248,6 +249,117 @@ describe('loadConfig', () => {
     });
     expect(problems.length).toBeGreaterThan(0);
     expect(problems.join('\n')).not.toContain(secret);
+  });
+});
+
+describe('API keys loadConfig accepts are keys the HTTP app accepts', () => {
+  const key = 'k'.repeat(24);
+  it.each([
+    ['a key with a space (not a bearer token)', { key: 'my secret api key 1234', tenant: 'acme' }],
+    ['a key ending in a newline', { key: `${key}\n`, tenant: 'acme' }],
+    ['a tenant with a trailing space', { key, tenant: 'acme ' }],
+    ['a tenant longer than 128 bytes', { key, tenant: 't'.repeat(200) }],
+    ['a tenant with a control character', { key, tenant: 'ac\u0001me' }],
+    ['"*" beside a named namespace', { key, tenant: 'acme', namespaces: ['*', 'dev'] }],
+    ['a namespace with leading whitespace', { key, tenant: 'acme', namespaces: [' dev'] }],
+  ])('%s: rejected naming LEDGENCE_API_KEYS[0], or accepted by the app', (_, entry) => {
+    const setting = { namespaces: ['*'], roles: ['client'], ...entry };
+    const env = { LEDGENCE_API_KEYS: JSON.stringify([setting]) };
+    const problems = problemsOf(env);
+    if (problems.length > 0) {
+      expect(problems.some((p) => p.startsWith('LEDGENCE_API_KEYS[0].'))).toBe(true);
+      expect(problems.join('\n')).not.toContain(setting.key.trim());
+      return;
+    }
+    // Accepted: what startServer then does with config.apiKeys (server.ts → createHttpApp). A
+    // key the app refuses would stop the start after the embedded database started, naming
+    // `auth.keys[0]` rather than the variable.
+    const { apiKeys } = loadConfig(env, noFiles);
+    expect(() => createHttpApp({ service: {} as never, auth: { keys: apiKeys } })).not.toThrow();
+  });
+
+  it('reports every problem of every key at once, naming the file variable it came from', () => {
+    const keys = JSON.stringify([
+      { key: `${key} x`, tenant: 'acme ', namespaces: ['*', 'dev'], roles: ['client'] },
+      { key, tenant: 'acme', namespaces: ['dev', '\u0000'], roles: ['root'] },
+    ]);
+    const problems = problemsOf({ LEDGENCE_API_KEYS_FILE: '/etc/keys.json' }, () => keys);
+    expect(problems.map((p) => p.split(' ')[0])).toEqual([
+      'LEDGENCE_API_KEYS_FILE[0].key',
+      'LEDGENCE_API_KEYS_FILE[0].tenant',
+      'LEDGENCE_API_KEYS_FILE[0].namespaces',
+      'LEDGENCE_API_KEYS_FILE[1].namespaces[1]',
+      'LEDGENCE_API_KEYS_FILE[1].roles[0]',
+    ]);
+    expect(problems.join('\n')).not.toContain(key);
+  });
+});
+
+describe('DATABASE_URL', () => {
+  it.each([
+    ['a port above 65535', 'postgres://ledgence:pw@127.0.0.1:99999/ledgence', 'port'],
+    ['port 0', 'postgres://ledgence:pw@127.0.0.1:0/ledgence', 'port'],
+    [
+      'a port out of range among several hosts',
+      'postgres://ledgence:pw@h1:5432,h2:70000/db',
+      'port',
+    ],
+    [
+      'a malformed escape in the password',
+      'postgres://ledgence:p%zzw@127.0.0.1:5432/db',
+      'password',
+    ],
+    ['a malformed escape in the user name', 'postgres://led%gence:pw@127.0.0.1:5432/db', 'user'],
+    ['a malformed escape in the database name', 'postgres://ledgence:pw@127.0.0.1/d%b', 'database'],
+    ['a malformed escape in the host', 'postgres://ledgence:pw@db%/ledgence', 'valid URL'],
+    ['a host that is no host', 'postgres://ledgence:pw@a b/ledgence', 'valid URL'],
+  ])('%s is one problem naming DATABASE_URL, never echoing the URL', (_, url, what) => {
+    // Unchecked, these started the server and failed later with "Invalid URL"/"URI malformed".
+    const problems = problemsOf({ DATABASE_URL: url });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatch(/^DATABASE_URL /);
+    expect(problems[0]).toContain(what);
+    expect(problems[0]).not.toContain('pw');
+    expect(problems[0]).not.toContain('127.0.0.1');
+  });
+
+  it.each([
+    'postgres://ledgence:p%40ss@127.0.0.1:5432/ledgence',
+    'postgresql://127.0.0.1/ledgence?sslmode=require',
+    'postgres://u@[::1]:5432/db',
+    'postgres://u:pw@h1:5432,h2:5433/db',
+  ])('accepts %s', (url) => {
+    expect(loadConfig({ DATABASE_URL: url }, noFiles).databaseUrl).toBe(url);
+  });
+});
+
+describe('HOST', () => {
+  it('takes a bracketed IPv6 literal as the address listen() understands', () => {
+    // `[::1]` passed to listen() is a host name to resolve: ENOTFOUND, after migrating.
+    expect(loadConfig({ HOST: '[::1]' }, noFiles).host).toBe('::1');
+    expect(loadConfig({ HOST: '[::]', LEDGENCE_API_KEYS: KEYS }, noFiles).host).toBe('::');
+    expect(problemsOf({ HOST: '[::]' })[0]).toContain('would expose a server without API keys');
+  });
+});
+
+describe('LEDGENCE_RENEW_INTERVAL_MS', () => {
+  it('follows a lease shortened alone: a third of it', () => {
+    // The 10 s default was checked against a 15 s lease, refusing a variable never set.
+    const config = loadConfig({ LEDGENCE_LEASE_DURATION_MS: '15000' }, noFiles);
+    expect(config.renewIntervalMs).toBe(5_000);
+    expect(loadConfig({ LEDGENCE_LEASE_DURATION_MS: '100' }, noFiles).renewIntervalMs).toBe(33);
+    expect(loadConfig({ LEDGENCE_LEASE_DURATION_MS: '600000' }, noFiles).renewIntervalMs).toBe(
+      10_000,
+    );
+  });
+
+  it('refuses only a value set too long for the lease, naming what was set', () => {
+    expect(problemsOf({ LEDGENCE_RENEW_INTERVAL_MS: '20000' })).toEqual([
+      'LEDGENCE_RENEW_INTERVAL_MS (20000) must be at most half of the lease (30000, the default of LEDGENCE_LEASE_DURATION_MS), so one lost renewal does not lose the lease; unset it to use a third of the lease',
+    ]);
+    expect(
+      problemsOf({ LEDGENCE_LEASE_DURATION_MS: '15000', LEDGENCE_RENEW_INTERVAL_MS: '7500' }),
+    ).toEqual([]);
   });
 });
 

@@ -19,6 +19,7 @@ import {
   TERMINAL_RETENTION_MS,
 } from '@ledgence/contracts';
 import { type FailpointSetting, FailpointSpecError, parseFailpoints } from '@ledgence/core';
+import { apiKeyProblems } from '@ledgence/http';
 
 /** One API key as the operator configures it (DESIGN §6). */
 export interface ApiKeySetting {
@@ -43,7 +44,7 @@ export interface ServerConfig {
    * on a few connections (2 and 10 drained alike in bench/README.md).
    */
   dbPoolSize: number;
-  /** `HOST` (default 127.0.0.1). */
+  /** `HOST` (default 127.0.0.1); a bracketed IPv6 literal is unbracketed (`[::1]` → `::1`). */
   host: string;
   /** `PORT` (default 8080; 0 picks a free port). */
   port: number;
@@ -74,7 +75,10 @@ export interface ServerConfig {
   retentionIntervalMs: number;
   /** `LEDGENCE_LEASE_DURATION_MS`. */
   leaseDurationMs: number;
-  /** `LEDGENCE_RENEW_INTERVAL_MS`: advertised to workers; must leave room for a missed renewal. */
+  /**
+   * `LEDGENCE_RENEW_INTERVAL_MS`: the worker heartbeat period; unless set, a third of the lease
+   * (at most RENEW_INTERVAL_MS). When set it must leave room for a missed renewal.
+   */
   renewIntervalMs: number;
   /** `LEDGENCE_CLEANUP_GRACE_MS`. */
   cleanupGraceMs: number;
@@ -121,7 +125,8 @@ const LOG_LEVELS: readonly LogLevel[] = [
   'trace',
   'silent',
 ];
-const ROLES = ['client', 'worker', 'admin'] as const;
+// The server asks more of a key than the HTTP app does: long enough not to be guessed.
+const KEY_MIN_CHARS = 16;
 const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
 
 /** Environment variables the configuration reads, for help texts and docs. */
@@ -184,12 +189,10 @@ export function loadConfig(
   };
 
   const databaseUrl = text('DATABASE_URL');
-  if (databaseUrl !== undefined && !/^postgres(?:ql)?:\/\//.test(databaseUrl)) {
-    problems.push(
-      'DATABASE_URL must be a postgres:// or postgresql:// URL; unset it to use the embedded database',
-    );
-  }
-  const host = text('HOST') ?? '127.0.0.1';
+  const urlProblem = databaseUrl === undefined ? undefined : databaseUrlProblem(databaseUrl);
+  if (urlProblem !== undefined) problems.push(`DATABASE_URL ${urlProblem}`);
+  // `[::1]` is how a URL writes an IPv6 address; listen() wants it without the brackets.
+  const host = (text('HOST') ?? '127.0.0.1').replace(/^\[([0-9A-Fa-f:.]+)\]$/, '$1');
   const port = integer('PORT', 8080, 0, 65_535);
   const logLevel = (text('LEDGENCE_LOG_LEVEL') ?? 'info') as LogLevel;
   if (!LOG_LEVELS.includes(logLevel)) {
@@ -226,6 +229,27 @@ export function loadConfig(
 
   const second = 1_000;
   const hour = 3_600_000;
+  const before = problems.length;
+  const leaseDurationMs = integer('LEDGENCE_LEASE_DURATION_MS', LEASE_DURATION_MS, 100, hour);
+  const leaseSet = text('LEDGENCE_LEASE_DURATION_MS') !== undefined && problems.length === before;
+  // Unless set, the heartbeat follows the lease (a third of it, as the contract defaults are), so
+  // shortening the lease alone never leaves the default heartbeat too slow for it.
+  const renewSet = text('LEDGENCE_RENEW_INTERVAL_MS') !== undefined;
+  const renewIntervalMs = integer(
+    'LEDGENCE_RENEW_INTERVAL_MS',
+    Math.min(RENEW_INTERVAL_MS, Math.floor(leaseDurationMs / 3)),
+    10,
+    hour,
+  );
+  // A renewal must fit inside the lease with room for one to be lost.
+  if (renewSet && renewIntervalMs * 2 > leaseDurationMs) {
+    const lease = leaseSet
+      ? `LEDGENCE_LEASE_DURATION_MS (${leaseDurationMs})`
+      : `the lease (${leaseDurationMs}, the default of LEDGENCE_LEASE_DURATION_MS)`;
+    problems.push(
+      `LEDGENCE_RENEW_INTERVAL_MS (${renewIntervalMs}) must be at most half of ${lease}, so one lost renewal does not lose the lease; unset it to use a third of the lease`,
+    );
+  }
   const config: ServerConfig = {
     databaseUrl,
     dataDir: text('LEDGENCE_DATA_DIR') ?? '.ledgence/pg',
@@ -249,8 +273,8 @@ export function loadConfig(
     ),
     completionLeaseMs: integer('LEDGENCE_COMPLETION_LEASE_MS', COMPLETION_LEASE_MS, 100, hour),
     retentionIntervalMs: integer('LEDGENCE_RETENTION_INTERVAL_MS', 60 * second, 10, 24 * hour),
-    leaseDurationMs: integer('LEDGENCE_LEASE_DURATION_MS', LEASE_DURATION_MS, 100, hour),
-    renewIntervalMs: integer('LEDGENCE_RENEW_INTERVAL_MS', RENEW_INTERVAL_MS, 10, hour),
+    leaseDurationMs,
+    renewIntervalMs,
     cleanupGraceMs: integer('LEDGENCE_CLEANUP_GRACE_MS', CLEANUP_GRACE_MS, 0, hour),
     leaseSafetyMarginMs: integer(
       'LEDGENCE_LEASE_SAFETY_MARGIN_MS',
@@ -270,12 +294,6 @@ export function loadConfig(
     shutdownTimeoutMs: integer('LEDGENCE_SHUTDOWN_TIMEOUT_MS', 10_000, 100, 5 * 60 * second),
     failpoints,
   };
-  // A renewal must fit inside the lease with room for one to be lost.
-  if (config.renewIntervalMs * 2 > config.leaseDurationMs) {
-    problems.push(
-      `LEDGENCE_RENEW_INTERVAL_MS (${config.renewIntervalMs}) must be at most half of LEDGENCE_LEASE_DURATION_MS (${config.leaseDurationMs}), so one lost renewal does not lose the lease`,
-    );
-  }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
 }
@@ -327,31 +345,22 @@ function readApiKeys(
     const { key, tenant, namespaces, roles, ...rest } = entry as Record<string, unknown>;
     const unknown = Object.keys(rest);
     if (unknown.length > 0) problems.push(`${where} has unknown fields: ${unknown.join(', ')}`);
-    if (typeof key !== 'string' || key.length < 16) {
-      problems.push(`${where}.key must be a string of at least 16 characters`);
+    // The HTTP app's own rule for a key (apiKeyProblems), so a key it would refuse stops the
+    // start here, naming this variable, and not after the database started. Its problems name
+    // fields, never the key.
+    const setting = { key, tenant, namespaces, roles } as ApiKeySetting;
+    const found = apiKeyProblems(setting);
+    for (const { field, message } of found) problems.push(`${where}.${field} ${message}`);
+    const short =
+      typeof key === 'string' &&
+      key.length < KEY_MIN_CHARS &&
+      !found.some(({ field }) => field === 'key');
+    if (short) {
+      problems.push(
+        `${where}.key must be at least ${KEY_MIN_CHARS} characters, so it cannot be guessed (e.g. the output of openssl rand -hex 32)`,
+      );
     }
-    if (typeof tenant !== 'string' || tenant.length === 0) {
-      problems.push(`${where}.tenant must be a tenant name`);
-    }
-    const okNamespaces =
-      Array.isArray(namespaces) &&
-      namespaces.length > 0 &&
-      namespaces.every((n) => typeof n === 'string' && n.length > 0);
-    if (!okNamespaces)
-      problems.push(`${where}.namespaces must be a non-empty array of names, or ["*"]`);
-    const okRoles =
-      Array.isArray(roles) &&
-      roles.length > 0 &&
-      roles.every((r) => (ROLES as readonly unknown[]).includes(r));
-    if (!okRoles) problems.push(`${where}.roles must be a non-empty array of ${ROLES.join(', ')}`);
-    if (typeof key === 'string' && typeof tenant === 'string' && okNamespaces && okRoles) {
-      keys.push({
-        key,
-        tenant,
-        namespaces: namespaces as string[],
-        roles: roles as ApiKeySetting['roles'],
-      });
-    }
+    if (found.length === 0 && !short) keys.push(setting);
   });
   const seen = new Set<string>();
   for (const { key } of keys) {
@@ -359,6 +368,46 @@ function readApiKeys(
     seen.add(key);
   }
   return keys;
+}
+
+/**
+ * Why `url` is not a PostgreSQL URL the driver (postgres.js) can connect with, or `undefined`.
+ * Checked here so a bad value stops the start naming DATABASE_URL, not later as "Invalid URL".
+ * Never quotes the URL: it may hold a password.
+ */
+function databaseUrlProblem(url: string): string | undefined {
+  if (!/^postgres(?:ql)?:\/\//.test(url)) {
+    return 'must be a postgres:// or postgresql:// URL; unset it to use the embedded database';
+  }
+  // As postgres.js reads it: the authority may list several hosts (`h1:5432,h2:5433`), and the
+  // URL is parsed with the first of them in their place.
+  const authority = url.slice(url.indexOf('://') + 3).split(/[?/]/)[0] ?? '';
+  let hosts: string;
+  let parsed: URL;
+  try {
+    hosts = decodeURIComponent(authority.slice(authority.indexOf('@') + 1));
+    parsed = new URL(url.replace(hosts, hosts.split(',')[0] ?? ''));
+  } catch {
+    return 'is not a valid URL: check the host and port, and percent-encode special characters of the user name and password (e.g. @ as %40)';
+  }
+  const ports = hosts.includes(',')
+    ? hosts.split(',').map((host) => host.split(':')[1] ?? '')
+    : [parsed.port];
+  const badPort = (port: string) =>
+    port !== '' && (!/^\d+$/.test(port) || Number(port) < 1 || Number(port) > 65_535);
+  if (ports.some(badPort)) return 'must name a port from 1 to 65535 (or none, for 5432)';
+  for (const [part, value] of [
+    ['user name', parsed.username],
+    ['password', parsed.password],
+    ['database name', parsed.pathname.slice(1)],
+  ] as const) {
+    try {
+      decodeURIComponent(value);
+    } catch {
+      return `has a malformed percent escape in its ${part}: write a literal % as %25`;
+    }
+  }
+  return undefined;
 }
 
 function readDestinations(

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { ConfigError, loadConfig } from './config.js';
-import { startServer } from './server.js';
+import { type RunningServer, startServer } from './server.js';
 
 async function main(): Promise<void> {
   let config: ReturnType<typeof loadConfig>;
@@ -19,7 +19,45 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  const server = await startServer(config);
+  // Handlers go in before the start: without them a signal during the start ends Node at once,
+  // and the embedded PostgreSQL it spawned keeps running, holding the data folder. startServer
+  // cannot be interrupted, so a signal while it runs stops the server once the start settles
+  // (a failed start has cleaned up after itself).
+  let server: RunningServer | undefined;
+  let stopRequested: string | undefined;
+  let signals = 0;
+  const stop = (running: RunningServer) =>
+    running.stop().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        process.stderr.write(`shutdown failed: ${String(error)}\n`);
+        process.exit(1);
+      },
+    );
+  const shutdown = (signal: string) => {
+    signals += 1;
+    if (signals > 1) {
+      // process.exit still sends the embedded database a fast shutdown (embedded.ts).
+      process.stderr.write(`${signal} again: exiting now\n`);
+      process.exit(1);
+    }
+    if (server === undefined) {
+      stopRequested = signal;
+      process.stderr.write(`${signal} while starting: stopping once the start completes\n`);
+      return;
+    }
+    process.stderr.write(`${signal}: shutting down gracefully\n`);
+    void stop(server);
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+
+  server = await startServer(config);
+  if (stopRequested !== undefined) {
+    process.stderr.write(`${stopRequested}: started, shutting down gracefully\n`);
+    await stop(server);
+    return;
+  }
   const lines = [
     `Ledgence is listening on ${server.url}`,
     server.dataDir === undefined
@@ -30,24 +68,6 @@ async function main(): Promise<void> {
       : `API keys: ${config.apiKeys.length} configured`,
   ];
   process.stderr.write(`${lines.join('\n')}\n`);
-  let signals = 0;
-  const shutdown = (signal: string) => {
-    signals += 1;
-    if (signals > 1) {
-      process.stderr.write(`${signal} again: exiting now\n`);
-      process.exit(1);
-    }
-    process.stderr.write(`${signal}: shutting down gracefully\n`);
-    server.stop().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        process.stderr.write(`shutdown failed: ${String(error)}\n`);
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGTERM', () => shutdown('SIGTERM'));
-  process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
 main().catch((error: unknown) => {

@@ -185,3 +185,58 @@ describe('LEDGENCE_SHUTDOWN_TIMEOUT_MS', () => {
     expect(webhookIds).toEqual([delivered?.event_id, delivered?.event_id]);
   }, 60_000);
 });
+
+describe('development mode over real sockets', () => {
+  /** A submit over node:http naming `host` (fetch cannot set Host); the reply's status. */
+  async function submitNaming(url: string, host: string, key: string): Promise<number> {
+    const { request } = await import('node:http');
+    const target = new URL(tasks, url);
+    return new Promise((resolve, reject) => {
+      const req = request(
+        {
+          hostname: target.hostname.replace(/^\[|\]$/g, ''),
+          port: target.port,
+          path: target.pathname,
+          method: 'POST',
+          headers: { host, 'content-type': 'application/json' },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', () => resolve(res.statusCode ?? 0));
+        },
+      );
+      req.on('error', reject);
+      req.end(JSON.stringify(submit(key)));
+    });
+  }
+
+  it('HOST=[::1] listens on ::1', async () => {
+    // Passed to listen() as written, `[::1]` was a name to resolve: ENOTFOUND, after migrating.
+    const server = await startOn(await database(), { HOST: '[::1]' });
+    expect(server.url).toMatch(/^http:\/\/\[::1\]:\d+$/);
+    expect((await post(server.url, tasks, submit('v6'))).status).toBe(201);
+  });
+
+  it('startServer refuses development mode on a non-loopback address, before touching the database', async () => {
+    const db = await database();
+    const config = { ...loadConfig({ DATABASE_URL: db.url, PORT: '0' }, noFiles), host: '0.0.0.0' };
+    await expect(startServer(config, { logger: pino({ level: 'silent' }) })).rejects.toThrow(
+      /development mode\) listens on loopback only/,
+    );
+    const sql = postgres(db.url, { max: 1, onnotice: () => {} });
+    try {
+      const [row] = await sql`select count(*)::int as n from pg_tables where schemaname = 'public'`;
+      expect(row?.n).toBe(0);
+    } finally {
+      await sql.end();
+    }
+  });
+
+  it('refuses a request naming a non-loopback Host (DNS rebinding)', async () => {
+    const server = await startOn(await database(), {});
+    expect(server.developmentMode).toBe(true);
+    const port = new URL(server.url).port;
+    expect(await submitNaming(server.url, `localhost:${port}`, 'local')).toBe(201);
+    expect(await submitNaming(server.url, `rebind.attacker.example:${port}`, 'rebound')).toBe(403);
+  });
+});

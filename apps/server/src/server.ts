@@ -19,7 +19,7 @@ import {
 } from '@ledgence/store-postgres';
 import pino, { type Logger } from 'pino';
 import postgres from 'postgres';
-import type { ServerConfig } from './config.js';
+import { isLoopbackHost, type ServerConfig } from './config.js';
 import { armAfterReply, serverFailpoints } from './failpoints.js';
 import { startRecoveryLoop, startRetentionLoop, startStatisticsLoop } from './maintenance.js';
 import { createServerMetrics } from './metrics.js';
@@ -68,6 +68,13 @@ export async function startServer(
   // must not stay reachable once the HTTP app has hashed it (DESIGN §6).
   const { apiKeys, ...settings } = config;
   const developmentMode = apiKeys.length === 0;
+  // DESIGN §6: without keys the server "listens on loopback only". loadConfig refuses such a
+  // HOST already; startServer is exported, so it checks its own input before starting anything.
+  if (developmentMode && !isLoopbackHost(settings.host)) {
+    throw new TypeError(
+      `host ${settings.host} is not loopback: a server without API keys (development mode) listens on loopback only; configure API keys to serve other addresses`,
+    );
+  }
   const logger = options.logger ?? pino({ level: settings.logLevel });
   const cleanups: (() => Promise<void>)[] = [];
   const cleanup = async () => {

@@ -400,6 +400,19 @@ async function answerBatch<C, R, O>(
   );
 }
 
+// A loopback host name, as a Host header or URL writes it: with an optional port.
+const LOOPBACK_AUTHORITY = /^(?:localhost|127(?:\.\d{1,3}){3}|\[::1\])(?::\d{1,5})?$/i;
+
+/** Whether `authority` (a Host header, `host[:port]`) names loopback; absent counts as loopback. */
+function isLoopbackAuthority(authority: string | undefined): boolean {
+  return authority === undefined || LOOPBACK_AUTHORITY.test(authority);
+}
+
+/** The `host[:port]` of a request URL. */
+function hostOf(url: string): string {
+  return new URL(url).host;
+}
+
 /** The route pattern that answered, for logs: never the raw path. */
 function routePattern(c: AppContext): string | null {
   const routes = matchedRoutes(c).filter((route) => route.method !== 'ALL');
@@ -425,7 +438,9 @@ function problemResponse(c: AppContext, problem: Problem): Response {
  * ```
  */
 export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
-  const { service } = options;
+  // Taken apart here, and `options` referenced by no closure: it holds the API keys' text
+  // (`auth.keys`), which must not stay reachable once hashed (DESIGN §6).
+  const { service, completions, retention, health, metrics, onResponse } = options;
   const authenticator = createAuthenticator(options.auth);
   const longPollMaxMs = options.longPollMaxMs ?? LONG_POLL_WAIT_MS;
   const logger = options.logger ?? pino({ level: 'silent' });
@@ -462,9 +477,9 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
       },
       'request',
     );
-    if (options.onResponse !== undefined) {
+    if (onResponse !== undefined) {
       try {
-        options.onResponse({ route, method: c.req.method, status: c.res.status, durationMs });
+        onResponse({ route, method: c.req.method, status: c.res.status, durationMs });
       } catch (error) {
         logger.warn({ request_id: requestId, err: error }, 'onResponse hook failed');
       }
@@ -498,6 +513,24 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
       }),
     ),
   );
+
+  // ---- Development mode: loopback only -------------------------------------------
+
+  // Without keys every request is allowed, which is safe only because the server listens on
+  // loopback. A web page whose host name re-resolves to 127.0.0.1 (DNS rebinding) reaches it
+  // same-origin anyway, but its requests name that host: only loopback names are served.
+  if (authenticator.developmentMode) {
+    app.use('*', async (c, next) => {
+      if (!isLoopbackAuthority(c.req.header('host')) || !isLoopbackAuthority(hostOf(c.req.url))) {
+        throw new ContractError(
+          'forbidden',
+          'development mode (no API keys configured) serves loopback host names only (localhost, 127.0.0.1, [::1]); configure API keys to serve other hosts',
+          { reason: 'host_not_loopback' },
+        );
+      }
+      await next();
+    });
+  }
 
   // ---- Authentication of every /v1 route ----------------------------------------
 
@@ -619,7 +652,6 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
 
   // ---- Completion subscriptions (DESIGN §8), when a completion service is given -----
 
-  const { completions } = options;
   if (completions !== undefined) {
     const subscriptions = `${SCOPE_PREFIX}/tasks/:task_id/completion-subscriptions`;
 
@@ -661,7 +693,6 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
 
   // ---- Retention (admin), when the retention operations are given ------------------
 
-  const { retention } = options;
   if (retention !== undefined) {
     const policy = `${SCOPE_PREFIX}/retention-policy`;
 
@@ -815,7 +846,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   app.get('/readyz', documentRoute('ready'), async (c) => {
     let readiness: Readiness;
     try {
-      readiness = options.health === undefined ? true : await options.health.ready();
+      readiness = health === undefined ? true : await health.ready();
     } catch (error) {
       logger.warn({ request_id: c.get('requestId'), err: error }, 'readiness check failed');
       readiness = false;
@@ -829,11 +860,11 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   });
 
   app.get('/metrics', documentRoute('metrics'), async (c) => {
-    if (options.metrics === undefined) {
+    if (metrics === undefined) {
       throw new ContractError('not_found', 'metrics are not configured on this server');
     }
-    const text = await options.metrics.render();
-    return c.body(text, 200, { 'Content-Type': options.metrics.contentType });
+    const text = await metrics.render();
+    return c.body(text, 200, { 'Content-Type': metrics.contentType });
   });
 
   let document: Promise<unknown> | undefined;

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import {
   type ApiKeyConfig,
   allowsScope,
+  apiKeyProblems,
   createAuthenticator,
   type Role,
   requireRole,
@@ -113,6 +114,39 @@ describe('createAuthenticator', () => {
     expect(() => createAuthenticator({ keys: [entry, { ...entry, tenant: 'b' }] })).toThrow(
       /auth\.keys\[1\]\.key repeats auth\.keys\[0\]\.key/,
     );
+  });
+});
+
+describe('apiKeyProblems', () => {
+  const secret = 'super-secret-key-value';
+
+  it('finds nothing wrong with the keys the authenticator accepts', () => {
+    for (const config of KEY_CONFIG) expect(apiKeyProblems(config)).toEqual([]);
+  });
+
+  it('lists every problem of a key by field, never quoting the key', () => {
+    const config = {
+      key: `${secret}\n`,
+      tenant: 'acme ',
+      namespaces: ['prod', 'x'.repeat(129), 7],
+      roles: ['client', 'root'],
+    } as unknown as ApiKeyConfig;
+    const problems = apiKeyProblems(config);
+    expect(problems.map(({ field }) => field)).toEqual([
+      'key',
+      'tenant',
+      'namespaces[1]',
+      'namespaces[2]',
+      'roles[1]',
+    ]);
+    expect(JSON.stringify(problems)).not.toContain(secret);
+    // The authenticator refuses the first of them, named as its option.
+    expect(() => createAuthenticator({ keys: [config] })).toThrow(/^auth\.keys\[0\]\.key must be/);
+  });
+
+  it('tolerates fields of the wrong type, as configuration read from JSON may hold', () => {
+    const problems = apiKeyProblems({ key: 7, tenant: null, roles: 'admin' } as never);
+    expect(problems.map(({ field }) => field)).toEqual(['key', 'tenant', 'namespaces', 'roles']);
   });
 });
 

@@ -77,43 +77,75 @@ function hashKey(key: string): Buffer {
   return createHash('sha256').update(key, 'utf8').digest();
 }
 
+/**
+ * One thing wrong with a configured API key: the field (`key`, `tenant`, `namespaces[1]`, …) and
+ * what is wrong with it. Never the key's text, so a problem can go to a log or a terminal.
+ */
+export interface ApiKeyProblem {
+  /** The field, relative to the key's entry: `key`, `tenant`, `namespaces`, `roles[0]`, … */
+  field: string;
+  /** What is wrong and what would be right, e.g. `must not start or end with whitespace`. */
+  message: string;
+}
+
+/**
+ * Everything wrong with one configured key, or `[]` when {@link createAuthenticator} accepts it.
+ * The one rule for a key's fields: the authenticator refuses the first problem it finds, and a
+ * configuration loader (the server's `LEDGENCE_API_KEYS`) reports every problem before starting.
+ * Tolerates values of the wrong type, as configuration read from JSON may hold any.
+ *
+ * @example
+ * ```ts
+ * apiKeyProblems({ key: 'k_live_1', tenant: 'acme ', namespaces: ['*'], roles: ['client'] });
+ * // → [{ field: 'tenant', message: 'must not start or end with whitespace' }]
+ * ```
+ */
+export function apiKeyProblems(config: ApiKeyConfig): ApiKeyProblem[] {
+  const problems: ApiKeyProblem[] = [];
+  const problem = (field: string, message: string) => problems.push({ field, message });
+  const { key, tenant, namespaces, roles } = config as Partial<Record<keyof ApiKeyConfig, unknown>>;
+  if (typeof key !== 'string' || key.length === 0) {
+    problem('key', 'must be a non-empty string');
+  } else if (key.length > KEY_MAX_CHARS || !BEARER.test(`Bearer ${key}`)) {
+    // A key that cannot be sent as `Authorization: Bearer <key>` could never authenticate.
+    problem(
+      'key',
+      `must be a bearer token: letters, digits and - . _ ~ + / (optionally ending in =), no spaces or line breaks, at most ${KEY_MAX_CHARS} characters`,
+    );
+  }
+  const tenantProblem = textProblem(tenant, SCOPE_TEXT_MAX_BYTES);
+  if (tenantProblem !== undefined) problem('tenant', tenantProblem);
+  if (!Array.isArray(namespaces) || namespaces.length === 0) {
+    problem('namespaces', 'must be a non-empty array of names, or ["*"] for every namespace');
+  } else if (namespaces.includes('*')) {
+    if (namespaces.length !== 1) problem('namespaces', 'must be ["*"] alone when it names "*"');
+  } else {
+    namespaces.forEach((namespace: unknown, at) => {
+      const namespaceProblem = textProblem(namespace, SCOPE_TEXT_MAX_BYTES);
+      if (namespaceProblem !== undefined) problem(`namespaces[${at}]`, namespaceProblem);
+    });
+  }
+  if (!Array.isArray(roles) || roles.length === 0) {
+    problem('roles', `must be a non-empty array of ${ROLES.join(', ')}`);
+  } else {
+    roles.forEach((role: unknown, at) => {
+      if (!ROLES.includes(role as Role))
+        problem(`roles[${at}]`, `must be one of ${ROLES.join(', ')}`);
+    });
+  }
+  return problems;
+}
+
 /** Configuration errors name the key's index and the field, never the key. */
 function configError(index: number, message: string): TypeError {
   return new TypeError(`auth.keys[${index}]${message}`);
 }
 
 function storedKey(config: ApiKeyConfig, index: number): StoredKey {
-  if (typeof config.key !== 'string' || config.key.length === 0) {
-    throw configError(index, '.key must be a non-empty string');
-  }
-  if (config.key.length > KEY_MAX_CHARS || !BEARER.test(`Bearer ${config.key}`)) {
-    throw configError(index, '.key must be a bearer token (RFC 6750 characters, ≤ 4096)');
-  }
-  const tenantProblem = textProblem(config.tenant, SCOPE_TEXT_MAX_BYTES);
-  if (tenantProblem !== undefined) throw configError(index, `.tenant ${tenantProblem}`);
-  if (!Array.isArray(config.namespaces) || config.namespaces.length === 0) {
-    throw configError(index, ".namespaces must be a non-empty array of names or ['*']");
-  }
+  const [first] = apiKeyProblems(config);
+  if (first !== undefined) throw configError(index, `.${first.field} ${first.message}`);
   const wildcard = config.namespaces.includes('*');
-  if (wildcard && config.namespaces.length !== 1) {
-    throw configError(index, ".namespaces must be ['*'] alone when it names '*'");
-  }
-  if (!wildcard) {
-    config.namespaces.forEach((namespace, at) => {
-      const problem = textProblem(namespace, SCOPE_TEXT_MAX_BYTES);
-      if (problem !== undefined) throw configError(index, `.namespaces[${at}] ${problem}`);
-    });
-  }
-  if (!Array.isArray(config.roles) || config.roles.length === 0) {
-    throw configError(index, '.roles must be a non-empty array');
-  }
-  const roles = new Set<Role>();
-  config.roles.forEach((role, at) => {
-    if (!ROLES.includes(role)) {
-      throw configError(index, `.roles[${at}] must be one of ${ROLES.join(', ')}`);
-    }
-    roles.add(role);
-  });
+  const roles = new Set<Role>(config.roles);
   // admin implies every role: an operator's key can both submit and work.
   if (roles.has('admin')) for (const role of ROLES) roles.add(role);
   return {

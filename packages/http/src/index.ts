@@ -50,7 +50,9 @@ export {
 } from './app.js';
 export {
   type ApiKeyConfig,
+  type ApiKeyProblem,
   type AuthOptions,
+  apiKeyProblems,
   type Principal,
   ROLES,
   type Role,

@@ -1,0 +1,117 @@
+/**
+ * `ledgence-server` (main.ts, run from sources as a real process): what it tells an operator
+ * whose configuration cannot be used (DESIGN §11: "validated … at start, clear message on
+ * error"), and a signal while it is still starting (DESIGN §11: `SIGTERM` stops the server;
+ * embedded.ts: no postmaster outlives the process).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
+const main = join(root, 'apps', 'server', 'src', 'main.ts');
+const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+
+/** The server process with `env`; its stderr so far, and its exit code (or signal). */
+function spawnMain(env: Record<string, string>): {
+  child: ChildProcess;
+  stderr: () => string;
+  exited: Promise<number | string>;
+} {
+  const child = spawn(
+    process.execPath,
+    ['--import', loader, '--conditions=@ledgence/source', main],
+    {
+      env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
+  let stderr = '';
+  child.stderr?.setEncoding('utf8');
+  child.stderr?.on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  const exited = new Promise<number | string>((done) =>
+    child.once('exit', (code, signal) => done(code ?? signal ?? 'unknown')),
+  );
+  return { child, stderr: () => stderr, exited };
+}
+
+describe('a DATABASE_URL the server cannot use', () => {
+  it('a port out of range: exit 2 with a problem naming DATABASE_URL, never the password', async () => {
+    const run = spawnMain({ DATABASE_URL: 'postgres://ledgence:hunter2@127.0.0.1:99999/ledgence' });
+    const timer = setTimeout(() => run.child.kill('SIGKILL'), 60_000);
+    const code = await run.exited;
+    clearTimeout(timer);
+    // Unchecked, it exited 1 with "Ledgence failed to start: Invalid URL".
+    expect(run.stderr()).not.toContain('hunter2');
+    expect(run.stderr()).toContain('DATABASE_URL');
+    expect(code).toBe(2);
+  }, 90_000);
+
+  it('two hosts, both refusing: the start fails with a message instead of hanging', async () => {
+    // postgres.js swallowed every connect error when several hosts were given, and the start
+    // waited forever with no output (porsager/postgres#1174; patched in patches/).
+    const run = spawnMain({
+      DATABASE_URL: 'postgres://ledgence:hunter2@127.0.0.1:1,127.0.0.1:2/ledgence',
+    });
+    const timer = setTimeout(() => run.child.kill('SIGKILL'), 45_000);
+    const code = await run.exited;
+    clearTimeout(timer);
+    expect(code).toBe(1);
+    expect(run.stderr()).toMatch(/failed to start: .*ECONNREFUSED/);
+    expect(run.stderr()).not.toContain('hunter2');
+  }, 90_000);
+});
+
+describe('a signal while the server is starting', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ledgence-main-startup-'));
+  // Root runs PostgreSQL as the OS user `postgres`, which must be able to enter the folder.
+  chmodSync(dir, 0o755);
+  const dataDir = join(dir, 'pg');
+  let orphan: number | undefined;
+
+  function alive(pid: number): boolean {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch (error) {
+      return (error as NodeJS.ErrnoException).code === 'EPERM';
+    }
+  }
+
+  afterAll(async () => {
+    // Should the test fail, stop the postmaster it left behind (fast shutdown).
+    if (orphan !== undefined && alive(orphan)) {
+      process.kill(orphan, 'SIGINT');
+      for (let i = 0; i < 100 && alive(orphan); i++) await new Promise((r) => setTimeout(r, 100));
+    }
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('SIGTERM during start-up stops the embedded PostgreSQL, then the process', async () => {
+    // Handlers installed only once started let the signal's default action end Node at once:
+    // the postmaster, now a child of init, kept the data folder ("Another PostgreSQL server").
+    const run = spawnMain({ DATABASE_URL: '', LEDGENCE_DATA_DIR: dataDir });
+    // The postmaster writes its pid file as it starts; the server then connects and migrates.
+    const pidFile = join(dataDir, 'postmaster.pid');
+    for (let i = 0; i < 12_000 && !existsSync(pidFile) && run.child.exitCode === null; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    expect(existsSync(pidFile), `the postmaster started:\n${run.stderr()}`).toBe(true);
+    const postmaster = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+    expect(run.stderr(), 'the signal arrives before the server listens').not.toContain(
+      'listening on',
+    );
+    run.child.kill('SIGTERM');
+    const code = await run.exited;
+    for (let i = 0; i < 20 && alive(postmaster); i++) await new Promise((r) => setTimeout(r, 100));
+    if (alive(postmaster)) orphan = postmaster;
+    expect(alive(postmaster), `postmaster ${postmaster} outlived the server`).toBe(false);
+    expect(code, run.stderr()).toBe(0);
+    expect(run.stderr()).not.toContain('listening on');
+  }, 120_000);
+});
