@@ -344,6 +344,8 @@ class Changes {
   readonly history: HistoryRow[] = [];
   readonly cursors = new Map<string, ScopedCursor>();
   readonly hints = new Map<string, object>();
+  /** Concurrency slots given back, by key (see {@link addRelease}). */
+  readonly releases = new Map<string, SlotRelease>();
 
   task(before: TaskRow, after: TaskRow): void {
     const key = taskKey(after.tenant_id, after.namespace, after.task_id);
@@ -354,6 +356,60 @@ class Changes {
 
   hint(hint: object): void {
     this.hints.set(JSON.stringify(hint), hint);
+  }
+}
+
+/** Slots of one concurrency key given back by a transaction. */
+interface SlotRelease {
+  tenant_id: string;
+  namespace: string;
+  key: string;
+  count: number;
+}
+
+/** The lock identity of a task's concurrency key: its scope and name. */
+function concurrencyKeyOf(task: TaskRow): string {
+  return scopedKey(task.tenant_id, task.namespace, task.concurrency_key ?? '');
+}
+
+/** Counts one slot of `task`'s concurrency key (if it has one) as given back. */
+function addRelease(releases: Map<string, SlotRelease>, task: TaskRow): void {
+  if (task.concurrency_key === null) return;
+  const key = concurrencyKeyOf(task);
+  const entry = releases.get(key);
+  if (entry) entry.count += 1;
+  else {
+    releases.set(key, {
+      tenant_id: task.tenant_id,
+      namespace: task.namespace,
+      key: task.concurrency_key,
+      count: 1,
+    });
+  }
+}
+
+function compareText(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * The concurrency-key rows a transaction has locked, so that it only ever locks upward: every
+ * transaction taking key rows in one order cannot deadlock on them. A claim's rounds select new
+ * tasks after earlier rounds took their keys, and a batch claims queue after queue; a key below
+ * the highest held (and not held) must wait for a later poll.
+ */
+class KeyLockOrder {
+  readonly #held = new Set<string>();
+  #highest: string | undefined;
+
+  /** Whether `key` may be locked now: held already, or above every key held. */
+  allows(key: string): boolean {
+    return this.#held.has(key) || this.#highest === undefined || key > this.#highest;
+  }
+
+  took(key: string): void {
+    this.#held.add(key);
+    if (this.#highest === undefined || key > this.#highest) this.#highest = key;
   }
 }
 
@@ -472,6 +528,11 @@ interface QueueRef {
 /** The wake hint of a queue that gained ready work. */
 function queueHint(task: QueueRef) {
   return { kind: 'queue', tenant: task.tenant_id, namespace: task.namespace, queue: task.queue };
+}
+
+/** Wakes every queue of the task's namespace (wake.ts). */
+function scopeHint(task: QueueRef) {
+  return { kind: 'scope', tenant: task.tenant_id, namespace: task.namespace };
 }
 
 /**
@@ -781,10 +842,6 @@ class PgTaskStore implements PostgresTaskStore {
       );
     const outputs: (TaskRef & { output: unknown })[] = [];
     const terminal: TerminalTaskRef[] = [];
-    const releases = new Map<
-      string,
-      { tenant_id: string; namespace: string; key: string; count: number }
-    >();
     for (const { before, after } of changed) {
       if (
         after.state === 'succeeded' &&
@@ -815,19 +872,10 @@ class PgTaskStore implements PostgresTaskStore {
         });
       }
       if (before.state === 'active' && after.state !== 'active' && after.concurrency_key !== null) {
-        const key = scopedKey(after.tenant_id, after.namespace, after.concurrency_key);
-        const entry = releases.get(key);
-        if (entry) entry.count += 1;
-        else {
-          releases.set(key, {
-            tenant_id: after.tenant_id,
-            namespace: after.namespace,
-            key: after.concurrency_key,
-            count: 1,
-          });
-        }
-        // A freed slot may make key-blocked work claimable.
-        changes.hint(queueHint(after));
+        addRelease(changes.releases, after);
+        // A freed slot may make key-blocked work claimable, on any queue of the namespace: a
+        // key belongs to the namespace, not to a queue.
+        changes.hint(scopeHint(after));
       }
     }
     if (outputs.length > 0) writes.push(writeOutputs(tx, outputs));
@@ -835,8 +883,9 @@ class PgTaskStore implements PostgresTaskStore {
     // task locks this transaction holds (registration takes the same lock, so no subscription
     // can be inserted between the two). One statement, and only when a task became terminal.
     if (terminal.length > 0) writes.push(markDeliveriesDue(tx, terminal));
-    if (releases.size > 0) {
-      const sorted = [...releases.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    if (changes.releases.size > 0) {
+      // In key order, the order every transaction locks key rows in (see KeyLockOrder).
+      const sorted = [...changes.releases.entries()].sort(([a], [b]) => compareText(a, b));
       writes.push(
         releaseConcurrencySlots(
           tx,
@@ -1295,16 +1344,43 @@ class PgTaskStore implements PostgresTaskStore {
     // transaction, for longer than a lease, so new leases and replayed authority are sampled after
     // it. (Which polls are new, and `consumer_busy`, were decided at `now`, before any wait.)
     let decidedAt = now;
+    const keyLocks = new KeyLockOrder();
     for (const [group, { first }] of queues) {
       const need = fresh.get(group)?.length ?? 0;
       const offered = firstRoundOf.get(group) ?? [];
-      const { won, surplus, at } = await this.claimable(tx, first, now, need, offered);
+      const { won, surplus, at } = await this.claimable(tx, first, now, need, offered, keyLocks);
       decidedAt = Math.max(decidedAt, at);
       winners.set(group, won);
       // Rows locked for polls that turned out not to be new (or not yet available at `now`)
       // stay unwritten until COMMIT; a poll that skipped them meanwhile may have parked, so the
       // queue is woken once they are free.
       if (surplus !== undefined) changes.hint(queueHint(surplus));
+    }
+    // A session may have expired while a key lock was awaited: a new poll is answered as of
+    // `decidedAt`, when its lease would start, and an expired session is rejected, never
+    // assigned (DESIGN §5). The task it would have got stays queued.
+    if (decidedAt > now) {
+      for (const [group, polls] of fresh) {
+        const live = polls.filter(({ index, command }) => {
+          const session = sessions.get(
+            scopedKey(command.scope.tenant_id, command.scope.namespace, command.worker_session_id),
+          );
+          try {
+            requireLiveSession(
+              session ?? null,
+              command.scope,
+              command.worker_session_id,
+              decidedAt,
+            );
+            return true;
+          } catch (error) {
+            if (!(error instanceof ContractError)) throw error;
+            results[index] = { ok: false, error };
+            return false;
+          }
+        });
+        fresh.set(group, live);
+      }
     }
     // Replays answer from the cursor's attempt and its task, unlocked (a replay writes nothing),
     // both read again here: the slot read above may predate a concurrency key's wait, during
@@ -1372,6 +1448,11 @@ class PgTaskStore implements PostgresTaskStore {
         changes.cursors.set(slotKey(command), scopedCursor(claim.cursor, command.scope));
         results[index] = { ok: true, value: { reply: claim.reply, recorded: true } };
       }
+      // Won for a poll whose session expired meanwhile: still queued, its key slot given back.
+      for (const unused of queue) {
+        addRelease(changes.releases, unused);
+        changes.hint(queueHint(unused));
+      }
     }
     await this.flush(tx, changes, finish);
     return results.map((r) => r ?? { ok: false, error: unavailable(new Error('unanswered poll')) });
@@ -1393,6 +1474,7 @@ class PgTaskStore implements PostgresTaskStore {
     now: Timestamp,
     need: number,
     offered: readonly DbRow[],
+    keyLocks: KeyLockOrder,
   ): Promise<{ won: TaskRow[]; surplus: TaskRow | undefined; at: Timestamp }> {
     const won: TaskRow[] = [];
     const excluded: string[] = [];
@@ -1418,15 +1500,24 @@ class PgTaskStore implements PostgresTaskStore {
       }
       const keyed = tasks
         .filter((t) => t.concurrency_key !== null)
-        .sort((a, b) => ((a.concurrency_key ?? '') < (b.concurrency_key ?? '') ? -1 : 1));
+        .map((task) => ({ task, lock: concurrencyKeyOf(task) }))
+        .sort((a, b) => compareText(a.lock, b.lock));
       const refused = new Set<string>();
-      for (const task of keyed) {
+      for (const { task, lock } of keyed) {
+        // A key below one this transaction holds is left for a later poll: taking it would
+        // lock out of order, and two claims doing so deadlock (PostgreSQL aborts one).
+        if (!keyLocks.allows(lock)) {
+          refused.add(task.task_id);
+          surplus = task;
+          continue;
+        }
         const slot = await takeConcurrencySlot(
           tx,
           command.scope,
           task.concurrency_key as string,
           task.concurrency_limit ?? 1,
         );
+        keyLocks.took(lock);
         at = Math.max(at, slot.now + this.offset());
         if (!slot.taken) refused.add(task.task_id);
       }

@@ -87,6 +87,16 @@ function hintKey(hint: unknown): string | null {
   return null;
 }
 
+/** The topic-key prefix of a namespace's queues, for a `scope` hint; else null. */
+function scopePrefix(hint: unknown): string | null {
+  if (typeof hint !== 'object' || hint === null) return null;
+  const h = hint as Record<string, unknown>;
+  if (h.kind !== 'scope' || typeof h.tenant !== 'string' || typeof h.namespace !== 'string') {
+    return null;
+  }
+  return `q\u0000${h.tenant}\u0000${h.namespace}\u0000`;
+}
+
 /**
  * Creates a wake source listening on the store's wake channel.
  *
@@ -118,6 +128,14 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
       return;
     }
     for (const item of Array.isArray(hints) ? hints : [hints]) {
+      const prefix = scopePrefix(item);
+      if (prefix !== null) {
+        // Every queue of a namespace: a freed concurrency slot may unblock any of them.
+        for (const [key, set] of interests) {
+          if (key.startsWith(prefix)) for (const watcher of set) hint(watcher);
+        }
+        continue;
+      }
       const key = hintKey(item);
       if (key === null) continue;
       const set = interests.get(key);
