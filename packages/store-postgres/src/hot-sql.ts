@@ -324,20 +324,34 @@ export async function takeConcurrencySlot(
 }
 
 /**
- * Gives back concurrency slots of tasks that left `active` (settled, recovered). Lock: the key
- * rows, in key order (the caller sorts), so releases never deadlock with each other. Index: PK.
+ * Gives back concurrency slots of tasks that left `active` (settled, recovered, or won for a poll
+ * that was then refused). Lock: the key rows, in the order given — the caller sorts them in the
+ * order claims lock keys (store.ts `KeyLockOrder`) — taken by `locked` before any is updated: an
+ * UPDATE joined to the list locks rows in whatever order its plan visits them, and two
+ * transactions locking two keys in opposite orders deadlock. Index: PK.
  */
 export async function releaseConcurrencySlots(
   tx: Tx,
   releases: readonly { tenant_id: string; namespace: string; key: string; count: number }[],
 ): Promise<void> {
   await tx`
-    update concurrency_keys k set active = greatest(0, k.active - v.n)
-    from unnest(${column(releases, (r) => r.tenant_id)}::text[],
-                ${column(releases, (r) => r.namespace)}::text[],
-                ${column(releases, (r) => r.key)}::text[],
-                ${column(releases, (r) => r.count)}::int[]) as v(tenant_id, namespace, key, n)
-    where k.tenant_id = v.tenant_id and k.namespace = v.namespace and k.concurrency_key = v.key`;
+    with v as (
+      select * from unnest(${column(releases, (r) => r.tenant_id)}::text[],
+                           ${column(releases, (r) => r.namespace)}::text[],
+                           ${column(releases, (r) => r.key)}::text[],
+                           ${column(releases, (r) => r.count)}::int[])
+        with ordinality as v(tenant_id, namespace, key, n, ord)
+    ), locked as (
+      select k.tenant_id, k.namespace, k.concurrency_key, v.n from concurrency_keys k
+      join v on k.tenant_id = v.tenant_id and k.namespace = v.namespace
+        and k.concurrency_key = v.key
+      order by v.ord
+      for update of k
+    )
+    update concurrency_keys k set active = greatest(0, k.active - l.n)
+    from locked l
+    where k.tenant_id = l.tenant_id and k.namespace = l.namespace
+      and k.concurrency_key = l.concurrency_key`;
 }
 
 /** Creates missing concurrency-key rows at submit; existing rows are untouched (no lock wait). */
