@@ -4,7 +4,14 @@
  * listing and history iterators over pages, cancellation, and errors.
  */
 import { ContractError } from '@ledgence/contracts';
-import { Client, type FetchLike, ProblemError, silentLogger, Worker } from '@ledgence/worker';
+import {
+  Client,
+  type FetchLike,
+  ProblemError,
+  silentLogger,
+  TransportError,
+  Worker,
+} from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
 import {
@@ -57,6 +64,11 @@ function recordingClient(url = server.url) {
     backoff: { baseMs: 10, maxMs: 50 },
   });
   return { c, requests };
+}
+
+/** The options of a client of the test scope on the real server. */
+function scopeOf() {
+  return { url: server.url, tenant: TENANT, namespace: NAMESPACE, logger: silentLogger };
 }
 
 async function countTasks(c: Client, labels: Record<string, string>): Promise<number> {
@@ -144,6 +156,35 @@ describe('Client against the real server', () => {
     expect(results[2]).toMatchObject({ idempotency_key: 'batch-new', state: 'queued' });
   });
 
+  it('answers a batch entry the local validation refuses in its slot and sends its neighbours', async () => {
+    // DESIGN §6: an item's error does not fail its neighbours, whether the server or the client
+    // refuses it.
+    const { c, requests } = recordingClient();
+    const results = await c.submitBatch([
+      { queue: 'q-batch-bad', program: 'p', data: 1, idempotencyKey: 'batch-good-1' },
+      { queue: 'q-batch-bad', program: 'p', data: 2, priority: 1_000 },
+      { queue: 'q-batch-bad', program: 'p', data: 3, idempotencyKey: 'batch-good-3' },
+    ]);
+    expect(results[0]).toMatchObject({ idempotency_key: 'batch-good-1', state: 'queued' });
+    expect(results[1]).toBeInstanceOf(ProblemError);
+    expect(results[1]).toMatchObject({
+      code: 'invalid_input',
+      status: 400,
+      path: '$.commands[1].input.priority',
+    });
+    expect(results[2]).toMatchObject({ idempotency_key: 'batch-good-3', state: 'queued' });
+    expect(requests.map((r) => (r.body as { commands: unknown[] }).commands.length)).toEqual([2]);
+    const queued = [];
+    for await (const page of c.list({ queue: 'q-batch-bad' })) queued.push(...page.tasks);
+    expect(queued).toHaveLength(2);
+    // With no valid entry, nothing is sent.
+    const sent = requests.length;
+    const none = await c.submitBatch([{ queue: '', program: 'p' }]);
+    expect(none[0]).toBeInstanceOf(ProblemError);
+    expect(none[0]).toMatchObject({ code: 'invalid_input', path: '$.commands[0].input.queue' });
+    expect(requests).toHaveLength(sent);
+  });
+
   it('reads status, result with a wait, and cancels', async () => {
     const c = client(server.url);
     const task = await c.submit({ queue: 'q-cancel', program: 'p', data: null });
@@ -182,6 +223,16 @@ describe('Client against the real server', () => {
     expect(listUrls[0]).toContain('state=queued');
     expect(listUrls[0]).toContain('label.team=a');
     expect(listUrls[1]).toContain('cursor=');
+  });
+
+  it('lists with a workflow_id filter (a TaskFilters field)', async () => {
+    const { c, requests } = recordingClient();
+    await c.submit({ queue: 'q-wf', program: 'p', data: null });
+    const pages = [];
+    for await (const page of c.list({ workflow_id: 'wf_does_not_exist' })) pages.push(page);
+    // A task submitted outside a workflow has no workflow_id, so none matches.
+    expect(pages).toEqual([{ tasks: [] }]);
+    expect(requests.at(-1)?.url).toContain('workflow_id=wf_does_not_exist');
   });
 
   it('iterates history in pages', async () => {
@@ -233,6 +284,51 @@ describe('Client against the real server', () => {
     const rest = [];
     for await (const page of c.history(task.task_id, { afterSequence: 100 })) rest.push(...page);
     expect(rest).toEqual(events.slice(100));
+  });
+
+  it('result() with a very long waitMs waits the server-clamped time and returns pending', async () => {
+    // A wait beyond what a Node timer holds must not turn the request's timeout into 1 ms.
+    const c = new Client({ ...scopeOf(), retries: 0 });
+    const task = await c.submit({ queue: 'q-nobody', program: 'p', data: null });
+    for (const waitMs of [Number.MAX_SAFE_INTEGER, Number.POSITIVE_INFINITY]) {
+      const started = Date.now();
+      const result = await c.result(task.task_id, { waitMs }).catch((e: unknown) => e);
+      const elapsed = Date.now() - started;
+      if (result instanceof TransportError) {
+        throw new Error(`waitMs=${waitMs} failed after ${elapsed} ms: ${result.message}`);
+      }
+      expect(result).toMatchObject({ outcome: { state: 'pending' } });
+      // This server's long-poll maximum is 1 s (SHORT_TIMINGS).
+      expect(elapsed).toBeGreaterThanOrEqual(900);
+    }
+  });
+
+  it('result() rounds a fractional waitMs up and refuses a negative one', async () => {
+    const { c, requests } = recordingClient();
+    const task = await c.submit({ queue: 'q-nobody', program: 'p', data: null });
+    const result = await c.result(task.task_id, { waitMs: 100.5 });
+    expect(result.outcome).toEqual({ state: 'pending' });
+    expect(requests.at(-1)?.url).toMatch(/[?&]wait_ms=101$/);
+    for (const waitMs of [-1, Number.NaN]) {
+      await expect(c.result(task.task_id, { waitMs })).rejects.toThrow(
+        /^waitMs must be a number ≥ 0$/,
+      );
+    }
+  });
+
+  it('a large requestTimeoutMs does not make every request time out at once', async () => {
+    // A caller who wants no client-side timeout passes Infinity, or e.g. 30 days.
+    for (const requestTimeoutMs of [30 * 24 * 3600 * 1000, Number.POSITIVE_INFINITY]) {
+      for (const transport of [{}, { fetch: ((input, init) => fetch(input, init)) as FetchLike }]) {
+        const c = new Client({ ...scopeOf(), ...transport, retries: 0, requestTimeoutMs });
+        const outcome = await c.submit({ queue: 'q-timeout', program: 'p', data: null }).then(
+          (task) => task.state,
+          (e: unknown) => `${(e as Error).name}: ${(e as Error).message}`,
+        );
+        const over = transport.fetch === undefined ? 'node:http' : 'fetch';
+        expect(outcome, `requestTimeoutMs=${requestTimeoutMs} over ${over}`).toBe('queued');
+      }
+    }
   });
 
   it('reports a missing task as not_found', async () => {

@@ -48,6 +48,9 @@ export const ERROR_STATUS: Readonly<Record<ErrorCode, number>> = {
   unavailable: 503,
 };
 
+/** The stable prefix of every problem `type`: `https://ledgence.dev/problems/<code>`. */
+export const PROBLEM_TYPE_BASE = 'https://ledgence.dev/problems/';
+
 /** A short human title per code, used as the problem+json `title`. */
 export const ERROR_TITLES: Readonly<Record<ErrorCode, string>> = {
   invalid_input: 'Invalid input',

@@ -88,6 +88,7 @@ export {
   invalidInput,
   isErrorCode,
   LedgenceError,
+  PROBLEM_TYPE_BASE,
 } from './errors.js';
 export type {
   JsonInput,

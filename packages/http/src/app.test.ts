@@ -284,6 +284,26 @@ describe('GET {scope}/tasks', () => {
     expect((await expectProblem(replayed, 'invalid_input')).reason).toBe('invalid_cursor');
   });
 
+  it('filters by workflow_id (a TaskFilters field), binding it to the cursor', async () => {
+    const h = createHarness();
+    await submitTask(h, ACME_PROD, KEYS.client);
+    await submitTask(h, ACME_PROD, KEYS.client);
+    // Tasks submitted outside a workflow carry no workflow_id, so none matches.
+    const none = await expectJson<TaskPage>(
+      await h.call(`${TASKS}?workflow_id=wf_1`, { key: KEYS.client }),
+      200,
+    );
+    expect(none).toEqual({ tasks: [] });
+    const first = await expectJson<TaskPage>(
+      await h.call(`${TASKS}?limit=1`, { key: KEYS.client }),
+      200,
+    );
+    const replayed = await h.call(`${TASKS}?workflow_id=wf_1&cursor=${first.next_cursor}`, {
+      key: KEYS.client,
+    });
+    expect((await expectProblem(replayed, 'invalid_input')).reason).toBe('invalid_cursor');
+  });
+
   it.each([
     'limit=0',
     'limit=501',
@@ -294,6 +314,8 @@ describe('GET {scope}/tasks', () => {
     'state=running',
     'queue=',
     'queue=%20x',
+    'workflow_id=',
+    'workflow_id=a&workflow_id=b',
     'submitted_from=yesterday',
     'submitted_from=-5',
     'cursor=%%%',

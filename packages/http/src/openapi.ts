@@ -317,6 +317,11 @@ const ROUTES = {
         schema: { type: 'integer', minimum: 0 },
       },
       {
+        name: 'workflow_id',
+        description: 'Exact workflow execution id (tasks outside a workflow never match).',
+        schema: { type: 'string' },
+      },
+      {
         name: 'limit',
         description: `Page size (default ${TASK_LIST_DEFAULT_LIMIT}).`,
         schema: { type: 'integer', minimum: 1, maximum: TASK_LIST_MAX_LIMIT },

@@ -10,11 +10,11 @@ import {
   ERROR_STATUS,
   ERROR_TITLES,
   type ErrorCode,
+  PROBLEM_TYPE_BASE,
   type Problem,
 } from '@ledgence/contracts';
 
-/** The stable prefix of every problem `type`: `https://ledgence.dev/problems/<code>`. */
-export const PROBLEM_TYPE_BASE = 'https://ledgence.dev/problems/';
+export { PROBLEM_TYPE_BASE };
 
 /** The media type of every error reply. */
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';

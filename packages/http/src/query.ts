@@ -17,6 +17,7 @@ export const LIST_QUERY_PARAMETERS = [
   'program',
   'submitted_from',
   'submitted_until',
+  'workflow_id',
   'limit',
   'cursor',
 ] as const;
@@ -125,7 +126,8 @@ function numberOrText(value: string): number | string {
 /**
  * The task list query of DESIGN §6: `state, queue, program, label.K=V
  * (repeatable with different keys; all must match), submitted_from,
- * submitted_until, limit (1..500), cursor`, validated with the contracts'
+ * submitted_until, limit (1..500), cursor`, plus `workflow_id` (a
+ * `TaskFilters` field of DESIGN §4), validated with the contracts'
  * `TaskListQuerySchema`. Errors name the parameter, never its value.
  */
 export function parseListQuery(url: URL): TaskListQuery {

@@ -21,7 +21,7 @@ import {
   WorkerSessionSchema,
 } from '@ledgence/contracts';
 import { ProtocolError } from './errors.js';
-import type { HttpTransport } from './http.js';
+import { type HttpTransport, pathSegment } from './http.js';
 
 /**
  * Byte limits of replies. The server's own limits bound what it can send
@@ -63,7 +63,7 @@ export class WorkerApi {
   async extendSession(sessionId: string, scope: Scope): Promise<WorkerSession> {
     const reply = await this.#http.request({
       method: 'POST',
-      path: `/v1/worker/sessions/${encodeURIComponent(sessionId)}/extend`,
+      path: `/v1/worker/sessions/${pathSegment(sessionId)}/extend`,
       body: { scope },
       schema: WorkerSessionSchema,
       maxBytes: REPLY_LIMITS.control,
@@ -73,7 +73,8 @@ export class WorkerApi {
 
   /**
    * `POST /v1/worker/acquire:batch?wait_ms=`: one command per slot of one
-   * session; the reply holds one item per command, in order.
+   * session; the reply holds one item per command, in order. `waitMs` is a
+   * wire value (see `wireWaitMs`).
    */
   async acquireBatch(
     commands: AcquireCommand[],

@@ -18,6 +18,27 @@ export const DEFAULT_BACKOFF: Readonly<BackoffPolicy> = Object.freeze({
 });
 
 /**
+ * `policy` checked as a constructor option (undefined: {@link DEFAULT_BACKOFF}): `baseMs` a
+ * finite number > 0, so a retry never spins at 0 ms, and `maxMs` a finite number ≥ `baseMs`, so
+ * every retry's delay is bounded. Returns a copy, so a later change to the caller's object cannot
+ * bypass the check. Throws a `TypeError` saying what to fix.
+ */
+export function checkedBackoff(policy: BackoffPolicy | undefined): BackoffPolicy {
+  if (policy === undefined) return DEFAULT_BACKOFF;
+  if (typeof policy !== 'object' || policy === null) {
+    throw new TypeError('backoff must be an object { baseMs, maxMs }');
+  }
+  const { baseMs, maxMs } = policy;
+  if (typeof baseMs !== 'number' || !Number.isFinite(baseMs) || baseMs <= 0) {
+    throw new TypeError('backoff.baseMs must be a finite number > 0');
+  }
+  if (typeof maxMs !== 'number' || !Number.isFinite(maxMs) || maxMs < baseMs) {
+    throw new TypeError('backoff.maxMs must be a finite number ≥ backoff.baseMs');
+  }
+  return Object.freeze({ baseMs, maxMs });
+}
+
+/**
  * The delay before retry number `failures` (1 = after the first failure):
  * full jitter in `[ceiling/2, ceiling]` where `ceiling = min(max, base *
  * 2^(failures-1))`. Half the ceiling is kept as a floor so a retry storm

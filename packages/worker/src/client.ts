@@ -13,8 +13,10 @@ import {
   type CompletionSubscriptionList,
   CompletionSubscriptionListSchema,
   CompletionSubscriptionSchema,
+  ContractError,
   HISTORY_PAGE_LIMIT,
   MAX_SUBMIT_BATCH,
+  type Problem,
   type ProgramDescriptor,
   type RecordedHistoryEvent,
   SubmitBatchReplySchema,
@@ -36,17 +38,20 @@ import {
   validateSubmitCommand,
 } from '@ledgence/contracts';
 import { REPLY_LIMITS } from './api.js';
-import { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './backoff.js';
-import { isRetryable, ProblemError, ProtocolError } from './errors.js';
+import { type BackoffPolicy, backoffDelay, checkedBackoff } from './backoff.js';
+import { isRetryable, localProblem, ProblemError, ProtocolError } from './errors.js';
 import {
   type HttpOptions,
   HttpTransport,
   isProblem,
+  pathSegment,
   type ReplyOf,
   type ReplySchema,
   type RequestSpec,
+  wireWaitMs,
 } from './http.js';
 import { consoleLogger, errorFields, type Logger, safeLogger } from './logger.js';
+import { timerDelay } from './timers.js';
 
 /** Options of a {@link Client}. */
 export interface ClientOptions extends HttpOptions {
@@ -56,9 +61,9 @@ export interface ClientOptions extends HttpOptions {
   namespace: string;
   /** Where the SDK logs; warnings and errors to the console by default. */
   logger?: Logger | undefined;
-  /** Retries of a request after a transport failure or `unavailable` (default 3). */
+  /** Retries of a request after a transport failure or `unavailable`: an integer ≥ 0 (default 3). */
   retries?: number | undefined;
-  /** Backoff between retries. */
+  /** Backoff between retries: `baseMs` > 0, `maxMs` ≥ `baseMs`; DEFAULT_BACKOFF (100 ms to 5 s) by default. */
   backoff?: BackoffPolicy | undefined;
 }
 
@@ -108,7 +113,10 @@ export interface CallOptions {
 
 /** Options of {@link Client.result}. */
 export interface ResultOptions extends CallOptions {
-  /** Wait up to this long for a terminal state (the server clamps it to its long-poll maximum). */
+  /**
+   * Wait up to this long for a terminal state: a number ≥ 0, rounded up to whole milliseconds;
+   * the server clamps it to its long-poll maximum (`Infinity` asks for that maximum).
+   */
   waitMs?: number | undefined;
 }
 
@@ -124,13 +132,6 @@ export interface SubscribeOptions extends CallOptions {
   destination: string;
   /** Makes subscribing idempotent; a random UUID when absent. */
   subscriptionKey?: string | undefined;
-}
-
-function segment(value: string): string {
-  if (typeof value !== 'string' || value.length === 0) {
-    throw new TypeError('an id must be a non-empty string');
-  }
-  return encodeURIComponent(value);
 }
 
 /**
@@ -159,10 +160,15 @@ export class Client {
     this.#http = new HttpTransport(options);
     this.#tenant = options.tenant;
     this.#namespace = options.namespace;
-    this.#scopePath = `/v1/tenants/${segment(options.tenant)}/namespaces/${segment(options.namespace)}`;
+    this.#scopePath = `/v1/tenants/${pathSegment(options.tenant)}/namespaces/${pathSegment(options.namespace)}`;
     this.#logger = safeLogger(options.logger ?? consoleLogger);
-    this.#retries = options.retries ?? 3;
-    this.#backoff = options.backoff ?? DEFAULT_BACKOFF;
+    const retries = options.retries ?? 3;
+    // NaN or Infinity would retry forever: `failures >= NaN` is never true.
+    if (!Number.isSafeInteger(retries) || retries < 0) {
+      throw new TypeError('retries must be an integer ≥ 0');
+    }
+    this.#retries = retries;
+    this.#backoff = checkedBackoff(options.backoff);
   }
 
   /**
@@ -185,7 +191,10 @@ export class Client {
 
   /**
    * Submits up to 1 000 tasks in one request; each is answered on its own, in
-   * order: its snapshot, or a {@link ProblemError} for that item alone.
+   * order: its snapshot, or a {@link ProblemError} for that item alone. An
+   * entry the local validation refuses is answered with the problem the
+   * server would give it (path `$.commands[i]…`, `i` its index in `entries`)
+   * and is not sent; its neighbours are. If none is valid, nothing is sent.
    */
   async submitBatch(
     entries: SubmitBatchEntry[],
@@ -194,9 +203,22 @@ export class Client {
     if (entries.length < 1 || entries.length > MAX_SUBMIT_BATCH) {
       throw new TypeError(`a batch holds 1 to ${MAX_SUBMIT_BATCH} tasks`);
     }
-    const commands = entries.map(({ idempotencyKey, originTrace, ...task }) =>
-      this.#submitCommand(task, idempotencyKey, originTrace),
-    );
+    const answers: (TaskSnapshot | ProblemError)[] = new Array(entries.length);
+    const commands: SubmitCommand[] = [];
+    /** The index in `entries` of each command sent. */
+    const sent: number[] = [];
+    for (const [index, { idempotencyKey, originTrace, ...task }] of entries.entries()) {
+      try {
+        commands.push(
+          this.#submitCommand(task, idempotencyKey, originTrace, `$.commands[${index}]`),
+        );
+        sent.push(index);
+      } catch (error) {
+        if (!(error instanceof ContractError)) throw error;
+        answers[index] = localProblem(error);
+      }
+    }
+    if (commands.length === 0) return answers;
     const reply = await this.#call({
       method: 'POST',
       path: `${this.#scopePath}/tasks:batch`,
@@ -210,16 +232,20 @@ export class Client {
         `tasks:batch answered ${reply.results.length} items for ${commands.length} commands`,
       );
     }
-    return reply.results.map((item) =>
-      isProblem(item) ? new ProblemError(item) : (item as TaskSnapshot),
-    );
+    for (const [at, item] of reply.results.entries()) {
+      const index = sent[at] as number;
+      answers[index] = isProblem(item)
+        ? new ProblemError(renumbered(item, at, index))
+        : (item as TaskSnapshot);
+    }
+    return answers;
   }
 
   /** The task's status (no application data). */
-  status(taskId: string, options: CallOptions = {}): Promise<TaskStatus> {
+  async status(taskId: string, options: CallOptions = {}): Promise<TaskStatus> {
     return this.#call({
       method: 'GET',
-      path: `${this.#scopePath}/tasks/${segment(taskId)}`,
+      path: `${this.#scopePath}/tasks/${pathSegment(taskId)}`,
       schema: TaskStatusSchema,
       maxBytes: REPLY_LIMITS.control,
       signal: options.signal,
@@ -231,11 +257,11 @@ export class Client {
    * 'pending'}`. With `waitMs`, the server holds the request until the task
    * is terminal or the wait ends.
    */
-  result(taskId: string, options: ResultOptions = {}): Promise<TaskResult> {
-    const waitMs = options.waitMs;
+  async result(taskId: string, options: ResultOptions = {}): Promise<TaskResult> {
+    const waitMs = options.waitMs === undefined ? undefined : wireWaitMs('waitMs', options.waitMs);
     return this.#call({
       method: 'GET',
-      path: `${this.#scopePath}/tasks/${segment(taskId)}/result`,
+      path: `${this.#scopePath}/tasks/${pathSegment(taskId)}/result`,
       query: { wait_ms: waitMs },
       schema: TaskResultSchema,
       maxBytes: REPLY_LIMITS.single,
@@ -245,10 +271,10 @@ export class Client {
   }
 
   /** The task's full snapshot (inspection: includes its input). */
-  snapshot(taskId: string, options: CallOptions = {}): Promise<TaskSnapshot> {
+  async snapshot(taskId: string, options: CallOptions = {}): Promise<TaskSnapshot> {
     return this.#call({
       method: 'GET',
-      path: `${this.#scopePath}/tasks/${segment(taskId)}/snapshot`,
+      path: `${this.#scopePath}/tasks/${pathSegment(taskId)}/snapshot`,
       schema: TaskSnapshotSchema,
       maxBytes: REPLY_LIMITS.single,
       signal: options.signal,
@@ -256,10 +282,14 @@ export class Client {
   }
 
   /** One attempt of a task as recorded. */
-  attempt(taskId: string, attemptId: string, options: CallOptions = {}): Promise<AttemptSnapshot> {
+  async attempt(
+    taskId: string,
+    attemptId: string,
+    options: CallOptions = {},
+  ): Promise<AttemptSnapshot> {
     return this.#call({
       method: 'GET',
-      path: `${this.#scopePath}/tasks/${segment(taskId)}/attempts/${segment(attemptId)}`,
+      path: `${this.#scopePath}/tasks/${pathSegment(taskId)}/attempts/${pathSegment(attemptId)}`,
       schema: AttemptSnapshotSchema,
       maxBytes: REPLY_LIMITS.single,
       signal: options.signal,
@@ -312,7 +342,7 @@ export class Client {
   async cancel(taskId: string, options: CallOptions = {}): Promise<TaskState> {
     const reply = await this.#call({
       method: 'POST',
-      path: `${this.#scopePath}/tasks/${segment(taskId)}/cancel`,
+      path: `${this.#scopePath}/tasks/${pathSegment(taskId)}/cancel`,
       schema: TaskStateReplySchema,
       maxBytes: REPLY_LIMITS.control,
       signal: options.signal,
@@ -332,7 +362,7 @@ export class Client {
     for (;;) {
       const page = await this.#call({
         method: 'GET',
-        path: `${this.#scopePath}/tasks/${segment(taskId)}/history`,
+        path: `${this.#scopePath}/tasks/${pathSegment(taskId)}/history`,
         query: { after_sequence: after },
         schema: TaskHistorySchema,
         maxBytes: REPLY_LIMITS.single,
@@ -346,10 +376,10 @@ export class Client {
   }
 
   /** Subscribes the task to a completion destination (idempotent by subscription key). */
-  subscribe(taskId: string, options: SubscribeOptions): Promise<CompletionSubscription> {
+  async subscribe(taskId: string, options: SubscribeOptions): Promise<CompletionSubscription> {
     return this.#call({
       method: 'POST',
-      path: `${this.#scopePath}/tasks/${segment(taskId)}/completion-subscriptions`,
+      path: `${this.#scopePath}/tasks/${pathSegment(taskId)}/completion-subscriptions`,
       body: {
         subscription_key: options.subscriptionKey ?? randomUUID(),
         destination: options.destination,
@@ -362,10 +392,13 @@ export class Client {
   }
 
   /** The task's completion subscriptions with their delivery state. */
-  subscriptions(taskId: string, options: CallOptions = {}): Promise<CompletionSubscriptionList> {
+  async subscriptions(
+    taskId: string,
+    options: CallOptions = {},
+  ): Promise<CompletionSubscriptionList> {
     return this.#call({
       method: 'GET',
-      path: `${this.#scopePath}/tasks/${segment(taskId)}/completion-subscriptions`,
+      path: `${this.#scopePath}/tasks/${pathSegment(taskId)}/completion-subscriptions`,
       schema: CompletionSubscriptionListSchema,
       maxBytes: REPLY_LIMITS.control,
       signal: options.signal,
@@ -373,14 +406,14 @@ export class Client {
   }
 
   /** Redelivers a subscription's event, naming the generation being retried. */
-  redeliver(
+  async redeliver(
     subscriptionId: string,
     generation: number,
     options: CallOptions = {},
   ): Promise<CompletionSubscription> {
     return this.#call({
       method: 'POST',
-      path: `${this.#scopePath}/completion-subscriptions/${segment(subscriptionId)}/redeliver`,
+      path: `${this.#scopePath}/completion-subscriptions/${pathSegment(subscriptionId)}/redeliver`,
       body: { generation },
       schema: CompletionSubscriptionSchema,
       maxBytes: REPLY_LIMITS.control,
@@ -392,6 +425,7 @@ export class Client {
     input: SubmitInput,
     idempotencyKey: string | undefined,
     originTrace: TraceContext | undefined,
+    path = '$',
   ): SubmitCommand {
     // The spread last: a property an object literal adds after a spread is V8's slow path (~1 µs
     // each on Node 20; bench/README.md, "Objects built by spread"). An untyped caller's
@@ -414,7 +448,7 @@ export class Client {
       },
     };
     if (originTrace !== undefined) command.origin_trace = originTrace;
-    return validateSubmitCommand(command);
+    return validateSubmitCommand(command, path);
   }
 
   /** One request, retried on transport failures and `unavailable`. */
@@ -450,7 +484,20 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     const timer = setTimeout(() => {
       signal?.removeEventListener('abort', onAbort);
       resolve();
-    }, ms);
+    }, timerDelay(ms));
     signal?.addEventListener('abort', onAbort, { once: true });
   });
+}
+
+/**
+ * A batch item's problem with its path renumbered from the item's index in the request sent
+ * (`$.commands[at]…`) to its index in the caller's entries, which differ once refused entries
+ * were left out.
+ */
+function renumbered(problem: Problem, at: number, index: number): Problem {
+  const prefix = `$.commands[${at}]`;
+  if (at === index || problem.path === undefined || !problem.path.startsWith(prefix)) {
+    return problem;
+  }
+  return { ...problem, path: `$.commands[${index}]${problem.path.slice(prefix.length)}` };
 }

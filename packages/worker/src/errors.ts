@@ -7,9 +7,12 @@
  */
 import {
   ContractError,
+  ERROR_STATUS,
+  ERROR_TITLES,
   type ErrorCode,
   LedgenceError,
   type LedgenceErrorOptions,
+  PROBLEM_TYPE_BASE,
   type Problem,
 } from '@ledgence/contracts';
 
@@ -132,6 +135,25 @@ export class ProblemError extends ContractError {
     this.problem = problem;
     this.requestId = problem.request_id;
   }
+}
+
+/**
+ * The {@link ProblemError} of an item the SDK refused before sending it (a batch entry that fails
+ * the local validation): the problem document the server would have answered for it, so a caller
+ * handles an item refused here and one refused by the server alike. `cause` is the refusal.
+ */
+export function localProblem(error: ContractError): ProblemError {
+  const code = error.code;
+  const problem: Problem = {
+    type: `${PROBLEM_TYPE_BASE}${code}`,
+    title: ERROR_TITLES[code],
+    status: ERROR_STATUS[code],
+    code,
+    detail: error.message,
+  };
+  if (error.reason !== undefined) problem.reason = error.reason;
+  if (error.path !== undefined) problem.path = error.path;
+  return new ProblemError(problem, { cause: error });
 }
 
 /**

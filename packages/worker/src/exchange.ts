@@ -23,6 +23,7 @@ import {
   type IncomingMessage,
 } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import { timerDelay } from './timers.js';
 
 /** One request as it goes on the wire. */
 export interface WireRequest {
@@ -76,7 +77,7 @@ export class UnsendableRequest extends Error {
 /** An exchange over `fetch`; the reply body is streamed so a runaway reply stops at its limit. */
 export function fetchExchange(fetch: FetchLike): Exchange {
   return async function exchangeOverFetch(request) {
-    const timeout = AbortSignal.timeout(request.timeoutMs);
+    const timeout = AbortSignal.timeout(timerDelay(request.timeoutMs));
     const signal =
       request.signal === undefined ? timeout : AbortSignal.any([request.signal, timeout]);
     try {
@@ -170,7 +171,7 @@ export function nodeExchange(): NodeExchange {
         });
       const deadline = setTimeout(
         () => fail(new DeadlineExceeded(request.timeoutMs)),
-        request.timeoutMs,
+        timerDelay(request.timeoutMs),
       );
       const onAbort = () => fail(request.signal?.reason);
       if (request.signal?.aborted) return fail(request.signal.reason);

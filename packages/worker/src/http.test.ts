@@ -5,6 +5,7 @@ import {
   WorkerSessionSchema,
 } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
+import type { BackoffPolicy } from './backoff.js';
 import { Client } from './client.js';
 import {
   ApplicationError,
@@ -14,6 +15,7 @@ import {
   TransportError,
 } from './errors.js';
 import { type FetchLike, HttpTransport } from './http.js';
+import type { LogFields } from './logger.js';
 import { Worker } from './worker.js';
 
 function respond(status: number, body: string, type = 'application/json'): FetchLike {
@@ -192,6 +194,40 @@ describe('HttpTransport', () => {
   });
 });
 
+describe('Client.submitBatch with entries refused locally', () => {
+  it("renumbers a server item problem's path to the caller's index", async () => {
+    const sent: unknown[] = [];
+    const c = new Client({
+      url: 'http://h.invalid',
+      tenant: 'acme',
+      namespace: 'prod',
+      fetch: async (_input, init) => {
+        sent.push(JSON.parse(init.body as string));
+        const item = JSON.parse(
+          problem('invalid_input', 400, { path: '$.commands[0].input.data' }),
+        );
+        return new Response(JSON.stringify({ results: [item] }), {
+          status: 200,
+          headers: { 'content-type': 'application/json' },
+        });
+      },
+    });
+    const results = await c.submitBatch([
+      { queue: 'q', program: 'p', priority: 1_000 },
+      { queue: 'q', program: 'p', data: 2 },
+    ]);
+    expect(sent).toHaveLength(1);
+    expect((sent[0] as { commands: unknown[] }).commands).toHaveLength(1);
+    expect(results[0]).toMatchObject({
+      code: 'invalid_input',
+      path: '$.commands[0].input.priority',
+    });
+    // The server saw entry 1 as its command 0; the caller reads its own index.
+    expect(results[1]).toBeInstanceOf(ProblemError);
+    expect(results[1]).toMatchObject({ code: 'invalid_input', path: '$.commands[1].input.data' });
+  });
+});
+
 describe('typed errors across copies', () => {
   it('recognise an error made by another copy of the package by its brand', () => {
     // What a second installed copy of @ledgence/worker would define.
@@ -233,6 +269,107 @@ describe('HttpTransport configuration', () => {
       expect(() => new Worker({ ...scope, apiKey, queue: 'q', concurrency: 1 })).toThrow(TypeError);
     }
     expect(() => new HttpTransport({ url, apiKey: 'e2e-worker-key_0123+/=' })).not.toThrow();
+  });
+
+  it('refuses credentials in the URL without echoing them, over both transports', async () => {
+    // `fetch` refuses such a URL with an error quoting it (password included), which was then
+    // logged and retried; `node:http` sends it as Basic auth, which the server ignores.
+    const logged: string[] = [];
+    const log = (message: string, fields?: LogFields) =>
+      void logged.push(`${message} ${JSON.stringify(fields ?? {})}`);
+    const logger = { debug: log, info: log, warn: log, error: log };
+    const scope = { tenant: 'acme', namespace: 'prod', logger, retries: 2 };
+    for (const url of ['http://ops:s3cret-pw@127.0.0.1:1', 'https://s3cret-pw@h.invalid/']) {
+      for (const fetch of [
+        undefined,
+        ((input, init) => globalThis.fetch(input, init)) as FetchLike,
+      ]) {
+        const refusals = [
+          () => new Client({ ...scope, url, fetch }),
+          () => new Worker({ ...scope, url, fetch, queue: 'q', concurrency: 1 }),
+        ];
+        for (const construct of refusals) {
+          const error = (() => {
+            try {
+              construct();
+            } catch (e) {
+              return e as Error;
+            }
+          })();
+          expect(error).toBeInstanceOf(TypeError);
+          expect(error?.message).toMatch(/credentials .*pass an apiKey/);
+          expect(error?.message).not.toContain('s3cret-pw');
+        }
+      }
+    }
+    expect(logged).toEqual([]);
+  });
+
+  it('refuses a request timeout, retry count or backoff that could not bound a call', () => {
+    const url = 'http://127.0.0.1:1';
+    const scope = { url, tenant: 'acme', namespace: 'prod' };
+    const worker = { ...scope, queue: 'q', concurrency: 1 };
+    // NaN or a negative timeout made every request time out at once.
+    for (const requestTimeoutMs of [Number.NaN, 0, -1, '5000' as unknown as number]) {
+      expect(() => new HttpTransport({ url, requestTimeoutMs })).toThrow(
+        /^requestTimeoutMs must be a number > 0/,
+      );
+      expect(() => new Client({ ...scope, requestTimeoutMs })).toThrow(TypeError);
+      expect(() => new Worker({ ...worker, requestTimeoutMs })).toThrow(TypeError);
+    }
+    // Infinity: as long as a Node timer holds (beyond it, a timer fires after 1 ms).
+    expect(new HttpTransport({ url, requestTimeoutMs: Infinity }).requestTimeoutMs).toBe(
+      2 ** 31 - 1,
+    );
+    // `failures >= NaN` is never true: a NaN (an unset environment variable through Number())
+    // retried forever.
+    for (const retries of [Number.NaN, Number.POSITIVE_INFINITY, -1, 1.5]) {
+      expect(() => new Client({ ...scope, retries })).toThrow(/^retries must be an integer ≥ 0$/);
+    }
+    expect(() => new Client({ ...scope, retries: 0 })).not.toThrow();
+    const backoffs: [unknown, RegExp][] = [
+      [null, /^backoff must be an object/],
+      [{ baseMs: 0, maxMs: 10 }, /^backoff\.baseMs must be a finite number > 0$/],
+      [{ baseMs: Number.NaN, maxMs: 10 }, /baseMs/],
+      [
+        { baseMs: 10, maxMs: Number.POSITIVE_INFINITY },
+        /^backoff\.maxMs must be a finite number ≥ backoff\.baseMs$/,
+      ],
+      [{ baseMs: 10, maxMs: 5 }, /maxMs/],
+    ];
+    for (const [backoff, message] of backoffs) {
+      const policy = backoff as BackoffPolicy;
+      expect(() => new Client({ ...scope, backoff: policy })).toThrow(message);
+      expect(() => new Worker({ ...worker, backoff: policy })).toThrow(message);
+    }
+  });
+
+  it('refuses an id of "." or "..", which URL normalisation would turn into another route', async () => {
+    const fetched: string[] = [];
+    const c = new Client({
+      url: 'http://h.invalid',
+      tenant: 'acme',
+      namespace: 'prod',
+      fetch: async (input) => {
+        fetched.push(input);
+        return new Response('{}', { status: 500 });
+      },
+      retries: 0,
+    });
+    // `%2E` does not help: the WHATWG URL parser treats it as a dot segment too.
+    expect(new URL('http://h/tasks/%2E/result').pathname).toBe('/tasks/result');
+    for (const call of [
+      () => c.result('.'),
+      () => c.status('..'),
+      () => c.attempt('tsk_1', '.'),
+      () => c.subscriptions('..'),
+    ]) {
+      await expect(call()).rejects.toThrow(/^an id cannot be "\.\.?": URL normalisation/);
+    }
+    expect(() => new Client({ url: 'http://h.invalid', tenant: '..', namespace: 'prod' })).toThrow(
+      TypeError,
+    );
+    expect(fetched).toEqual([]);
   });
 
   it('reports a request that cannot be built as a non-retryable TypeError, not a network failure', async () => {

@@ -29,6 +29,7 @@ import {
   UnsendableRequest,
   type WireReply,
 } from './exchange.js';
+import { MAX_TIMER_MS, timerDelay } from './timers.js';
 
 export type { FetchLike } from './exchange.js';
 
@@ -52,8 +53,48 @@ export interface HttpOptions {
    * connections, which costs far less CPU per request than Node's global `fetch`.
    */
   fetch?: FetchLike | undefined;
-  /** Timeout of one request, added to any long-poll wait; CONTROL_REQUEST_TIMEOUT_MS by default. */
+  /**
+   * Timeout of one request, added to any long-poll wait; CONTROL_REQUEST_TIMEOUT_MS by default.
+   * A number > 0; `Infinity` (or anything longer than a Node timer holds, about 24.8 days) waits
+   * as long as a timer can.
+   */
   requestTimeoutMs?: number | undefined;
+}
+
+/**
+ * The largest long-poll maximum a server can be configured with (`LEDGENCE_LONG_POLL_WAIT_MS` is
+ * at most 5 minutes). The server clamps `wait_ms` to its own maximum, so asking for more never
+ * waits longer; bounding it here keeps the wire value a number the server accepts and the
+ * request's timeout (the wait added to it) within what a timer holds.
+ */
+export const LONG_POLL_WAIT_BOUND_MS = 5 * 60 * 1000;
+
+/**
+ * A long-poll wait as sent in `wait_ms`: at most {@link LONG_POLL_WAIT_BOUND_MS} (so `Infinity`
+ * asks for the server's maximum) and rounded up to whole milliseconds, since the server accepts
+ * only digits. Throws a `TypeError` naming `name` for a negative or `NaN` wait.
+ */
+export function wireWaitMs(name: string, waitMs: number): number {
+  if (typeof waitMs !== 'number' || !(waitMs >= 0)) {
+    throw new TypeError(`${name} must be a number ≥ 0`);
+  }
+  return Math.ceil(Math.min(waitMs, LONG_POLL_WAIT_BOUND_MS));
+}
+
+/**
+ * One path segment of a route: `value` percent-encoded. `.` and `..` are refused: URL
+ * normalisation (WHATWG, so both `fetch` and `node:http`'s URL parsing, and `%2E` alike) removes
+ * such a segment, and the request would reach another route instead. No id the server issues is
+ * either.
+ */
+export function pathSegment(value: string): string {
+  if (typeof value !== 'string' || value.length === 0) {
+    throw new TypeError('an id must be a non-empty string');
+  }
+  if (value === '.' || value === '..') {
+    throw new TypeError(`an id cannot be "${value}": URL normalisation removes it from a path`);
+  }
+  return encodeURIComponent(value);
 }
 
 /** One request: route, body, the reply schema and its byte limit. */
@@ -195,11 +236,26 @@ export class HttpTransport {
     }
     // Checked here: a bad scheme would surface as a network failure, which
     // the SDK would retry forever.
-    const protocol = new URL(options.url).protocol;
-    if (protocol !== 'http:' && protocol !== 'https:') {
-      throw new TypeError(`url must use http or https, not ${protocol}`);
+    const parsed = new URL(options.url);
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+      throw new TypeError(`url must use http or https, not ${parsed.protocol}`);
+    }
+    // `fetch` refuses to send such a URL, with an error quoting it (the password too), which would
+    // then be retried; `node:http` sends it as Basic auth, which the server ignores. The message
+    // names neither part, so the password reaches no error or log line.
+    if (parsed.username !== '' || parsed.password !== '') {
+      throw new TypeError(
+        'url must not contain credentials (user:password@): they are not sent; pass an apiKey instead',
+      );
     }
     this.#base = options.url.replace(/\/+$/, '');
+    const timeoutMs = options.requestTimeoutMs ?? CONTROL_REQUEST_TIMEOUT_MS;
+    if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) {
+      throw new TypeError(
+        'requestTimeoutMs must be a number > 0 (Infinity: as long as a timer holds)',
+      );
+    }
+    this.requestTimeoutMs = Math.min(timeoutMs, MAX_TIMER_MS);
     if (options.apiKey !== undefined) {
       const problem = apiKeyProblem(options.apiKey);
       if (problem !== undefined) throw new TypeError(problem);
@@ -212,7 +268,6 @@ export class HttpTransport {
       this.#owned = nodeExchange();
       this.#exchange = this.#owned;
     }
-    this.requestTimeoutMs = options.requestTimeoutMs ?? CONTROL_REQUEST_TIMEOUT_MS;
   }
 
   /** Closes idle kept-alive connections (requests in flight finish); later requests open new ones. */
@@ -239,7 +294,7 @@ export class HttpTransport {
       headers['content-type'] = 'application/json';
     }
     const okStatus = spec.okStatus ?? [200];
-    const timeoutMs = this.requestTimeoutMs + (spec.extraTimeoutMs ?? 0);
+    const timeoutMs = timerDelay(this.requestTimeoutMs + (spec.extraTimeoutMs ?? 0));
     let reply: WireReply;
     try {
       reply = await this.#exchange({

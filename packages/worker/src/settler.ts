@@ -12,6 +12,7 @@ import { ProblemError } from './errors.js';
 import { isProblem } from './http.js';
 import { errorFields, type Logger } from './logger.js';
 import { classifySettleError } from './settle.js';
+import { timerDelay } from './timers.js';
 
 /** How a settlement ended. */
 export type SettleResult =
@@ -138,7 +139,7 @@ export class Settler {
     // settlement (too small to show in the drains: bench/README.md "Request lanes"). Due
     // later (a backoff): a timer.
     if (delayMs <= 0) this.#immediate = setImmediate(wake);
-    else this.#timer = setTimeout(wake, delayMs);
+    else this.#timer = setTimeout(wake, timerDelay(delayMs));
   }
 
   #cancelWake(): void {

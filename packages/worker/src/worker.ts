@@ -21,7 +21,7 @@ import {
   type WorkerSession,
 } from '@ledgence/contracts';
 import { WorkerApi } from './api.js';
-import { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './backoff.js';
+import { type BackoffPolicy, backoffDelay, checkedBackoff } from './backoff.js';
 import {
   ApplicationError,
   isRetryable,
@@ -29,7 +29,7 @@ import {
   ProtocolError,
   problemCode,
 } from './errors.js';
-import { type HttpOptions, HttpTransport, isProblem } from './http.js';
+import { type HttpOptions, HttpTransport, isProblem, wireWaitMs } from './http.js';
 import { laneSlots, requestLanes } from './lanes.js';
 import {
   clockTick,
@@ -64,6 +64,7 @@ import {
   type SlotStep,
 } from './slot.js';
 import { issuePath, type StandardSchemaV1 } from './standard-schema.js';
+import { timerDelay } from './timers.js';
 
 /**
  * Lease, backoff and deadline timing: a monotonic clock, so a wall-clock step (NTP) can neither
@@ -237,7 +238,7 @@ class Notifier {
         resolve();
       };
       this.#waiters.push(done);
-      if (ms !== undefined) timer = setTimeout(done, Math.max(0, ms));
+      if (ms !== undefined) timer = setTimeout(done, timerDelay(ms));
     });
   }
 }
@@ -259,7 +260,7 @@ async function within(promise: Promise<unknown>, ms: number): Promise<void> {
       () => {},
     ),
     new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, Math.max(0, ms));
+      timer = setTimeout(resolve, timerDelay(ms));
     }),
   ]);
   clearTimeout(timer);
@@ -342,7 +343,7 @@ export class Worker {
     this.#api = new WorkerApi(this.#http);
     this.#renewIntervalMs = positive('renewIntervalMs', options.renewIntervalMs, RENEW_INTERVAL_MS);
     if (this.#renewIntervalMs === 0) throw new TypeError('renewIntervalMs must be positive');
-    this.#pollWaitMs = positive('pollWaitMs', options.pollWaitMs, LONG_POLL_WAIT_MS);
+    this.#pollWaitMs = wireWaitMs('pollWaitMs', options.pollWaitMs ?? LONG_POLL_WAIT_MS);
     this.#shutdownGraceMs = positive('shutdownGraceMs', options.shutdownGraceMs, 30_000);
     this.#abortGraceMs = positive('abortGraceMs', options.abortGraceMs, 1_000);
     this.#extendIntervalMs = positive(
@@ -352,7 +353,7 @@ export class Worker {
     );
     if (this.#extendIntervalMs === 0)
       throw new TypeError('sessionExtendIntervalMs must be positive');
-    this.#backoff = options.backoff ?? DEFAULT_BACKOFF;
+    this.#backoff = checkedBackoff(options.backoff);
     this.#slots = Array.from({ length: this.#concurrency }, (_, i) => initialSlot(i));
     this.#settler = new Settler({
       send: (commands) => this.#api.settleBatch(commands),
@@ -404,9 +405,12 @@ export class Worker {
     });
     this.#renewTimer = setInterval(
       () => this.#renew([...this.#held.values()]),
-      this.#renewIntervalMs,
+      timerDelay(this.#renewIntervalMs),
     );
-    this.#extendTimer = setInterval(() => this.#extendSession(), this.#extendIntervalMs);
+    this.#extendTimer = setInterval(
+      () => this.#extendSession(),
+      timerDelay(this.#extendIntervalMs),
+    );
     const loop = this.#acquireLoop().catch((error: unknown) => this.#fail(error));
     await this.#stopRequested.promise;
     await this.#drain(loop, this.#stopGraceMs ?? this.#shutdownGraceMs);
@@ -829,7 +833,7 @@ export class Worker {
     const startedAt = Date.now();
     held.budgetTimer = setTimeout(
       () => this.#abortHeld(held, 'timeout'),
-      Math.max(0, held.lease.executionEndsAtLocal - monotonicNow()),
+      timerDelay(held.lease.executionEndsAtLocal - monotonicNow()),
     );
     const ctx = this.#context(held);
     held.handlerRunning = true;
@@ -1015,7 +1019,7 @@ export class Worker {
         this.#renewIntervalMs,
       );
       clearTimeout(held.retryTimer);
-      held.retryTimer = setTimeout(() => this.#renew([held]), delay);
+      held.retryTimer = setTimeout(() => this.#renew([held]), timerDelay(delay));
       if (held.lease.dispatchAnswered) this.#flushHeartbeats(held);
       return;
     }
@@ -1044,14 +1048,17 @@ export class Worker {
     clearTimeout(held.expiryTimer);
     held.expiryTimer = setTimeout(
       () => this.#applyLease(held, clockTick(held.lease, monotonicNow())),
-      Math.max(0, held.lease.expiresAtLocal - now) + 1,
+      timerDelay(Math.max(0, held.lease.expiresAtLocal - now) + 1),
     );
     // The periodic heartbeat renews first whenever its period is shorter than
     // half the lease (the usual case, and this timer is then re-armed before it
     // fires); a server granting shorter leases than the period still gets
     // every lease renewed in time.
     clearTimeout(held.dueTimer);
-    held.dueTimer = setTimeout(() => this.#renewSoon(held), renewDueIn(held.lease, now));
+    held.dueTimer = setTimeout(
+      () => this.#renewSoon(held),
+      timerDelay(renewDueIn(held.lease, now)),
+    );
   }
 
   #flushHeartbeats(held: Held): void {
