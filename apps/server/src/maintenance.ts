@@ -145,12 +145,12 @@ export interface RetentionLoopOptions {
 }
 
 /**
- * One retention round: walks every namespace that holds terminal tasks and
- * collects its retired records in bounded transactions, repeated while a
- * transaction was full. Logs each namespace's totals when it removed
- * anything. A namespace whose collection fails is logged (one line per round)
- * and left to a later round; the walk goes on to the next one. Returns the
- * tasks removed.
+ * One retention round: walks every namespace that holds terminal tasks or
+ * expired worker sessions and collects its retired records in bounded
+ * transactions, repeated while a transaction was full. Logs each namespace's
+ * totals when it removed anything. A namespace whose collection fails is
+ * logged (one line per round) and left to a later round; the walk goes on to
+ * the next one. Returns the tasks removed.
  */
 export async function collectRetention(
   options: Omit<RetentionLoopOptions, 'intervalMs'>,
