@@ -3,10 +3,10 @@
  * lease encodes, the bound on recorded errors, option checks, and hooks or
  * loggers that throw. Deliveries over real sockets are in sender.e2e.test.ts.
  */
-import { MAX_COMPLETION_BATCH, MESSAGE_MAX_BYTES, utf8ByteLength } from '@ledgence/contracts';
+import { MAX_COMPLETION_BATCH } from '@ledgence/contracts';
 import { createMemoryTaskStore, freshScope } from '@ledgence/core/testing';
 import { describe, expect, it } from 'vitest';
-import { boundMessage, createCompletionSender, encodeLeaseEvent } from './sender.js';
+import { createCompletionSender, encodeLeaseEvent } from './sender.js';
 import { finishTask, subscribe } from './testdata/tasks.js';
 
 describe('encodeLeaseEvent', () => {
@@ -51,23 +51,6 @@ describe('encodeLeaseEvent', () => {
       subject: taskId,
       data: { task_id: taskId, state: 'failed' },
     });
-  });
-});
-
-describe('boundMessage', () => {
-  it('keeps a short message as it is', () => {
-    expect(boundMessage('status 500')).toBe('status 500');
-  });
-
-  it('cuts a long message at a character boundary within MESSAGE_MAX_BYTES', () => {
-    const cut = boundMessage('é'.repeat(MESSAGE_MAX_BYTES));
-    expect(utf8ByteLength(cut)).toBeLessThanOrEqual(MESSAGE_MAX_BYTES);
-    expect(cut.endsWith('é…')).toBe(true);
-    expect(boundMessage('abcdef', 5)).toBe('ab…');
-  });
-
-  it('replaces a lone surrogate, which cannot be stored as UTF-8', () => {
-    expect(boundMessage('bad \ud800 text')).toBe('bad \ufffd text');
   });
 });
 

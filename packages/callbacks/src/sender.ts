@@ -18,9 +18,9 @@ import {
   COMPLETION_LEASE_MS,
   COMPLETION_MAX_RETRY_DELAY_MS,
   COMPLETION_RETRY_BASE_MS,
+  fitText,
   MAX_COMPLETION_BATCH,
   MESSAGE_MAX_BYTES,
-  utf8ByteLength,
 } from '@ledgence/contracts';
 import {
   type CompletionLease,
@@ -302,7 +302,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
       next: decided.next,
     };
     if (decided.status !== undefined) report.status_code = decided.status;
-    if (decided.error !== undefined) report.error = boundMessage(decided.error);
+    if (decided.error !== undefined) report.error = fitText(decided.error, MESSAGE_MAX_BYTES);
 
     let outcome: DeliveryRecordOutcome = decided.outcome;
     let reportError: unknown;
@@ -553,28 +553,6 @@ export function encodeLeaseEvent(lease: CompletionLease): EncodedEvent {
       time: lease.terminal_at,
     }),
   );
-}
-
-const TRUNCATED = '…';
-
-/**
- * `text` fit for `last_error`: well-formed (a lone surrogate becomes U+FFFD)
- * and at most MESSAGE_MAX_BYTES UTF-8 bytes, cut at a character boundary and
- * marked with an ellipsis when longer.
- */
-export function boundMessage(text: string, maxBytes: number = MESSAGE_MAX_BYTES): string {
-  const wellFormed = text.replace(/\p{Cs}/gu, '\uFFFD');
-  if (utf8ByteLength(wellFormed) <= maxBytes) return wellFormed;
-  const budget = maxBytes - utf8ByteLength(TRUNCATED);
-  let bytes = 0;
-  let end = 0;
-  for (const char of wellFormed) {
-    const size = utf8ByteLength(char);
-    if (bytes + size > budget) break;
-    bytes += size;
-    end += char.length;
-  }
-  return `${wellFormed.slice(0, end)}${TRUNCATED}`;
 }
 
 function messageOf(error: unknown): string {
