@@ -147,13 +147,22 @@ function terminal(
   return { ...task, state: outcome.state, outcome, terminal_at: now };
 }
 
+/**
+ * Seed `validate_task_output`: "The lifecycle core verifies the report's activation identity
+ * against the acquired task before acceptance." Workflows (DESIGN §9) are not built, so no task
+ * is a workflow activation: a report naming one does not describe this task.
+ */
 function sameReport(command: SettleCommand, attempt: AttemptRow): void {
   if (command.report.kind !== 'completed') return;
   const identity = command.report.report.context.identity;
-  if (identity.task_id !== attempt.task_id || identity.attempt_id !== attempt.attempt_id) {
+  if (
+    identity.task_id !== attempt.task_id ||
+    identity.attempt_id !== attempt.attempt_id ||
+    identity.activation_id !== undefined
+  ) {
     throw new ContractError(
       'invalid_input',
-      '$.report.report.context.identity must name the owner’s task and attempt',
+      '$.report.report.context.identity must name the owner’s task and attempt, and no workflow activation (the task is not one)',
       { reason: 'identity_mismatch', path: '$.report.report.context.identity' },
     );
   }

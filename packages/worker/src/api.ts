@@ -21,7 +21,7 @@ import {
   WorkerSessionSchema,
 } from '@ledgence/contracts';
 import { ProtocolError } from './errors.js';
-import { type HttpTransport, pathSegment } from './http.js';
+import { type HttpTransport, pathSegment, waitQuery } from './http.js';
 
 /**
  * Byte limits of replies. The server's own limits bound what it can send
@@ -84,7 +84,7 @@ export class WorkerApi {
     const reply = await this.#http.request({
       method: 'POST',
       path: '/v1/worker/acquire:batch',
-      query: { wait_ms: waitMs },
+      query: { wait_ms: waitQuery(waitMs) },
       body: { commands },
       schema: AcquireBatchReplySchema,
       maxBytes: REPLY_LIMITS.batch,

@@ -48,6 +48,7 @@ import {
   type ReplyOf,
   type ReplySchema,
   type RequestSpec,
+  waitQuery,
   wireWaitMs,
 } from './http.js';
 import { consoleLogger, errorFields, type Logger, safeLogger } from './logger.js';
@@ -262,7 +263,7 @@ export class Client {
     return this.#call({
       method: 'GET',
       path: `${this.#scopePath}/tasks/${pathSegment(taskId)}/result`,
-      query: { wait_ms: waitMs },
+      query: { wait_ms: waitQuery(waitMs) },
       schema: TaskResultSchema,
       maxBytes: REPLY_LIMITS.single,
       extraTimeoutMs: waitMs ?? 0,

@@ -82,6 +82,14 @@ export function wireWaitMs(name: string, waitMs: number): number {
 }
 
 /**
+ * The `wait_ms` query value of a wait already made wire-ready by {@link wireWaitMs}: none for 0
+ * (seed `AcquireOptions`: "only the nonzero wait preference is sent over a transport").
+ */
+export function waitQuery(waitMs: number | undefined): number | undefined {
+  return waitMs !== undefined && waitMs > 0 ? waitMs : undefined;
+}
+
+/**
  * One path segment of a route: `value` percent-encoded. `.` and `..` are refused: URL
  * normalisation (WHATWG, so both `fetch` and `node:http`'s URL parsing, and `%2E` alike) removes
  * such a segment, and the request would reach another route instead. No id the server issues is
