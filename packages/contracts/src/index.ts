@@ -101,6 +101,7 @@ export {
   decodeStrictJson,
 } from './json.js';
 export {
+  ACQUIRE_BATCH_REPLY_MAX_BYTES,
   BATCH_MAX_BYTES,
   CLEANUP_GRACE_MS,
   COMMAND_MAX_DEPTH,

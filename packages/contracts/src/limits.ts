@@ -33,6 +33,13 @@ export const TASK_CURSOR_MAX_BYTES = 1 * KiB;
 export const CONTROL_REQUEST_MAX_BYTES = 16 * KiB;
 /** Maximum bytes of a batch request body: 1 000 small commands fit; a batch of huge payloads should be split. */
 export const BATCH_MAX_BYTES = 16 * MiB;
+/**
+ * Maximum encoded acquire batch reply (seed `CLAIM_REPLY_MAX_BYTES`: "claim responses can contain
+ * a complete assignment and its application data"): a batch stops claiming before its replies
+ * would pass it, and answers the slots left `empty`. One assignment always fits: its data is at
+ * most SUBMISSION_DATA_MAX_BYTES.
+ */
+export const ACQUIRE_BATCH_REPLY_MAX_BYTES = 16 * MiB;
 /** Maximum bytes of a completion subscribe or redeliver command: a key and an alias. */
 export const COMPLETION_COMMAND_MAX_BYTES = 4 * KiB;
 /** Maximum encoded completion CloudEvent: it references the result, never copies it. */

@@ -1,8 +1,10 @@
 import {
+  ACQUIRE_BATCH_REPLY_MAX_BYTES,
   type AcquireCommand,
   type AcquireReply,
   ContractError,
   type Timestamp,
+  utf8ByteLength,
 } from '@ledgence/contracts';
 import type { LifecycleConfig } from './config.js';
 import { recordHistory } from './history.js';
@@ -186,4 +188,25 @@ function cursorFor(command: AcquireCommand, assignment: CursorRow['assignment'])
     command,
     assignment,
   };
+}
+
+/**
+ * The bytes an acquire batch's assignments may still take (ACQUIRE_BATCH_REPLY_MAX_BYTES). A store
+ * asks {@link AcquireReplyBudget.admits} before it writes a claim, and answers a poll it refuses
+ * `empty`, its task left queued: a reply too large to encode would fail after the claims were
+ * written, and fail again on every replay of the same sequences.
+ */
+export class AcquireReplyBudget {
+  #used = 0;
+
+  /**
+   * Whether `reply` fits beside the assignments admitted so far, and if so counts it. The first
+   * always fits: one assignment is bounded by the submit limits, and a batch must make progress.
+   */
+  admits(reply: AcquireReply): boolean {
+    const bytes = utf8ByteLength(JSON.stringify(reply));
+    if (this.#used > 0 && this.#used + bytes > ACQUIRE_BATCH_REPLY_MAX_BYTES) return false;
+    this.#used += bytes;
+    return true;
+  }
 }

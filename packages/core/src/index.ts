@@ -27,6 +27,7 @@
  * ```
  */
 export {
+  AcquireReplyBudget,
   type ClaimIds,
   type ClaimResult,
   claimTask,

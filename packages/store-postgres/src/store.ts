@@ -54,6 +54,7 @@ import {
 } from '@ledgence/contracts';
 import {
   type AcquireOutcome,
+  AcquireReplyBudget,
   type AcquireStoreOptions,
   type AttemptRow,
   attemptSnapshot,
@@ -1420,36 +1421,46 @@ class PgTaskStore implements PostgresTaskStore {
       results[index] = { ok: true, value: { reply, recorded: true } };
     }
 
+    const answerEmpty = (index: number, command: AcquireCommand) => {
+      const empty = emptyPoll(command);
+      if (options.recordEmpty) {
+        changes.cursors.set(slotKey(command), scopedCursor(empty.cursor, command.scope));
+      }
+      results[index] = { ok: true, value: { reply: empty.reply, recorded: options.recordEmpty } };
+    };
+    // A batch's assignments stop before their reply would pass ACQUIRE_BATCH_REPLY_MAX_BYTES; a
+    // task won past that stays queued, and is given back below with those of rejected polls.
+    const budget = new AcquireReplyBudget();
     for (const [group, polls] of fresh) {
       const queue = winners.get(group) ?? [];
+      const passedOver: TaskRow[] = [];
       for (const { index, command } of polls) {
-        const picked = queue.shift();
-        if (picked === undefined) {
-          const empty = emptyPoll(command);
-          if (options.recordEmpty) {
-            changes.cursors.set(slotKey(command), scopedCursor(empty.cursor, command.scope));
+        let picked = queue.shift();
+        for (; picked !== undefined; picked = queue.shift()) {
+          const claim = claimTask(
+            picked,
+            command,
+            decidedAt,
+            { attempt_id: newId('attempt'), lease_id: newId('lease') },
+            this.config,
+          );
+          // Too large beside those admitted: a smaller task may still fit this poll.
+          if (!budget.admits(claim.reply)) {
+            passedOver.push(picked);
+            continue;
           }
-          results[index] = {
-            ok: true,
-            value: { reply: empty.reply, recorded: options.recordEmpty },
-          };
-          continue;
+          changes.task(picked, claim.task);
+          changes.newAttempts.push(claim.attempt);
+          changes.history.push(...claim.history);
+          changes.cursors.set(slotKey(command), scopedCursor(claim.cursor, command.scope));
+          results[index] = { ok: true, value: { reply: claim.reply, recorded: true } };
+          break;
         }
-        const claim = claimTask(
-          picked,
-          command,
-          decidedAt,
-          { attempt_id: newId('attempt'), lease_id: newId('lease') },
-          this.config,
-        );
-        changes.task(picked, claim.task);
-        changes.newAttempts.push(claim.attempt);
-        changes.history.push(...claim.history);
-        changes.cursors.set(slotKey(command), scopedCursor(claim.cursor, command.scope));
-        results[index] = { ok: true, value: { reply: claim.reply, recorded: true } };
+        if (picked === undefined) answerEmpty(index, command);
       }
-      // Won for a poll whose session expired meanwhile: still queued, its key slot given back.
-      for (const unused of queue) {
+      // Won for a poll whose session expired meanwhile, or past the reply budget: still queued,
+      // its key slot given back.
+      for (const unused of [...queue, ...passedOver]) {
         addRelease(changes.releases, unused);
         changes.hint(queueHint(unused));
       }

@@ -48,7 +48,7 @@ import {
   type Timestamp,
   type WorkerSession,
 } from '@ledgence/contracts';
-import { claimTask, classifyPoll, emptyPoll, replayPoll } from '../acquire.js';
+import { AcquireReplyBudget, claimTask, classifyPoll, emptyPoll, replayPoll } from '../acquire.js';
 import { cancelTask } from '../cancel.js';
 import {
   completionSubscription,
@@ -398,6 +398,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
   const acquire = async (
     command: AcquireCommand,
     acquireOptions: AcquireStoreOptions,
+    budget?: AcquireReplyBudget,
   ): Promise<AcquireOutcome> => {
     const now = clock();
     const session = sessions.get(command.worker_session_id);
@@ -428,8 +429,10 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
         { attempt_id: newId('attempt'), lease_id: newId('lease') },
         config,
       );
-      write(claim);
-      return { reply: copy(claim.reply), recorded: true };
+      if (budget === undefined || budget.admits(claim.reply)) {
+        write(claim);
+        return { reply: copy(claim.reply), recorded: true };
+      }
     }
     const empty = emptyPoll(command);
     // An unrecorded empty poll leaves the slot's sequence unconsumed, so the
@@ -751,8 +754,10 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
 
     acquire,
 
-    acquireBatch: (commands, acquireOptions) =>
-      eachItem(commands, (command) => acquire(command, acquireOptions)),
+    acquireBatch: (commands, acquireOptions) => {
+      const budget = new AcquireReplyBudget();
+      return eachItem(commands, (command) => acquire(command, acquireOptions, budget));
+    },
 
     renew,
 
