@@ -1,4 +1,5 @@
 import {
+  ACQUIRE_BATCH_REPLY_MAX_BYTES,
   type AcquireCommand,
   type Authority,
   BATCH_MAX_BYTES,
@@ -22,6 +23,14 @@ import type {
  * cannot build a statement larger than the API already allows.
  */
 const SUBMIT_GROUP_MAX = Math.floor(BATCH_MAX_BYTES / SUBMISSION_MAX_BYTES);
+
+/**
+ * Single polls grouped into one claim at most: a claim stops before its assignments pass
+ * ACQUIRE_BATCH_REPLY_MAX_BYTES, and an assignment carries at most a submission's bytes, so a
+ * group of this many always fits whole — no poll is answered `empty` for its neighbours' bytes,
+ * which alone it would not have been.
+ */
+const ACQUIRE_GROUP_MAX = Math.floor(ACQUIRE_BATCH_REPLY_MAX_BYTES / SUBMISSION_MAX_BYTES);
 
 /** Options of {@link withGroupCommit}. */
 export interface GroupCommitOptions {
@@ -132,7 +141,7 @@ export function withGroupCommit(store: TaskStore, options: GroupCommitOptions = 
       coalescer = new Coalescer(
         (commands) => store.acquireBatch(commands, opts),
         (command) => store.acquire(command, opts),
-        maxBatch,
+        Math.min(maxBatch, ACQUIRE_GROUP_MAX),
         maxInFlight,
       );
       acquirers.set(opts.recordEmpty, coalescer);

@@ -733,7 +733,9 @@ class PgTaskStore implements PostgresTaskStore {
         }
       }
       if (error instanceof ContractError) throw error;
-      throw unavailable(error);
+      // The connection died with the transaction's COMMIT perhaps sent (it travels with the
+      // writes): whether it committed is unknown.
+      throw isConnectionLoss(error) ? outcomeUnknown(error) : unavailable(error);
     } finally {
       if (ended) connection.release();
     }
@@ -743,7 +745,7 @@ class PgTaskStore implements PostgresTaskStore {
       } catch (error) {
         // An `error` failpoint here is a lost reply: committed, yet the caller sees a retryable
         // failure and must converge by retrying (idempotency keys, operation ids, replays).
-        throw unavailable(error);
+        throw outcomeUnknown(error);
       }
     }
     return result;
@@ -778,7 +780,13 @@ class PgTaskStore implements PostgresTaskStore {
         failpoint,
       );
     } catch (error) {
-      if (commands.length === 1) return [{ ok: false, error: asContractError(error) }];
+      // Each item answers what it would have alone: a failure of the transaction as a whole
+      // (a deadlock, a failing neighbour) is retried item by item, but a commit whose outcome is
+      // unknown may have applied every item — alone, each would be `unavailable`, and its retry
+      // (operation ids, idempotency keys, sequences) converges on what was committed.
+      if (commands.length === 1 || hasUnknownOutcome(error)) {
+        return commands.map(() => ({ ok: false, error: asContractError(error) }));
+      }
     }
     const results: ItemResult<R>[] = [];
     for (const command of commands) {
@@ -924,7 +932,11 @@ class PgTaskStore implements PostgresTaskStore {
     let outcome: SubmitTxOutcome;
     try {
       outcome = await this.submitTransaction(commands);
-    } catch {
+    } catch (error) {
+      // As in `batch`: a commit whose outcome is unknown is answered as each item alone would be.
+      if (hasUnknownOutcome(error)) {
+        return commands.map(() => ({ ok: false, error: asContractError(error) }));
+      }
       // One by one, each with the single path's race handling.
       const results: ItemResult<SubmitOutcome>[] = [];
       for (const command of commands) results.push(await this.submitAlone(command));
@@ -2124,6 +2136,24 @@ function isConnectionLoss(error: unknown): boolean {
     typeof code === 'string' &&
     (CONNECTION_LOSS.has(code) || code.startsWith('08') || code.startsWith('57P'))
   );
+}
+
+/** Failures after which a transaction may or may not have committed (see {@link outcomeUnknown}). */
+const UNKNOWN_OUTCOMES = new WeakSet<ContractError>();
+
+/**
+ * `unavailable` for a failure that leaves the transaction's outcome unknown: the connection died
+ * once COMMIT may have been sent, or the reply after COMMIT was lost (the `after_commit`
+ * failpoint). A batch must not retry its items on another connection then (see `batch`).
+ */
+function outcomeUnknown(error: unknown): ContractError {
+  const failure = unavailable(error);
+  UNKNOWN_OUTCOMES.add(failure);
+  return failure;
+}
+
+function hasUnknownOutcome(error: unknown): boolean {
+  return error instanceof ContractError && UNKNOWN_OUTCOMES.has(error);
 }
 
 function asContractError(error: unknown): ContractError {
