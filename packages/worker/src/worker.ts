@@ -6,6 +6,7 @@
  * settle.ts and settler.ts; this file only performs their effects.
  */
 import {
+  type AcquireReply,
   type Assignment,
   type CloudEvent,
   fitText,
@@ -307,6 +308,8 @@ export class Worker {
   #sessionOpening: Promise<WorkerSession | null> | null = null;
   #pollNotBefore = 0;
   #pollFailures = 0;
+  /** Polls in a row answered all `empty` well before their wait (see {@link #paceEmptyPolls}). */
+  #earlyEmpties = 0;
   readonly #pollAborts = new Set<AbortController>();
   readonly #polls = new Set<Promise<void>>();
   readonly #executions = new Set<Promise<void>>();
@@ -592,6 +595,7 @@ export class Worker {
         controller.signal,
       );
       let failed = false;
+      this.#paceEmptyPolls(replies, waitMs, sentAt);
       replies.forEach((item, index) => {
         const command = commands[index] as PollCommand;
         const slot = this.#slots[command.consumerId] as SlotState;
@@ -621,6 +625,28 @@ export class Worker {
     } finally {
       this.#pollAborts.delete(controller);
     }
+  }
+
+  /**
+   * An idle queue must not turn into a poll per round trip. A server may park a poll for less
+   * than asked (its LEDGENCE_LONG_POLL_WAIT_MS may be 0) and the worker may ask for no wait at
+   * all; either way every `empty` comes back at once. From the third such batch in a row the
+   * next poll waits 100 ms, doubling to 1 s, until a poll finds work or parks as asked. A single
+   * early `empty` (a wake whose task another worker took) costs nothing.
+   */
+  #paceEmptyPolls(replies: readonly unknown[], waitMs: number, sentAt: number): void {
+    const allEmpty = replies.every(
+      (item) => !isProblem(item) && (item as AcquireReply).disposition === 'empty',
+    );
+    const early = monotonicNow() - sentAt < waitMs / 2 || waitMs === 0;
+    if (!allEmpty || !early) {
+      this.#earlyEmpties = 0;
+      return;
+    }
+    this.#earlyEmpties += 1;
+    if (this.#earlyEmpties < 3) return;
+    const delay = backoffDelay(this.#earlyEmpties - 2, EMPTY_POLL_PACING);
+    this.#pollNotBefore = Math.max(this.#pollNotBefore, monotonicNow() + delay);
   }
 
   #applySlot(step: SlotStep, sentAt: number, cause?: unknown): void {
@@ -1121,6 +1147,9 @@ export class Worker {
     this.#stopped.resolve();
   }
 }
+
+/** The pacing of polls that find nothing at once (see `Worker.#paceEmptyPolls`). */
+const EMPTY_POLL_PACING = { baseMs: 100, maxMs: 1_000 };
 
 /** An issue message's share of the `invalid_data` details (at most 20 issues are sent). */
 const ISSUE_MESSAGE_MAX_BYTES = 500;
