@@ -87,11 +87,13 @@ describe('default Worker vs. a server with LEDGENCE_LONG_POLL_WAIT_MS=0', () => 
   });
 });
 
-describe('default Worker vs. a server with 300 ms leases and 20 s long polls', () => {
+// 1 s leases, ten times shorter than the worker's renew period: its due timer (half the lease
+// left) must renew them, and keep doing so while a loaded machine slows round trips.
+describe('default Worker vs. a server with 1 s leases and 20 s long polls', () => {
   it('keeps the lease of a 3 s handler claimed at the end of a long park', async () => {
     const server = await stack.start({
-      LEDGENCE_LEASE_DURATION_MS: '300',
-      LEDGENCE_RENEW_INTERVAL_MS: '100',
+      LEDGENCE_LEASE_DURATION_MS: '1000',
+      LEDGENCE_RENEW_INTERVAL_MS: '300',
       LEDGENCE_LONG_POLL_WAIT_MS: '20000',
     });
     try {
