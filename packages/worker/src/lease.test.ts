@@ -17,6 +17,7 @@ import {
   renewDueIn,
   renewFailed,
   renewReplied,
+  renewRetryDelay,
 } from './lease.js';
 
 const owner: LeaseOwner = {
@@ -190,6 +191,15 @@ describe('lease protocol', () => {
       400,
     ).lease;
     expect(renewDueIn(renewed, 400)).toBe(500);
+  });
+
+  it("retries a failed renewal by the lease's due time, however long the backoff has grown", () => {
+    // A 1 s lease granted at local time 0, its renewal failing at 100 ms with a 5 s backoff.
+    const lease = initialLease({ authority: authority({ remaining_ms: 1_000 }) } as Assignment, 0);
+    expect(renewRetryDelay(5_000, 10_000, lease, 100)).toBe(450);
+    expect(renewRetryDelay(200, 10_000, lease, 100)).toBe(200);
+    expect(renewRetryDelay(5_000, 300, lease, 100)).toBe(300);
+    expect(renewRetryDelay(5_000, 10_000, lease, 1_200)).toBe(0);
   });
 
   it('refuses to run user code when dispatch is not granted', () => {

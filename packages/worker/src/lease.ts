@@ -182,6 +182,20 @@ export function renewDueIn(lease: LeaseState, now: number): number {
   return Math.max(0, Math.floor((lease.expiresAtLocal - now) / 2));
 }
 
+/**
+ * How long after a failed renewal to send it again: the backoff's delay, but never later than the
+ * heartbeat period, nor than the lease's due time ({@link renewDueIn}) — a backoff grown over a
+ * few failures must not carry the retry past a short lease's expiry once the server is back.
+ */
+export function renewRetryDelay(
+  backoffMs: number,
+  renewIntervalMs: number,
+  lease: LeaseState,
+  now: number,
+): number {
+  return Math.min(backoffMs, renewIntervalMs, renewDueIn(lease, now));
+}
+
 /** Whether a settlement is still worth sending: not when the server said the lease is gone. */
 export function maySettle(lease: LeaseState): boolean {
   return lease.lost !== 'ownership_lost';

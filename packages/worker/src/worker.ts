@@ -43,6 +43,7 @@ import {
   renewDueIn,
   renewFailed,
   renewReplied,
+  renewRetryDelay,
 } from './lease.js';
 import { consoleLogger, errorFields, type Logger, safeLogger } from './logger.js';
 import {
@@ -1040,9 +1041,11 @@ export class Worker {
     const effect = step.effect;
     if (effect.kind === 'retry') {
       held.renewFailures += 1;
-      const delay = Math.min(
+      const delay = renewRetryDelay(
         backoffDelay(held.renewFailures, this.#backoff),
         this.#renewIntervalMs,
+        held.lease,
+        monotonicNow(),
       );
       clearTimeout(held.retryTimer);
       held.retryTimer = setTimeout(() => this.#renew([held]), timerDelay(delay));
