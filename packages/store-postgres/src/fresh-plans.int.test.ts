@@ -50,10 +50,28 @@ afterAll(async () => {
   await db.drop();
 });
 
-/** The plan PostgreSQL would cache for `query` whatever its parameters (PostgreSQL 16+). */
+/**
+ * The plan PostgreSQL would cache for `query` whatever its parameters: the statement prepared in
+ * a session that forces generic plans, explained with NULL for every parameter (the values do not
+ * enter a generic plan). `explain (generic_plan)` would say the same from PostgreSQL 16 on; this
+ * way also holds for a DATABASE_URL on 15.
+ */
 async function genericPlan(query: string): Promise<string> {
-  const rows = await sql.unsafe(`explain (generic_plan) ${query}`);
-  return rows.map((row) => String(row['QUERY PLAN'])).join('\n');
+  const parameters = new Set(query.match(/\$\d+/g) ?? []).size;
+  const session = await sql.reserve();
+  try {
+    await session.unsafe('set plan_cache_mode = force_generic_plan');
+    await session.unsafe(`prepare generic_plan_probe as ${query}`);
+    const nulls = Array.from({ length: parameters }, () => 'null').join(', ');
+    const rows = await session.unsafe(
+      `explain execute generic_plan_probe${parameters > 0 ? `(${nulls})` : ''}`,
+    );
+    return rows.map((row) => String(row['QUERY PLAN'])).join('\n');
+  } finally {
+    await session.unsafe('deallocate generic_plan_probe');
+    await session.unsafe('reset plan_cache_mode');
+    session.release();
+  }
 }
 
 it('the tables were never analyzed (the state this file is about)', async () => {
