@@ -42,10 +42,7 @@ import {
   type TaskSnapshot,
   TRACESTATE_MAX_BYTES,
 } from '@ledgence/contracts';
-import { createCompletionService, createTaskService } from '@ledgence/core';
-import { createMemoryTaskStore } from '@ledgence/core/testing';
 import { describe, expect, it } from 'vitest';
-import { createHttpApp } from './index.js';
 import { expectJson, expectProblem } from './testdata/expect.js';
 import {
   ACME_DEV,
@@ -53,10 +50,8 @@ import {
   acquireBody,
   assignTask,
   createHarness,
-  DESTINATIONS,
   GLOBEX_PROD,
   type Harness,
-  KEY_CONFIG,
   KEYS,
   openSession,
   policyPath,
@@ -609,7 +604,7 @@ describe('scheduling ranges (DESIGN §4, §4.1)', () => {
   it('available_at: store time + MAX_SUBMIT_DELAY_MS is 201; one ms more is 400', async () => {
     const now = 1_700_000_000_000;
     // A harness over a store whose clock stands still, so "store time" is exact.
-    const frozen = createHarnessWithClock(() => now);
+    const frozen = createHarness({ now: () => now });
     await expectJson(
       await submit(
         frozen,
@@ -639,41 +634,6 @@ describe('scheduling ranges (DESIGN §4, §4.1)', () => {
     );
   });
 });
-
-/** A minimal harness (call + dump) over a memory store with the given clock. */
-function createHarnessWithClock(clock: () => number): Harness {
-  const store = createMemoryTaskStore({ now: clock });
-  const service = createTaskService({ store, longPollMaxMs: 1_000, rescanIntervalMs: 10 });
-  const completions = createCompletionService({ store, destinations: DESTINATIONS });
-  const app = createHttpApp({ auth: { keys: KEY_CONFIG }, service, completions, retention: store });
-  const base = createHarness();
-  const call: Harness['call'] = async (path, init = {}) => {
-    const headers: Record<string, string> = { ...init.headers };
-    if (init.key !== undefined) headers.authorization = `Bearer ${init.key}`;
-    let body = init.body;
-    if (init.json !== undefined) {
-      headers['content-type'] ??= 'application/json';
-      body = JSON.stringify(init.json);
-    }
-    return app.request(path, {
-      method: init.method ?? (body === undefined ? 'GET' : 'POST'),
-      headers,
-      ...(body === undefined ? {} : { body: body as string }),
-    });
-  };
-  const dump: Harness['dump'] = async (scopes) => {
-    const out: unknown[] = [];
-    for (const scope of scopes) {
-      const page = await service.listTasks(scope, { filters: {}, limit: TASK_LIST_MAX_LIMIT });
-      for (const status of page.tasks) {
-        out.push(await service.inspect(scope, status.task_id));
-        out.push(await service.history(scope, status.task_id, 0));
-      }
-    }
-    return JSON.stringify(out);
-  };
-  return { ...base, app, store, service, completions, call, dump };
-}
 
 // ---- Worker limits -------------------------------------------------------------------------------
 

@@ -124,9 +124,14 @@ export interface Harness {
  * `undefined`).
  */
 export function createHarness(
-  options: Partial<Omit<HttpAppOptions, 'service'>> & { rescanIntervalMs?: number } = {},
+  options: Partial<Omit<HttpAppOptions, 'service'>> & {
+    rescanIntervalMs?: number;
+    /** The store's clock (default `Date.now`), for tests that need exact store times. */
+    now?: () => number;
+  } = {},
 ): Harness {
-  const store = createMemoryTaskStore();
+  const { now, ...appOptions } = options;
+  const store = createMemoryTaskStore(now === undefined ? {} : { now });
   const base = createTaskService({
     store,
     longPollMaxMs: options.longPollMaxMs ?? 5_000,
@@ -138,7 +143,7 @@ export function createHarness(
     auth: { keys: KEY_CONFIG },
     completions: countCalls(completions, calls, 'completions.'),
     retention: countCalls(store, calls, 'retention.'),
-    ...options,
+    ...appOptions,
     service: countCalls(base, calls),
   });
   async function call(path: string, init: CallOptions = {}): Promise<Response> {
