@@ -19,7 +19,10 @@ import {
   TERMINAL_RETENTION_MS,
 } from '@ledgence/contracts';
 import { type FailpointSetting, FailpointSpecError, parseFailpoints } from '@ledgence/core';
-import { apiKeyProblems } from '@ledgence/http';
+import { apiKeyProblems, isLoopbackHost } from '@ledgence/http';
+
+// The one loopback rule (development mode's), shared with the HTTP app's Host check.
+export { isLoopbackHost };
 
 /** One API key as the operator configures it (DESIGN §6). */
 export interface ApiKeySetting {
@@ -127,7 +130,6 @@ const LOG_LEVELS: readonly LogLevel[] = [
 ];
 // The server asks more of a key than the HTTP app does: long enough not to be guessed.
 const KEY_MIN_CHARS = 16;
-const LOOPBACK = new Set(['127.0.0.1', 'localhost', '::1', '[::1]']);
 
 /** Environment variables the configuration reads, for help texts and docs. */
 export const CONFIG_VARIABLES = [
@@ -156,11 +158,6 @@ export const CONFIG_VARIABLES = [
   'LEDGENCE_SHUTDOWN_TIMEOUT_MS',
   'LEDGENCE_FAILPOINTS',
 ] as const;
-
-/** Whether `host` binds the loopback interface only. */
-export function isLoopbackHost(host: string): boolean {
-  return LOOPBACK.has(host) || /^127(?:\.\d{1,3}){3}$/.test(host);
-}
 
 /**
  * The server configuration from `env`, or a {@link ConfigError} listing every

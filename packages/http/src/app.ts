@@ -52,6 +52,7 @@ import pino, { type Logger } from 'pino';
 import {
   type AuthOptions,
   createAuthenticator,
+  isLoopbackHost,
   type Principal,
   type Role,
   requireRole,
@@ -400,12 +401,11 @@ async function answerBatch<C, R, O>(
   );
 }
 
-// A loopback host name, as a Host header or URL writes it: with an optional port.
-const LOOPBACK_AUTHORITY = /^(?:localhost|127(?:\.\d{1,3}){3}|\[::1\])(?::\d{1,5})?$/i;
-
 /** Whether `authority` (a Host header, `host[:port]`) names loopback; absent counts as loopback. */
 function isLoopbackAuthority(authority: string | undefined): boolean {
-  return authority === undefined || LOOPBACK_AUTHORITY.test(authority);
+  if (authority === undefined) return true;
+  const host = authority.replace(/:\d{1,5}$/, '');
+  return isLoopbackHost(host);
 }
 
 /** The `host[:port]` of a request URL. */

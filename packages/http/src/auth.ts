@@ -50,6 +50,17 @@ export type Authentication =
   | { ok: true; principal: Principal }
   | { ok: false; reason: 'missing' | 'invalid' };
 
+const LOOPBACK_NAMES = new Set(['localhost', '::1', '[::1]']);
+
+/**
+ * Whether `host` (a name or address, IPv6 bracketed or not) is the loopback interface: the only
+ * place development mode serves (DESIGN §6), whether the server listens there or a request
+ * names it in its Host header.
+ */
+export function isLoopbackHost(host: string): boolean {
+  return LOOPBACK_NAMES.has(host.toLowerCase()) || /^127(?:\.\d{1,3}){3}$/.test(host);
+}
+
 /** Verifies bearer tokens against the configured keys. */
 export interface Authenticator {
   /** Whether no keys are configured, so every request is allowed. */

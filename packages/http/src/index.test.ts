@@ -38,6 +38,7 @@ it('exports exactly the public surface', () => {
     'createHttpApp',
     'createOpenApiDocument',
     'isJsonContentType',
+    'isLoopbackHost',
     'problemOf',
     'readBody',
   ]);

@@ -53,6 +53,7 @@ export {
   type ApiKeyProblem,
   type AuthOptions,
   apiKeyProblems,
+  isLoopbackHost,
   type Principal,
   ROLES,
   type Role,
