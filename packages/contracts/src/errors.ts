@@ -9,6 +9,8 @@
  * `node_modules`, or the SDK and the server bundling their own).
  */
 
+import type { Problem } from './schemas/batch.js';
+
 /** The stable error codes of the HTTP API (DESIGN §6), shared by server and SDK. */
 export const ERROR_CODES = [
   'invalid_input',
@@ -202,4 +204,28 @@ export class ContractError extends LedgenceError {
 /** Shorthand for the most common rejection: `invalid_input` with a reason and a path. */
 export function invalidInput(message: string, reason?: string, path?: string): ContractError {
   return new ContractError('invalid_input', message, { reason, path });
+}
+
+/**
+ * The problem+json document of a {@link ContractError}: `type`, `title` and `status` from its
+ * code, `detail` (its message unless another is given), and its `reason` and `path` when set.
+ * The server's edge passes a scrubbed detail and path where they would echo request input; the
+ * SDK answers an item it refused before sending with the document the server would have sent.
+ */
+export function problemDocument(
+  error: ContractError,
+  detail: string = error.message,
+  path: string | undefined = error.path,
+): Problem {
+  const code = error.code;
+  const problem: Problem = {
+    type: `${PROBLEM_TYPE_BASE}${code}`,
+    title: ERROR_TITLES[code],
+    status: ERROR_STATUS[code],
+    code,
+    detail,
+  };
+  if (error.reason !== undefined) problem.reason = error.reason;
+  if (path !== undefined) problem.path = path;
+  return problem;
 }

@@ -89,6 +89,7 @@ export {
   isErrorCode,
   LedgenceError,
   PROBLEM_TYPE_BASE,
+  problemDocument,
 } from './errors.js';
 export type {
   JsonInput,

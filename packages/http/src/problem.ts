@@ -7,11 +7,10 @@
  */
 import {
   ContractError,
-  ERROR_STATUS,
-  ERROR_TITLES,
   type ErrorCode,
   PROBLEM_TYPE_BASE,
   type Problem,
+  problemDocument,
 } from '@ledgence/contracts';
 
 export { PROBLEM_TYPE_BASE };
@@ -77,21 +76,13 @@ export function wrapsBackendFailure(error: ContractError): boolean {
  * set.
  */
 export function problemOf(error: ContractError, context: ProblemContext = {}): Problem {
-  const code = error.code;
-  const problem: Problem = {
-    type: `${PROBLEM_TYPE_BASE}${code}`,
-    title: ERROR_TITLES[code],
-    status: ERROR_STATUS[code],
-    code,
-    detail:
-      wrapsBackendFailure(error) || quotesInput(error.message, context.supplied)
-        ? GENERIC_DETAILS[code]
-        : error.message,
-  };
-  if (error.reason !== undefined) problem.reason = error.reason;
-  if (error.path !== undefined && !quotesInput(error.path, context.supplied)) {
-    problem.path = error.path;
-  }
+  const detail =
+    wrapsBackendFailure(error) || quotesInput(error.message, context.supplied)
+      ? GENERIC_DETAILS[error.code]
+      : error.message;
+  const path =
+    error.path !== undefined && !quotesInput(error.path, context.supplied) ? error.path : undefined;
+  const problem = problemDocument(error, detail, path);
   if (context.requestId !== undefined) problem.request_id = context.requestId;
   return problem;
 }

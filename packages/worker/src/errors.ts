@@ -7,13 +7,11 @@
  */
 import {
   ContractError,
-  ERROR_STATUS,
-  ERROR_TITLES,
   type ErrorCode,
   LedgenceError,
   type LedgenceErrorOptions,
-  PROBLEM_TYPE_BASE,
   type Problem,
+  problemDocument,
 } from '@ledgence/contracts';
 
 /** Options of an {@link ApplicationError}. */
@@ -143,17 +141,7 @@ export class ProblemError extends ContractError {
  * handles an item refused here and one refused by the server alike. `cause` is the refusal.
  */
 export function localProblem(error: ContractError): ProblemError {
-  const code = error.code;
-  const problem: Problem = {
-    type: `${PROBLEM_TYPE_BASE}${code}`,
-    title: ERROR_TITLES[code],
-    status: ERROR_STATUS[code],
-    code,
-    detail: error.message,
-  };
-  if (error.reason !== undefined) problem.reason = error.reason;
-  if (error.path !== undefined) problem.path = error.path;
-  return new ProblemError(problem, { cause: error });
+  return new ProblemError(problemDocument(error), { cause: error });
 }
 
 /**
