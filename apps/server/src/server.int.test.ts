@@ -57,6 +57,8 @@ async function serverWithPool(
         const rows = await sql<{ application_name: string; n: number }[]>`
           select application_name, count(*)::int as n from pg_stat_activity
           where datname = current_database() and pid <> pg_backend_pid()
+            -- Client connections only: an autovacuum worker visiting this database is no one's.
+            and backend_type = 'client backend'
           group by application_name`;
         return Object.fromEntries(rows.map((row) => [row.application_name, row.n]));
       } finally {
