@@ -987,3 +987,78 @@ describe('Worker sessions and keys', () => {
     await w.stop();
   });
 });
+
+describe("Worker sessions against a server's shorter validity", () => {
+  // The worker's own extension period stays at its default (a third of SESSION_VALIDITY_MS,
+  // 100 s): it must learn that these servers' sessions are far shorter, or lose them.
+  const sessionOf = async (c: Client, taskId: string) => {
+    const [attemptId] = attemptIds(await historyOf(c, taskId));
+    return (await c.attempt(taskId, attemptId as string)).lease.owner.worker_session_id;
+  };
+  const defaultWorker = (url: string, queue: string, seen: string[]) => {
+    const w = new Worker({
+      url,
+      tenant: TENANT,
+      namespace: NAMESPACE,
+      queue,
+      concurrency: 1,
+      renewIntervalMs: RENEW_MS,
+      pollWaitMs: 300,
+      logger: {
+        ...logger,
+        warn: (message, fields) => {
+          seen.push(message);
+          logger.warn(message, fields);
+        },
+      },
+    });
+    workers.push(w);
+    w.register('job', () => null);
+    return w;
+  };
+  // Two tasks `gapMs` apart, each settled before the next is submitted: the sessions they ran on.
+  const twoTasksApart = async (c: Client, queue: string, gapMs: number) => {
+    const first = await c.submit({ queue, program: 'job', data: null });
+    await settled(c, [first.task_id]);
+    await sleep(gapMs);
+    const second = await c.submit({ queue, program: 'job', data: null });
+    await settled(c, [second.task_id]);
+    return [await sessionOf(c, first.task_id), await sessionOf(c, second.task_id)];
+  };
+
+  it('extends within a validity its replies show (expires_at against Date), losing none', async () => {
+    const short = await stack.start({ LEDGENCE_SESSION_VALIDITY_MS: '4500' });
+    const c = new Client({ url: short.url, tenant: TENANT, namespace: NAMESPACE });
+    const seen: string[] = [];
+    const w = defaultWorker(short.url, 'validity-shown', seen);
+    const running = w.run();
+    // Longer than the validity: the session outlives it only if extended.
+    const [first, second] = await twoTasksApart(c, 'validity-shown', 6_000);
+    await w.stop();
+    await running;
+    expect(second).toBe(first);
+    expect(seen).not.toContain('session lost; opening a new one');
+    expect(seen).not.toContain('slot cursor lost; moving to a new session');
+  });
+
+  it('learns a validity too short to show from the first session it loses, then keeps the next', async () => {
+    // 2 s: under what a one-second Date can show, so only a loss can tell.
+    const short = await stack.start({ LEDGENCE_SESSION_VALIDITY_MS: '2000' });
+    const c = new Client({ url: short.url, tenant: TENANT, namespace: NAMESPACE });
+    const seen: string[] = [];
+    const w = defaultWorker(short.url, 'validity-lost', seen);
+    const running = w.run();
+    const [first, second] = await twoTasksApart(c, 'validity-lost', 3_000);
+    expect(second).not.toBe(first);
+    const learned = seen.filter((m) => m.startsWith('the server lets sessions expire sooner'));
+    expect(learned).toHaveLength(1);
+    const [third, fourth] = await twoTasksApart(c, 'validity-lost', 5_000);
+    await w.stop();
+    await running;
+    expect(third).toBe(second);
+    expect(fourth).toBe(second);
+    expect(seen.filter((m) => m.startsWith('the server lets sessions expire sooner'))).toEqual(
+      learned,
+    );
+  });
+});

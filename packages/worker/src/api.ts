@@ -34,6 +34,12 @@ export const REPLY_LIMITS = Object.freeze({
   batch: 512 * 1024 * 1024,
 });
 
+/** A session as a reply gave it, with the reply's `Date` (ms since the epoch) when it had one. */
+export interface SessionReply {
+  session: WorkerSession;
+  date: number | null;
+}
+
 /** The worker routes over one transport. */
 export class WorkerApi {
   readonly #http: HttpTransport;
@@ -43,7 +49,7 @@ export class WorkerApi {
   }
 
   /** `POST /v1/worker/sessions`. */
-  async openSession(command: OpenSessionCommand): Promise<WorkerSession> {
+  async openSession(command: OpenSessionCommand): Promise<SessionReply> {
     const reply = await this.#http.request({
       method: 'POST',
       path: '/v1/worker/sessions',
@@ -52,7 +58,7 @@ export class WorkerApi {
       maxBytes: REPLY_LIMITS.control,
       okStatus: [200, 201],
     });
-    return reply.body;
+    return { session: reply.body, date: reply.date };
   }
 
   /**
@@ -60,7 +66,7 @@ export class WorkerApi {
    * no scope, and a key bound to several namespaces (or development mode)
    * cannot infer it.
    */
-  async extendSession(sessionId: string, scope: Scope): Promise<WorkerSession> {
+  async extendSession(sessionId: string, scope: Scope): Promise<SessionReply> {
     const reply = await this.#http.request({
       method: 'POST',
       path: `/v1/worker/sessions/${pathSegment(sessionId)}/extend`,
@@ -68,7 +74,7 @@ export class WorkerApi {
       schema: WorkerSessionSchema,
       maxBytes: REPLY_LIMITS.control,
     });
-    return reply.body;
+    return { session: reply.body, date: reply.date };
   }
 
   /**

@@ -43,6 +43,8 @@ export interface WireRequest {
 export interface WireReply {
   status: number;
   contentType: string;
+  /** The `Date` header, `''` when absent. */
+  date: string;
   bytes: Uint8Array | null;
 }
 
@@ -91,6 +93,7 @@ export function fetchExchange(fetch: FetchLike): Exchange {
       return {
         status: response.status,
         contentType: response.headers.get('content-type') ?? '',
+        date: response.headers.get('date') ?? '',
         bytes,
       };
     } catch (error) {
@@ -241,10 +244,11 @@ function readReply(res: IncomingMessage, limit: number, handlers: ReplyHandlers)
   const status = res.statusCode ?? 0;
   const header = res.headers['content-type'];
   const contentType = typeof header === 'string' ? header : '';
+  const date = res.headers.date ?? '';
   // Listen before deciding: cutting the reply makes it emit errors.
   res.on('error', (error) => handlers.fail(error));
   if (Number(res.headers['content-length']) > limit) {
-    handlers.cut({ status, contentType, bytes: null });
+    handlers.cut({ status, contentType, date, bytes: null });
     return;
   }
   const chunks: Buffer[] = [];
@@ -252,12 +256,12 @@ function readReply(res: IncomingMessage, limit: number, handlers: ReplyHandlers)
   let ended = false;
   res.on('data', (chunk: Buffer) => {
     total += chunk.byteLength;
-    if (total > limit) handlers.cut({ status, contentType, bytes: null });
+    if (total > limit) handlers.cut({ status, contentType, date, bytes: null });
     else chunks.push(chunk);
   });
   res.on('end', () => {
     ended = true;
-    handlers.done({ status, contentType, bytes: Buffer.concat(chunks, total) });
+    handlers.done({ status, contentType, date, bytes: Buffer.concat(chunks, total) });
   });
   res.on('close', () => {
     if (!ended) handlers.fail(new Error('the connection closed before the reply ended'));

@@ -51,7 +51,19 @@ const problem = (code: string, status: number, extra: Record<string, unknown> = 
 describe('HttpTransport', () => {
   it('parses a valid reply strictly', async () => {
     const reply = await get(respond(200, JSON.stringify(session)));
-    expect(reply).toEqual({ status: 200, body: session });
+    expect(reply).toEqual({ status: 200, body: session, date: null });
+  });
+
+  it("reads the reply's Date header, and ignores one it cannot read", async () => {
+    const dated =
+      (date: string): FetchLike =>
+      async () =>
+        new Response(JSON.stringify(session), {
+          headers: { 'content-type': 'application/json', date },
+        });
+    const reply = await get(dated('Thu, 03 Dec 2026 11:30:00 GMT'));
+    expect(reply.date).toBe(Date.UTC(2026, 11, 3, 11, 30, 0));
+    expect((await get(dated('yesterday-ish'))).date).toBeNull();
   });
 
   it('sends the key, the JSON content type and the query', async () => {

@@ -130,6 +130,8 @@ export interface RequestSpec<S extends ReplySchema> {
 export interface Reply<T> {
   status: number;
   body: T;
+  /** The reply's `Date` header in ms since the epoch; `null` when absent or unreadable. */
+  date: number | null;
 }
 
 const JSON_TYPE = /^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i;
@@ -346,7 +348,12 @@ export class HttpTransport {
       });
     }
     const value = decodeReply(reply.bytes, spec.maxBytes, status);
-    return { status, body: parseReply(spec.schema, value, status) };
+    const date = reply.date === '' ? Number.NaN : Date.parse(reply.date);
+    return {
+      status,
+      body: parseReply(spec.schema, value, status),
+      date: Number.isFinite(date) ? date : null,
+    };
   }
 }
 

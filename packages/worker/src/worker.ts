@@ -21,7 +21,7 @@ import {
   SESSION_VALIDITY_MS,
   type WorkerSession,
 } from '@ledgence/contracts';
-import { WorkerApi } from './api.js';
+import { type SessionReply, WorkerApi } from './api.js';
 import { type BackoffPolicy, backoffDelay, checkedBackoff } from './backoff.js';
 import {
   ApplicationError,
@@ -46,6 +46,7 @@ import {
   renewRetryDelay,
 } from './lease.js';
 import { consoleLogger, errorFields, type Logger, safeLogger } from './logger.js';
+import { extensionDelayMs, shorterValidity, validityShownBy } from './session.js';
 import {
   type AbortCause,
   failureReport,
@@ -94,7 +95,10 @@ export interface WorkerOptions extends HttpOptions {
   shutdownGraceMs?: number | undefined;
   /** After the shutdown deadline, how long aborted handlers get to return; 1 s by default. */
   abortGraceMs?: number | undefined;
-  /** Period of session extension; a third of SESSION_VALIDITY_MS by default. */
+  /**
+   * Period of session extension; a third of SESSION_VALIDITY_MS by default. The worker extends
+   * sooner when it learns that the server's sessions are shorter (`session.ts`).
+   */
   sessionExtendIntervalMs?: number | undefined;
   /** Backoff of retried polls, renewals and settlements. */
   backoff?: BackoffPolicy | undefined;
@@ -306,6 +310,10 @@ export class Worker {
   #state: State = 'new';
   #slots: SlotState[];
   #session: WorkerSession | null = null;
+  /** Local monotonic time the request that set the current session's expiry was sent. */
+  #sessionRefreshSentAt = 0;
+  /** The longest the server's sessions may last, as far as the worker has learned (session.ts). */
+  #sessionValidityMs: number | null = null;
   #sessionOpening: Promise<WorkerSession | null> | null = null;
   #pollNotBefore = 0;
   #pollFailures = 0;
@@ -317,7 +325,7 @@ export class Worker {
   readonly #held = new Map<string, Held>();
   readonly #renewQueue = new Set<Held>();
   #renewTimer: ReturnType<typeof setInterval> | undefined;
-  #extendTimer: ReturnType<typeof setInterval> | undefined;
+  #extendTimer: ReturnType<typeof setTimeout> | undefined;
   #fatal: unknown;
   #stopGraceMs: number | undefined;
   /** Set when stop()'s grace period has passed: from then on no handler may start. */
@@ -411,10 +419,6 @@ export class Worker {
       () => this.#renew([...this.#held.values()]),
       timerDelay(this.#renewIntervalMs),
     );
-    this.#extendTimer = setInterval(
-      () => this.#extendSession(),
-      timerDelay(this.#extendIntervalMs),
-    );
     const loop = this.#acquireLoop().catch((error: unknown) => this.#fail(error));
     await this.#stopRequested.promise;
     await this.#drain(loop, this.#stopGraceMs ?? this.#shutdownGraceMs);
@@ -467,12 +471,14 @@ export class Worker {
     let failures = 0;
     while (this.#state === 'running') {
       try {
-        const session = await this.#api.openSession({
+        const sentAt = monotonicNow();
+        const reply = await this.#api.openSession({
           scope: this.#scope,
           queue: this.#queue,
           concurrency: this.#concurrency,
         });
-        this.#session = session;
+        const { session } = reply;
+        this.#sessionRefreshed(reply, sentAt);
         this.#logger.info('session opened', { session_id: session.id });
         this.#notifier.notify();
         return session;
@@ -494,30 +500,69 @@ export class Worker {
     return null;
   }
 
+  /** Takes a session reply as current and schedules its next extension. */
+  #sessionRefreshed(reply: SessionReply, sentAt: number): void {
+    if (this.#state === 'stopped') return;
+    this.#session = reply.session;
+    this.#sessionRefreshSentAt = sentAt;
+    this.#sessionValidityMs = shorterValidity(
+      this.#sessionValidityMs,
+      validityShownBy(reply.session.expires_at, reply.date),
+    );
+    this.#scheduleExtension();
+  }
+
+  #scheduleExtension(): void {
+    clearTimeout(this.#extendTimer);
+    const delay = extensionDelayMs(this.#extendIntervalMs, this.#sessionValidityMs);
+    this.#extendTimer = setTimeout(() => this.#extendSession(), timerDelay(delay));
+  }
+
   #extendSession(): void {
     const session = this.#session;
     if (session === null || this.#state === 'stopped') return;
+    const sentAt = monotonicNow();
     this.#api.extendSession(session.id, this.#scope).then(
-      (extended) => {
-        if (this.#session?.id === extended.id) this.#session = extended;
+      (reply) => {
+        if (this.#session?.id === reply.session.id) this.#sessionRefreshed(reply, sentAt);
       },
       (error: unknown) => {
         const code = problemCode(error);
         if (code === 'session_expired' || code === 'session_not_found') {
           this.#logger.warn('session lost; opening a new one', { session_id: session.id });
-          this.#retireSession(session.id);
+          this.#retireSession(session.id, code);
         } else {
           this.#logger.warn('extending the session failed', {
             session_id: session.id,
             ...errorFields(error),
           });
+          if (this.#session?.id === session.id) this.#scheduleExtension();
         }
       },
     );
   }
 
-  #retireSession(sessionId: string): void {
-    if (this.#session?.id === sessionId) this.#session = null;
+  /**
+   * Forgets a session that is gone. One found expired proves the server's validity is at most
+   * the time since its expiry was last set: extensions come sooner from then on.
+   */
+  #retireSession(sessionId: string, code: string | undefined): void {
+    if (this.#session?.id !== sessionId) {
+      this.#notifier.notify();
+      return;
+    }
+    if (code === 'session_expired') {
+      const bound = monotonicNow() - this.#sessionRefreshSentAt;
+      if (this.#sessionValidityMs === null || bound < this.#sessionValidityMs) {
+        this.#sessionValidityMs = bound;
+        this.#logger.warn('the server lets sessions expire sooner than this worker extends them', {
+          session_validity_ms_at_most: bound,
+          extend_every_ms: extensionDelayMs(this.#extendIntervalMs, bound),
+        });
+      }
+    }
+    this.#session = null;
+    clearTimeout(this.#extendTimer);
     this.#notifier.notify();
   }
 
@@ -680,7 +725,7 @@ export class Worker {
           session_id: effect.staleSessionId,
           ...(cause === undefined ? {} : errorFields(cause)),
         });
-        this.#retireSession(effect.staleSessionId);
+        this.#retireSession(effect.staleSessionId, problemCode(cause));
         break;
       case 'fatal':
         this.#fail(
@@ -1142,7 +1187,7 @@ export class Worker {
     }
     this.#settler.abandon();
     clearInterval(this.#renewTimer);
-    clearInterval(this.#extendTimer);
+    clearTimeout(this.#extendTimer);
     for (const held of this.#held.values()) this.#drop(held);
     this.#http.closeIdle();
     this.#state = 'stopped';
