@@ -868,6 +868,27 @@ describe('operations routes and the edge', () => {
     expect(JSON.stringify(lines)).not.toContain(KEYS.client);
   });
 
+  it("names the tenant of a development-mode request in its log line, from the request's scope", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: 'info' },
+      { write: (line: string) => lines.push(JSON.parse(line)) },
+    );
+    const h = createHarness({ auth: { keys: [] }, logger });
+    const task = await submitTask(h, ACME_PROD);
+    await h.call(`${TASKS}/${task.task_id}`);
+    const session = await h.call('/v1/worker/sessions', {
+      json: { scope: GLOBEX_PROD, queue: 'q', concurrency: 1 },
+    });
+    expect(session.status).toBe(200);
+    const requests = lines.filter((l) => l.msg === 'request');
+    expect(requests.map((l) => [l.status, l.tenant])).toEqual([
+      [201, ACME_PROD.tenant_id],
+      [200, ACME_PROD.tenant_id],
+      [200, GLOBEX_PROD.tenant_id],
+    ]);
+  });
+
   it('answers 503 for a failure that is not a contract error and logs its stack', async () => {
     const lines: Record<string, unknown>[] = [];
     const logger = pino(

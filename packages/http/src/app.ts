@@ -157,6 +157,11 @@ export interface HttpAppVariables extends PolicyVariables {
   /** Who the request acts as, once authenticated. */
   principal: Principal | undefined;
   /**
+   * The tenant the request was authorized for: its log line's `tenant`, also in development
+   * mode, whose principal is bound to none.
+   */
+  tenant: string | undefined;
+  /**
    * What the request supplied (path parameters, query values, headers, decoded bodies), so
    * service messages quoting it are not echoed. Kept as values: their strings are collected
    * only when a problem is answered (see {@link suppliedStrings}).
@@ -292,6 +297,7 @@ function authorize(c: AppContext, scope: Scope, path?: string): void {
   const principal = principalOf(c);
   requireRole(principal, routeRole(c));
   requireScope(principal, scope, path);
+  c.set('tenant', scope.tenant_id);
 }
 
 /**
@@ -460,6 +466,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     c.set('supplied', []);
     c.set('inService', false);
     c.set('principal', undefined);
+    c.set('tenant', undefined);
     c.set('access', undefined);
     c.header(requestIdHeader, requestId);
     await next();
@@ -473,7 +480,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
         route,
         status: c.res.status,
         duration_ms: Math.round(durationMs * 1000) / 1000,
-        tenant: c.get('principal')?.tenant ?? null,
+        tenant: c.get('tenant') ?? c.get('principal')?.tenant ?? null,
       },
       'request',
     );
