@@ -72,6 +72,12 @@ afterAll(async () => {
   await stack.close();
 });
 
+/** The worker session the first attempt of a task ran under. */
+async function sessionOf(c: Client, taskId: string): Promise<string> {
+  const [attemptId] = attemptIds(await historyOf(c, taskId));
+  return (await c.attempt(taskId, attemptId as string)).lease.owner.worker_session_id;
+}
+
 function worker(queue: string, options: Partial<WorkerOptions> = {}): Worker {
   const w = new Worker({
     url: server.url,
@@ -436,11 +442,7 @@ describe('Worker against the real server', () => {
     const running = w.run();
     const first = await c.submit({ queue, program: 'job', data: null });
     await settled(c, [first.task_id]);
-    const sessionOf = async (taskId: string) => {
-      const [attemptId] = attemptIds(await historyOf(c, taskId));
-      return (await c.attempt(taskId, attemptId as string)).lease.owner.worker_session_id;
-    };
-    const session = await sessionOf(first.task_id);
+    const session = await sessionOf(c, first.task_id);
     // Another client polls the worker's own slot (same session, consumer 0) and
     // moves its cursor far ahead: the worker's next poll is a sequence gap.
     let advanced = 0;
@@ -466,7 +468,7 @@ describe('Worker against the real server', () => {
     await running;
     expect(result?.outcome.state).toBe('succeeded');
     expect(runs).toBe(2);
-    expect(await sessionOf(second.task_id)).not.toBe(session);
+    expect(await sessionOf(c, second.task_id)).not.toBe(session);
     expect(debugLog.some((l) => l.includes('slot cursor lost; moving to a new session'))).toBe(
       true,
     );
@@ -913,11 +915,7 @@ describe('Worker sessions and keys', () => {
     await w.stop();
     await running;
     expect(results[0]?.outcome.state).toBe('succeeded');
-    const sessionOf = async (taskId: string) => {
-      const [attemptId] = attemptIds(await historyOf(c, taskId));
-      return (await c.attempt(taskId, attemptId as string)).lease.owner.worker_session_id;
-    };
-    expect(await sessionOf(second.task_id)).not.toBe(await sessionOf(first.task_id));
+    expect(await sessionOf(c, second.task_id)).not.toBe(await sessionOf(c, first.task_id));
   });
 
   it('keeps renewing and settles a task held across its session expiring', async () => {
@@ -991,10 +989,6 @@ describe('Worker sessions and keys', () => {
 describe("Worker sessions against a server's shorter validity", () => {
   // The worker's own extension period stays at its default (a third of SESSION_VALIDITY_MS,
   // 100 s): it must learn that these servers' sessions are far shorter, or lose them.
-  const sessionOf = async (c: Client, taskId: string) => {
-    const [attemptId] = attemptIds(await historyOf(c, taskId));
-    return (await c.attempt(taskId, attemptId as string)).lease.owner.worker_session_id;
-  };
   const defaultWorker = (url: string, queue: string, seen: string[]) => {
     const w = new Worker({
       url,

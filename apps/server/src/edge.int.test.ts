@@ -11,39 +11,11 @@ import type {
   TaskState,
 } from '@ledgence/contracts';
 import { TASK_STATUS_MAX_BYTES } from '@ledgence/contracts';
-import { createTaskService } from '@ledgence/core';
 import { submitCommand, submitCommandWithStatusBytes } from '@ledgence/core/testing';
-import { createHttpApp } from '@ledgence/http';
-import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
-import { createMigratedTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { appOverPostgres, scopeFor, tasksPath } from './testdata/app-over-postgres.js';
 
-const KEY = 'acme-key-0123456789';
-
-let db: TestDatabase;
-let store: PostgresTaskStore;
-let app: ReturnType<typeof createHttpApp>;
-
-beforeAll(async () => {
-  db = await createMigratedTestDatabase('edge');
-  store = createPostgresTaskStore({ url: db.url, max: 4 });
-  app = createHttpApp({
-    service: createTaskService({ store }),
-    auth: { keys: [{ key: KEY, tenant: 'acme', namespaces: ['*'], roles: ['client'] }] },
-  });
-});
-afterAll(async () => {
-  await store?.close();
-  await db?.drop();
-});
-
-/** A namespace of its own for each test, so listings see only that test's tasks. */
-function scopeFor(namespace: string): Scope {
-  return { tenant_id: 'acme', namespace };
-}
-
-const tasksPath = (scope: Scope) =>
-  `/v1/tenants/${scope.tenant_id}/namespaces/${scope.namespace}/tasks`;
+const call = appOverPostgres('edge', ['client']);
 
 /** A problem document (DESIGN §6), as a batch item or a whole reply. */
 interface Problem {
@@ -51,33 +23,6 @@ interface Problem {
   code: string;
   reason?: string;
   path?: string;
-}
-
-/**
- * One request as the client key: a GET, or a POST of `json`. The reply's status, its body's
- * byte length and its body parsed as `T`.
- */
-async function call<T>(
-  path: string,
-  json?: unknown,
-): Promise<{ status: number; bytes: number; body: T }> {
-  const headers: Record<string, string> = { authorization: `Bearer ${KEY}` };
-  let body: string | undefined;
-  if (json !== undefined) {
-    headers['content-type'] = 'application/json';
-    body = JSON.stringify(json);
-  }
-  const res = await app.request(path, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers,
-    body,
-  });
-  const bytes = new Uint8Array(await res.arrayBuffer());
-  return {
-    status: res.status,
-    bytes: bytes.byteLength,
-    body: JSON.parse(new TextDecoder().decode(bytes)) as T,
-  };
 }
 
 /** The task ids a scope lists, newest first. */

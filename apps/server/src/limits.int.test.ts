@@ -28,60 +28,13 @@ import {
   TASK_LIST_MAX_LIMIT,
   TASK_STATUS_MAX_BYTES,
 } from '@ledgence/contracts';
-import { createTaskService } from '@ledgence/core';
-import { createHttpApp } from '@ledgence/http';
-import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
-import { createMigratedTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { appOverPostgres, scopeFor, tasksPath } from './testdata/app-over-postgres.js';
 
-const KEY = 'acme-key-limits-0123456789';
-
-let db: TestDatabase;
-let store: PostgresTaskStore;
-let app: ReturnType<typeof createHttpApp>;
-
-beforeAll(async () => {
-  db = await createMigratedTestDatabase('limits');
-  store = createPostgresTaskStore({ url: db.url, max: 4 });
-  app = createHttpApp({
-    service: createTaskService({ store }),
-    auth: { keys: [{ key: KEY, tenant: 'acme', namespaces: ['*'], roles: ['client', 'worker'] }] },
-  });
-});
-afterAll(async () => {
-  await store?.close();
-  await db?.drop();
-});
-
-const scopeFor = (namespace: string): Scope => ({ tenant_id: 'acme', namespace });
-const tasksPath = (scope: Scope) =>
-  `/v1/tenants/${scope.tenant_id}/namespaces/${scope.namespace}/tasks`;
+const call = appOverPostgres('limits', ['client', 'worker']);
 
 /** Text of exactly `bytes` UTF-8 bytes, two-byte characters where it can be. */
 const utf8Text = (bytes: number) => 'é'.repeat(Math.floor(bytes / 2)) + 'x'.repeat(bytes % 2);
-
-async function call<T>(
-  path: string,
-  json?: unknown,
-): Promise<{ status: number; bytes: number; body: T }> {
-  const headers: Record<string, string> = { authorization: `Bearer ${KEY}` };
-  let body: string | undefined;
-  if (json !== undefined) {
-    headers['content-type'] = 'application/json';
-    body = typeof json === 'string' ? json : JSON.stringify(json);
-  }
-  const res = await app.request(path, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers,
-    body,
-  });
-  const bytes = new Uint8Array(await res.arrayBuffer());
-  return {
-    status: res.status,
-    bytes: bytes.byteLength,
-    body: JSON.parse(new TextDecoder().decode(bytes)) as T,
-  };
-}
 
 /** Everything a scope's tasks hold, to prove that a refusal wrote nothing. */
 async function dump(scope: Scope): Promise<string> {
