@@ -146,6 +146,8 @@ function codeOf(error: unknown): ErrorCode {
  * Bounds the queue label: keeps the `maxQueues` queues with the most tasks (ties by name), each
  * with both states (0 when absent), and sums the rest — and rows the source already folded
  * (`queue: null`) — per state under {@link OTHER_QUEUE}, which appears only when something folds.
+ * A queue that is itself named {@link OTHER_QUEUE} (a valid name) is always summed there: given
+ * a series of its own, it would share the fold's label set, and one would overwrite the other.
  */
 export function foldQueueDepths(
   rows: readonly QueueDepth[],
@@ -156,7 +158,7 @@ export function foldQueueDepths(
   let folded = false;
   for (const row of rows) {
     if (row.state !== 'queued' && row.state !== 'active') continue;
-    if (row.queue === null) {
+    if (row.queue === null || row.queue === OTHER_QUEUE) {
       other[row.state] += row.count;
       folded = true;
       continue;
@@ -308,17 +310,20 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
       labelNames: ['queue', 'state'] as const,
       registers,
       // Read on scrape: a count kept in memory would drift from the database across replicas.
+      // Reset only after the read, with no await before the sets: two scrapes in flight share
+      // this gauge, and one resetting before its read would render the other's series.
       async collect() {
-        this.reset();
         let rows: readonly QueueDepth[];
         try {
           rows = await readDepths(maxQueues);
         } catch (error) {
           // The other metrics still render; a stale depth would mislead, so none is shown.
+          this.reset();
           depthErrors.inc();
           options.logger?.warn({ err: error }, 'queue depth read failed');
           return;
         }
+        this.reset();
         for (const { queue, state, count } of foldQueueDepths(rows, maxQueues)) {
           this.set({ queue, state }, count);
         }
