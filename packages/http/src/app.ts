@@ -240,6 +240,11 @@ const ASCII = /^[\u0000-\u007f]*$/;
  * task as the same key sent in a body. Bytes that are not UTF-8 are refused, not guessed at.
  */
 function headerText(c: AppContext, name: string): string | undefined {
+  if (headerLines(c, name) > 1) {
+    throw new ContractError('invalid_input', `the ${name} header must be sent once`, {
+      reason: 'repeated_header',
+    });
+  }
   const raw = c.req.header(name);
   if (raw === undefined || ASCII.test(raw)) return raw;
   try {
@@ -249,6 +254,18 @@ function headerText(c: AppContext, name: string): string | undefined {
       reason: 'invalid_text',
     });
   }
+}
+
+/**
+ * How many lines of a header the request carried, where the runtime says (Node's
+ * `headersDistinct`, which @hono/node-server passes as `env.incoming`); 1 elsewhere. The
+ * `Request` it builds joins repeated lines with ", ", which would make two keys one new key.
+ */
+function headerLines(c: AppContext, name: string): number {
+  const env = c.env as
+    | { incoming?: { headersDistinct?: Record<string, string[] | undefined> } }
+    | undefined;
+  return env?.incoming?.headersDistinct?.[name.toLowerCase()]?.length ?? 1;
 }
 
 /** A path parameter checked with the text rule of its field. */

@@ -4,7 +4,6 @@
  * item `unavailable` — as alone — and each item's retry converges on what was committed, exactly
  * once; coalesced single polls never lose a task to their neighbours' reply bytes.
  */
-import net from 'node:net';
 import type { Assignment } from '@ledgence/contracts';
 import { createFailpoints, parseFailpoints, withGroupCommit } from '@ledgence/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,6 +19,7 @@ import {
   submitCommand,
   successCommand,
 } from './testdata/fixtures.js';
+import { startPgProxy } from './testdata/pg-proxy.js';
 
 let h: Harness;
 beforeAll(async () => {
@@ -48,60 +48,6 @@ function storeWith(spec: string): PostgresTaskStore {
     config: CONFIG,
     failpoints: createFailpoints(parseFailpoints(spec)),
   });
-}
-
-/**
- * A TCP proxy in front of PostgreSQL that, once armed, forwards nothing more of the first
- * server chunk carrying `tag` and drops both sockets: the server has done the work (a COMMIT it
- * answered is durable), the client sees a lost connection. A faithful lost commit reply, with no
- * failpoint armed (the production code path: COMMIT pipelined behind the writes).
- */
-async function lossyProxy(tag: string) {
-  const target = new URL(h.db.url);
-  const needle = Buffer.from(`${tag}\0`);
-  let armed = false;
-  let fired = 0;
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((client) => {
-    const upstream = net.connect(Number(target.port || 5432), target.hostname);
-    sockets.add(client);
-    sockets.add(upstream);
-    client.on('data', (chunk) => upstream.write(chunk));
-    upstream.on('data', (chunk) => {
-      if (armed && chunk.includes(needle)) {
-        armed = false;
-        fired += 1;
-        client.destroy();
-        upstream.destroy();
-        return;
-      }
-      client.write(chunk);
-    });
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('error', end);
-    upstream.on('error', end);
-    client.on('close', end);
-    upstream.on('close', end);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as net.AddressInfo).port;
-  const url = new URL(h.db.url);
-  url.hostname = '127.0.0.1';
-  url.port = String(port);
-  return {
-    url: url.toString(),
-    arm: () => {
-      armed = true;
-    },
-    fired: () => fired,
-    close: async () => {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
 }
 
 /** The code of each failed item, or `ok`. */
@@ -143,16 +89,16 @@ describe('a batch whose COMMIT was applied but whose reply was lost', () => {
   it('settle (the connection lost after COMMIT): every item unavailable, committed once', async () => {
     const a = await claim();
     const b = await claim();
-    const proxy = await lossyProxy('COMMIT');
+    const proxy = await startPgProxy(h.db.url);
     const store = createPostgresTaskStore({ url: proxy.url, max: 2, config: CONFIG });
     try {
       await store.now(); // warm a connection (its COMMIT passes: not armed yet)
-      proxy.arm();
+      proxy.loseReplyCarrying('COMMIT');
       const results = await store.settleBatch([
         successCommand(a, 'op-a'),
         successCommand(b, 'op-b'),
       ]);
-      expect(proxy.fired()).toBe(1);
+      expect(proxy.lostReplies()).toBe(1);
       expect(codes(results)).toEqual(['unavailable', 'unavailable']);
       for (const t of [a, b]) {
         const events = await h.store.history(SCOPE, t.lease.owner.task_id, 0);
@@ -165,18 +111,18 @@ describe('a batch whose COMMIT was applied but whose reply was lost', () => {
   });
 
   it('submit (the connection lost after COMMIT): every item unavailable; the retry finds each task once', async () => {
-    const proxy = await lossyProxy('COMMIT');
+    const proxy = await startPgProxy(h.db.url);
     const store = createPostgresTaskStore({ url: proxy.url, max: 2, config: CONFIG });
     try {
       await store.now();
-      proxy.arm();
+      proxy.loseReplyCarrying('COMMIT');
       // A concurrency key keeps the submit an explicit transaction with a COMMIT.
       const commands = [
         submitCommand('lost-s1', { queue: 'lost-s', concurrency_key: 'k1', concurrency_limit: 1 }),
         submitCommand('lost-s2', { queue: 'lost-s', concurrency_key: 'k2', concurrency_limit: 1 }),
       ];
       const results = await store.submitBatch(commands);
-      expect(proxy.fired()).toBe(1);
+      expect(proxy.lostReplies()).toBe(1);
       expect(codes(results)).toEqual(['unavailable', 'unavailable']);
       const retried = await store.submitBatch(commands);
       expect(retried.map((r) => (r.ok ? r.value.created : r.error.code))).toEqual([false, false]);

@@ -989,7 +989,9 @@ class PgTaskStore implements PostgresTaskStore {
       return await this.submitTx(this.sql, commands, undefined, committed);
     } catch (error) {
       if (error instanceof ContractError) throw error;
-      throw unavailable(error);
+      // The statement commits as it ends: a connection lost before its reply leaves the submit
+      // committed or not, so a batch must answer each item as alone would (`submitBatch`).
+      throw isConnectionLoss(error) ? outcomeUnknown(error) : unavailable(error);
     }
   }
 
@@ -1162,9 +1164,14 @@ class PgTaskStore implements PostgresTaskStore {
     );
     for (const row of rows) {
       const task = taskFromDb(row);
+      const payload = payloads.get(taskKeyOf(task));
+      // Every task has its payload row until retention deletes both, which it can do between
+      // these two reads (each statement reads its own snapshot): the key is then as free as
+      // if retention had run before the lookup.
+      if (payload === undefined) continue;
       stored.set(
         scopedKey(task.tenant_id, task.namespace, task.idempotency_key),
-        taskFromDb(row, payloads.get(taskKeyOf(task)) ?? {}),
+        taskFromDb(row, payload),
       );
     }
     return stored;

@@ -15,22 +15,6 @@ import {
   TaskStatusSchema,
   taskCursorBinding,
 } from '@ledgence/contracts';
-
-/** The issues a strict wire schema finds in a value, `undefined` when it conforms. */
-function schemaIssues(schema: Parameters<typeof parseWith>[0], value: unknown): string | undefined {
-  try {
-    parseWith(schema, value, 'reply');
-    return undefined;
-  } catch (error) {
-    return String(error);
-  }
-}
-    } catch (e) {
-      return { issues: String(e) };
-    }
-  },
-};
-
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   acquireCommand,
@@ -43,6 +27,16 @@ import {
   submitCommand,
   successCommand,
 } from './testdata/fixtures.js';
+
+/** The issues a strict wire schema finds in a value, `undefined` when it conforms. */
+function schemaIssues(schema: Parameters<typeof parseWith>[0], value: unknown): string | undefined {
+  try {
+    parseWith(schema, value, 'reply');
+    return undefined;
+  } catch (error) {
+    return String(error);
+  }
+}
 
 let h: Harness;
 beforeAll(async () => {
