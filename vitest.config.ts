@@ -28,16 +28,23 @@ export default defineConfig({
         ...shared,
         test: {
           name: 'unit',
-          include: ['{packages,apps,scripts,bench}/**/*.test.{ts,mjs}'],
-          exclude: ['**/node_modules/**', '**/dist/**', '**/*.int.test.ts', '**/*.e2e.test.ts'],
+          include: ['{packages,apps,scripts,bench,reliability}/**/*.test.{ts,mjs}'],
+          // `*.chaos.test.ts` load the machine: only the `chaos` project runs them.
+          exclude: [
+            '**/node_modules/**',
+            '**/dist/**',
+            '**/*.int.test.ts',
+            '**/*.e2e.test.ts',
+            '**/*.chaos.test.ts',
+          ],
         },
       },
       {
         ...shared,
         test: {
           name: 'int',
-          include: ['{packages,apps}/**/*.int.test.ts'],
-          exclude: ['**/node_modules/**', '**/dist/**'],
+          include: ['{packages,apps,reliability}/**/*.int.test.ts'],
+          exclude: ['**/node_modules/**', '**/dist/**', '**/*.chaos.test.ts'],
           globalSetup: [pgSetup],
           testTimeout: 60_000,
           hookTimeout: 120_000,

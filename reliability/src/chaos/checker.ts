@@ -4,13 +4,14 @@
  * invariant of the issue as a named check with its violations and a few examples.
  */
 import type postgres from 'postgres';
-import type {
-  DeliveryRecord,
-  ExecutionRecord,
-  FaultRecord,
-  JobData,
-  SubmitRecord,
-  UnexpectedExit,
+import {
+  type DeliveryRecord,
+  type ExecutionRecord,
+  type FaultRecord,
+  type JobData,
+  type SubmitRecord,
+  TASK_RETRY,
+  type UnexpectedExit,
 } from './model.js';
 
 /** One invariant's verdict. */
@@ -51,6 +52,8 @@ export interface TaskRow {
   failure_kind: string | null;
   /** An execution failure's kind (`timed_out`, `crashed`, …). */
   execution_kind: string | null;
+  /** Whether a failed task's last failure was retryable (`retryable !== false`); absent: unknown. */
+  failure_retryable?: boolean | null;
   data: JobData;
   submitted_at: number;
   terminal_at: number | null;
@@ -66,6 +69,12 @@ export interface AttemptRow {
   lease_expires_at: number;
   dispatch_allowed: boolean;
   accepted_at: number | null;
+  /**
+   * What the accepted settlement reported: `success` or `application_error` (a completed
+   * report's outcome), `execution` (a failed report); null without a settlement; absent: unknown
+   * (then only the attempt's state tells a success).
+   */
+  report?: 'success' | 'application_error' | 'execution' | null;
 }
 
 /** A row the checker reads. */
@@ -111,7 +120,12 @@ export async function loadRecord(sql: postgres.Sql): Promise<DatabaseRecord> {
       t.attempt_count, t.dispatch_count, t.history_sequence,
       (t.retry->>'max_attempts')::int as max_attempts,
       t.outcome->'failure'->>'kind' as failure_kind,
-      t.outcome->'failure'->'error'->>'kind' as execution_kind, p.data,
+      t.outcome->'failure'->'error'->>'kind' as execution_kind,
+      -- DESIGN §5: a failure retries when retryable is not false and attempts remain.
+      case when t.outcome->'failure' is null then null
+        when t.outcome->'failure'->>'kind' = 'lease_expired' then true
+        else coalesce((t.outcome->'failure'->'error'->>'retryable')::boolean, true)
+      end as failure_retryable, p.data,
       t.submitted_at::float8 as submitted_at, t.terminal_at::float8 as terminal_at
     from tasks t join task_payloads p using (tenant_id, namespace, task_id)`;
   const attempts = await sql<AttemptRow[]>`
@@ -119,7 +133,12 @@ export async function loadRecord(sql: postgres.Sql): Promise<DatabaseRecord> {
       lease_expires_at::float8 as lease_expires_at, dispatch_allowed,
       -- Both stored forms (store-postgres codec.ts): whole, and without what the row says.
       coalesce(settlement->'receipt'->>'accepted_at', settlement->>'accepted_at')::float8
-        as accepted_at
+        as accepted_at,
+      -- Both forms keep the command (without its owner in the short one) under command.
+      case settlement->'command'->'report'->>'kind'
+        when 'completed' then settlement->'command'->'report'->'report'->'outcome'->>'kind'
+        when 'failed' then 'execution'
+      end as report
     from attempts order by task_id, ordinal`;
   const history = await sql<HistoryRow[]>`
     select task_id, sequence, attempt_id, at::float8 as at, reason
@@ -163,11 +182,18 @@ class Verdict {
 }
 
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
+const REPORTS = new Set(['success', 'application_error', 'execution']);
 const OUTCOMES = new Set(['succeeded', 'failed', 'cancelled', 'retry_scheduled']);
 
 /**
  * Replays one task's history through the lifecycle of DESIGN §5 and returns the first illegal
  * step, or the state the history ends in.
+ *
+ * Cancel (DESIGN §5 Cancel and Settle; core `decideSettlement`, `heldDecision`,
+ * `recoverExpiredLeases`): after `cancel_requested` no dispatch is granted, and a later
+ * settlement or lease expiry ends the task `cancelled` — never retried, never succeeded — except
+ * a decision already held before the cancel (a `report_accepted` awaiting cleanup), which still
+ * ends succeeded or failed, but is never retried either.
  */
 export function replayHistory(
   events: readonly HistoryRow[],
@@ -178,6 +204,9 @@ export function replayHistory(
   let dispatched = false;
   let reported = false;
   let expired = false;
+  let cancelRequested = false;
+  /** A report was accepted before cancel was requested: its decision stands (unless a retry). */
+  let heldBeforeCancel = false;
   for (const [index, { sequence, attempt_id: attempt, reason }] of events.entries()) {
     const at = `#${sequence} ${reason}`;
     if (sequence !== index + 1) return { error: `gap: ${at} at position ${index + 1}` };
@@ -192,7 +221,7 @@ export function replayHistory(
         seen.add(attempt);
         current = attempt;
         state = 'active';
-        dispatched = reported = expired = false;
+        dispatched = reported = expired = cancelRequested = heldBeforeCancel = false;
       } else if (reason === 'cancelled') state = 'cancelled';
       else return { error: `${at} while queued` };
       continue;
@@ -203,9 +232,13 @@ export function replayHistory(
     switch (reason) {
       case 'dispatch_authorized':
         if (dispatched || reported) return { error: `${at} twice or after the report` };
+        if (cancelRequested) return { error: `${at} after cancel_requested` };
         dispatched = true;
         break;
       case 'cancel_requested':
+        if (cancelRequested) return { error: `${at} twice` };
+        cancelRequested = true;
+        heldBeforeCancel = reported;
         break;
       case 'report_accepted':
         if (reported) return { error: `${at}: a second accepted settlement` };
@@ -222,6 +255,16 @@ export function replayHistory(
         if (!OUTCOMES.has(reason)) return { error: `${at} while active` };
         if (!reported && !expired) return { error: `${at} with neither report nor expiry` };
         if (expired && reason === 'succeeded') return { error: `${at} from an expired lease` };
+        if (cancelRequested) {
+          if (reason === 'retry_scheduled') {
+            return { error: `${at} after cancel_requested (a cancelled task is never retried)` };
+          }
+          if (!heldBeforeCancel && reason !== 'cancelled') {
+            return { error: `${at} after cancel_requested: must end cancelled` };
+          }
+        } else if (reason === 'cancelled') {
+          return { error: `${at} of an active task without cancel_requested` };
+        }
         state = reason === 'retry_scheduled' ? 'queued' : reason;
         current = null;
     }
@@ -254,6 +297,9 @@ export function check(evidence: Evidence, record: DatabaseRecord): CheckResult[]
     if (!TERMINAL.has(task.state)) terminal.fail(`${task.task_id} is ${task.state}`);
   }
 
+  // Every task of the run is submitted with this policy (submitter.ts): judge against it, not
+  // against what the database reads back.
+  const policy = TASK_RETRY.max_attempts;
   const settlements = new Verdict(CHECKS.settlements);
   const dispatch = new Verdict(CHECKS.dispatch);
   const legal = new Verdict(CHECKS.history);
@@ -273,6 +319,20 @@ export function check(evidence: Evidence, record: DatabaseRecord): CheckResult[]
     if (rows.length !== task.attempt_count) {
       legal.fail(`${id}: ${rows.length} attempts, attempt_count ${task.attempt_count}`);
     }
+    // Each attempt row is created with its `claimed` record in one transaction (§5 Acquire):
+    // the claimed attempt ids, in order, are the attempt rows by ordinal, numbered 1..n.
+    const claimed = events.filter((e) => e.reason === 'claimed').map((e) => e.attempt_id);
+    const byOrdinal = [...rows].sort((a, b) => a.ordinal - b.ordinal);
+    const rowIds = byOrdinal.map((a) => a.attempt_id);
+    if (JSON.stringify(claimed) !== JSON.stringify(rowIds)) {
+      legal.fail(`${id}: claimed [${claimed.join(', ')}], attempt rows [${rowIds.join(', ')}]`);
+    }
+    byOrdinal.forEach((a, index) => {
+      if (a.ordinal !== index + 1)
+        legal.fail(
+          `${id}: attempt ${a.attempt_id} has ordinal ${a.ordinal}, expected ${index + 1}`,
+        );
+    });
 
     const accepted = new Map<string, number>();
     for (const e of events) {
@@ -286,6 +346,16 @@ export function check(evidence: Evidence, record: DatabaseRecord): CheckResult[]
       if ((attempt.accepted_at !== null) !== (n === 1)) {
         settlements.fail(`${attempt.attempt_id}: settlement row and history disagree`);
       }
+      // The outcome checks read the report: one that cannot be read would make them vacuous.
+      if (
+        attempt.accepted_at !== null &&
+        attempt.report !== undefined &&
+        !REPORTS.has(attempt.report as string)
+      ) {
+        settlements.fail(
+          `${attempt.attempt_id}: settlement with an unreadable report (${attempt.report})`,
+        );
+      }
       if (attempt.accepted_at !== null && attempt.state === 'lost') {
         settlements.fail(`${attempt.attempt_id}: a lost attempt has an accepted settlement`);
       }
@@ -298,21 +368,28 @@ export function check(evidence: Evidence, record: DatabaseRecord): CheckResult[]
 
     const authorized = events.filter((e) => e.reason === 'dispatch_authorized').length;
     const granted = rows.filter((a) => a.dispatch_allowed).length;
-    if (authorized > task.max_attempts || task.dispatch_count > task.max_attempts) {
-      dispatch.fail(`${id}: ${authorized} dispatches, max_attempts ${task.max_attempts}`);
+    if (task.max_attempts !== policy) {
+      dispatch.fail(`${id}: stored max_attempts ${task.max_attempts}, submitted with ${policy}`);
+    }
+    if (authorized > policy || task.dispatch_count > policy) {
+      dispatch.fail(
+        `${id}: ${authorized} authorized, dispatch_count ${task.dispatch_count}, submitted max_attempts ${policy}`,
+      );
     }
     if (authorized !== task.dispatch_count || granted !== task.dispatch_count) {
       dispatch.fail(
         `${id}: dispatch_count ${task.dispatch_count}, ${authorized} authorized, ${granted} granted`,
       );
     }
-    if (
-      task.state === 'failed' &&
-      task.failure_kind === 'application' &&
-      task.dispatch_count !== task.max_attempts
-    ) {
+    // §4.1/§5: a retryable failure (an application error, a lease expiry, a retryable
+    // execution failure) fails the task only once its dispatched attempts reach max_attempts.
+    const exhaustsPolicy =
+      task.failure_kind === 'application' ||
+      task.failure_kind === 'lease_expired' ||
+      (task.failure_kind === 'execution' && task.failure_retryable === true);
+    if (task.state === 'failed' && exhaustsPolicy && task.dispatch_count !== policy) {
       dispatch.fail(
-        `${id}: failed after ${task.dispatch_count} of ${task.max_attempts} dispatches`,
+        `${id}: failed (${task.failure_kind}) after ${task.dispatch_count} of ${policy} dispatches`,
       );
     }
 
@@ -331,10 +408,29 @@ export function check(evidence: Evidence, record: DatabaseRecord): CheckResult[]
   const attemptById = new Map<string, AttemptRow>();
   for (const rows of attempts.values()) for (const a of rows) attemptById.set(a.attempt_id, a);
   for (const run of evidence.executions) {
-    if (run.event !== 'start') continue;
     const attempt = attemptById.get(run.attempt_id);
-    if (attempt === undefined || !attempt.dispatch_allowed) {
-      dispatch.fail(`${run.worker} ran ${run.attempt_id} without a granted dispatch`);
+    if (run.event === 'start') {
+      if (attempt === undefined || !attempt.dispatch_allowed) {
+        dispatch.fail(`${run.worker} ran ${run.attempt_id} without a granted dispatch`);
+      }
+      continue;
+    }
+    // The accepted settlement reports what the handler produced: an execution that ended in
+    // the handler's error never settles as a success, one that returned never as an
+    // application error (an execution failure — the SDK timing the attempt out — may follow
+    // either, and is judged by the retry policy above).
+    if (attempt === undefined || attempt.accepted_at === null || run.outcome === undefined)
+      continue;
+    const success = attempt.report === 'success' || attempt.state === 'succeeded';
+    if (run.outcome === 'error' && success) {
+      outcomes.fail(
+        `${run.attempt_id} (${run.task_id}): handler ended in error, settled as a success`,
+      );
+    }
+    if (run.outcome === 'ok' && attempt.report === 'application_error') {
+      outcomes.fail(
+        `${run.attempt_id} (${run.task_id}): handler returned, settled as an application error`,
+      );
     }
   }
 
@@ -357,24 +453,46 @@ export function check(evidence: Evidence, record: DatabaseRecord): CheckResult[]
     if (n > 1) idempotency.fail(`${key}: ${n} tasks in the database`);
 
   const deliveries = new Verdict(CHECKS.deliveries);
-  const received = new Map<string, DeliveryRecord>();
-  for (const d of evidence.deliveries) received.set(d.webhook_id, d);
-  const subscriptionIds = new Set(record.subscriptions.map((s) => s.subscription_id));
+  // Every POST per event id: at least once, always the same event (README T2).
+  const received = new Map<string, DeliveryRecord[]>();
+  for (const d of evidence.deliveries) {
+    const posts = received.get(d.webhook_id);
+    if (posts === undefined) received.set(d.webhook_id, [d]);
+    else posts.push(d);
+  }
+  const subscriptionById = new Map(record.subscriptions.map((s) => [s.subscription_id, s]));
   for (const s of evidence.submits) {
-    if (s.event === 'subscribed' && !subscriptionIds.has(s.subscription_id)) {
+    if (s.event !== 'subscribed') continue;
+    const db = subscriptionById.get(s.subscription_id);
+    if (db === undefined) {
       deliveries.fail(`acknowledged subscription ${s.subscription_id} is missing`);
+      continue;
+    }
+    // The client was told an event id: that one is the one delivered.
+    if (db.event_id !== s.event_id || db.task_id !== s.task_id) {
+      deliveries.fail(
+        `${s.subscription_id}: acknowledged event ${s.event_id} of ${s.task_id}, recorded ${db.event_id} of ${db.task_id}`,
+      );
+    }
+    const task = tasks.get(s.task_id);
+    if (task !== undefined && TERMINAL.has(task.state) && !received.has(s.event_id)) {
+      deliveries.fail(`acknowledged event ${s.event_id} (${s.task_id}) never reached the receiver`);
     }
   }
   for (const s of record.subscriptions) {
     const task = tasks.get(s.task_id);
     if (task === undefined || !TERMINAL.has(task.state)) continue;
-    const got = received.get(s.event_id);
+    const posts = received.get(s.event_id) ?? [];
     if (s.state !== 'delivered')
       deliveries.fail(`${s.subscription_id} (${s.task_id}) is ${s.state}`);
-    if (got === undefined)
+    if (posts.length === 0)
       deliveries.fail(`${s.event_id} (${s.task_id}) never reached the receiver`);
-    else if (got.task_id !== s.task_id || got.state !== task.state) {
-      deliveries.fail(`${s.event_id}: received ${got.task_id}/${got.state}, task is ${task.state}`);
+    for (const [index, got] of posts.entries()) {
+      if (got.task_id !== s.task_id || got.state !== task.state) {
+        deliveries.fail(
+          `${s.event_id} POST ${index + 1}/${posts.length}: received ${got.task_id}/${got.state}, task ${s.task_id} is ${task.state}`,
+        );
+      }
     }
   }
 

@@ -1,4 +1,12 @@
 /** The records the chaos run's processes append to their JSONL logs, and the shapes they share. */
+import type { RetryPolicy } from '@ledgence/contracts';
+
+/**
+ * The retry policy every task of the run is submitted with: short, so retries and exhaustion
+ * happen within the run. The checker judges dispatches against it, not against the policy the
+ * database read back.
+ */
+export const TASK_RETRY: RetryPolicy = { max_attempts: 3, delay_ms: 50 };
 
 /** A tenant × namespace the run submits to, with the API key of its tenant. */
 export interface WorkerScope {

@@ -5,13 +5,12 @@
  * acknowledged submit and subscription is appended to the submitter's JSONL log before the next
  * step, so the log holds exactly what clients were promised.
  */
-import type { RetryPolicy } from '@ledgence/contracts';
 import { Client, silentLogger } from '@ledgence/worker';
 import { JsonlLog } from './jsonl.js';
-import type { JobData, WorkerScope } from './model.js';
+import { type JobData, TASK_RETRY, type WorkerScope } from './model.js';
 
-/** The retry policy of every task: short, so retries and exhaustion happen within the run. */
-export const TASK_RETRY: RetryPolicy = { max_attempts: 3, delay_ms: 50 };
+/** The retry policy of every task (defined in model.ts, where the checker reads it too). */
+export { TASK_RETRY };
 /** The destination alias every subscription names. */
 export const DESTINATION = 'sink';
 

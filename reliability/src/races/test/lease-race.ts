@@ -11,14 +11,17 @@
  * recovery pass sweep up, and checks what the contract promises:
  *
  * - exactly one of {the worker's call accepted, recovery lost the attempt};
- * - a rejected call is `409 ownership_lost` and changed nothing; repeating
- *   it (late) answers the same and changes nothing (row snapshots compared);
+ * - a call started at or after the lease's expiry (`skewMs >= 0`) is never
+ *   accepted, and an accepted settle's receipt is dated before the expiry;
+ * - a rejected call is `409 ownership_lost` (no other code) and changed
+ *   nothing; repeating it (late) answers `ownership_lost` again (a second,
+ *   different settle of a settled attempt: `conflict`) and changes nothing
+ *   (row snapshots compared);
  * - a terminal task never reopens: no history record follows a terminal one.
  */
 import {
   type Assignment,
   ContractError,
-  ERROR_STATUS,
   type Scope,
   type SettleCommand,
 } from '@ledgence/contracts';
@@ -152,11 +155,18 @@ export class RaceLane {
     const now = await this.worker.now();
     this.#offset += expiresAt - now + plan.skewMs;
 
-    const call = (sequence: number) =>
-      plan.kind === 'settle'
-        ? this.worker.settle(settleCommand(assignment, `op-${this.#round}`))
-        : this.worker.renew({ owner, sequence, intent: 'keep_alive' });
-    const race = await this.race(plan, taskId, () => call(2));
+    // The racing renew is the one after the dispatch grant (sequence 1): sequence 2.
+    const RACING_RENEW = 2;
+    let acceptedAt: number | undefined;
+    const call = async (): Promise<unknown> => {
+      if (plan.kind === 'renew') {
+        return this.worker.renew({ owner, sequence: RACING_RENEW, intent: 'keep_alive' });
+      }
+      const reply = await this.worker.settle(settleCommand(assignment, `op-${this.#round}`));
+      acceptedAt = reply.receipt.accepted_at;
+      return reply;
+    };
+    const race = await this.race(plan, taskId, call);
     const sweep = await this.recoverer.recoverExpiredLeases();
     const after = await this.snapshot(taskId);
 
@@ -165,8 +175,25 @@ export class RaceLane {
       (h) => h.reason === 'lease_expired' && h.attempt_id === owner.attempt_id,
     ).length;
     const accepted = race.answer === 'accepted';
-    if (!accepted && ERROR_STATUS[race.answer as keyof typeof ERROR_STATUS] !== 409) {
-      violations.push(`the late ${plan.kind} got ${race.answer}, not a 409`);
+    // DESIGN §4.1/§5: a call on a lease that expired at store time is `ownership_lost`; any
+    // other refusal (even another 409, such as `conflict`) is the wrong answer.
+    if (!accepted && race.answer !== 'ownership_lost') {
+      violations.push(`the late ${plan.kind} got ${race.answer}, not ownership_lost`);
+    }
+    // Store time was moved to `expiry + skewMs` before the call started and only moves forward:
+    // with `skewMs >= 0` the call is late by construction and must be refused.
+    if (accepted && plan.skewMs >= 0) {
+      violations.push(
+        `the ${plan.kind} was accepted although it started ${plan.skewMs} ms after the lease expired`,
+      );
+    }
+    // A settle is accepted only while the lease is live at store time (expiry is exclusive).
+    if (
+      plan.kind === 'settle' &&
+      accepted &&
+      !(acceptedAt !== undefined && acceptedAt < expiresAt)
+    ) {
+      violations.push(`settle accepted at ${acceptedAt}, the lease expired at ${expiresAt}`);
     }
     if (lostRecords > 1) violations.push(`the attempt was lost ${lostRecords} times`);
     if (accepted === (lostRecords === 1)) {
@@ -193,21 +220,34 @@ export class RaceLane {
       await this.worker.settle(settleCommand(assignment, `op-${this.#round}`));
     }
     const settledOrLost = await this.snapshot(taskId);
-    const late: [string, () => Promise<unknown>][] = [
-      ['renew', () => this.worker.renew({ owner, sequence: 3, intent: 'keep_alive' })],
-      ['settle', () => this.worker.settle(settleCommand(assignment, `op-${this.#round}`))],
-      ['other settle', () => this.worker.settle(settleCommand(assignment, `late-${this.#round}`))],
-      ['recovery', () => this.recoverer.recoverExpiredLeases()],
+    const settled = settledOrLost.state === 'succeeded';
+    // Each late call with the one answer the contract gives it (DESIGN §5): the losing renew's
+    // own sequence again (a replay of the last renewal is answered only on a live lease), the
+    // same settle (a replay of the accepted settlement, or ownership_lost), another settle
+    // (`conflict` against a recorded settlement, else ownership_lost), and recovery (runs; the
+    // snapshot below shows it changed nothing).
+    const late: [string, () => Promise<unknown>, CallAnswer][] = [
+      [
+        'renew',
+        () => this.worker.renew({ owner, sequence: RACING_RENEW, intent: 'keep_alive' }),
+        'ownership_lost',
+      ],
+      [
+        'settle',
+        () => this.worker.settle(settleCommand(assignment, `op-${this.#round}`)),
+        settled ? 'accepted' : 'ownership_lost',
+      ],
+      [
+        'other settle',
+        () => this.worker.settle(settleCommand(assignment, `late-${this.#round}`)),
+        settled ? 'conflict' : 'ownership_lost',
+      ],
+      ['recovery', () => this.recoverer.recoverExpiredLeases(), 'accepted'],
     ];
-    for (const [what, run] of late) {
+    for (const [what, run, expected] of late) {
       const answer = await answerOf(run);
-      // Only a replay of the accepted settlement (same operation id) may succeed.
-      const replay = what === 'settle' && settledOrLost.state === 'succeeded';
-      if (what !== 'recovery' && answer === 'accepted' && !replay) {
-        violations.push(`late ${what} was accepted`);
-      }
-      if (answer !== 'accepted' && ERROR_STATUS[answer as keyof typeof ERROR_STATUS] !== 409) {
-        violations.push(`late ${what} got ${answer}, not a 409`);
+      if (answer !== expected) {
+        violations.push(`late ${what} got ${answer}, not ${expected}`);
       }
     }
     const final = await this.snapshot(taskId);
