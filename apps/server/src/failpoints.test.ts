@@ -18,7 +18,8 @@ describe('the server failpoints', () => {
     ['POST', '/v1/worker/renew:batch', 'renew'],
     ['POST', '/v1/worker/settle', 'settle'],
     ['GET', '/v1/tenants/acme/namespaces/prod/tasks', undefined],
-    ['POST', '/v1/tenants/acme/namespaces/prod/tasks/t1/cancel', undefined],
+    ['POST', '/v1/tenants/acme/namespaces/prod/tasks/t1/cancel', 'cancel'],
+    ['POST', '/v1/tenants/acme/namespaces/prod/tasks/t1/subscriptions', undefined],
     ['POST', '/v1/worker/sessions', undefined],
     ['POST', '/v1/worker/quiescence', undefined],
   ])('maps %s %s to its after-reply point (%s)', (method, path, op) => {

@@ -24,6 +24,7 @@ export function serverFailpoints(settings: readonly FailpointSetting[]): Failpoi
 }
 
 const SCOPED_SUBMIT = /^\/v1\/tenants\/[^/]+\/namespaces\/[^/]+\/tasks(?::batch)?$/;
+const SCOPED_CANCEL = /^\/v1\/tenants\/[^/]+\/namespaces\/[^/]+\/tasks\/[^/]+\/cancel$/;
 const WORKER_ROUTE = /^\/v1\/worker\/(acquire|renew|settle)(?::batch)?$/;
 
 /** The operation whose after-reply point a request passes, or `undefined`. */
@@ -33,6 +34,7 @@ export function replyOperation(
 ): FailpointRouteOperation | undefined {
   if (method !== 'POST') return undefined;
   if (SCOPED_SUBMIT.test(pathname)) return 'submit';
+  if (SCOPED_CANCEL.test(pathname)) return 'cancel';
   const worker = WORKER_ROUTE.exec(pathname);
   return worker?.[1] as FailpointRouteOperation | undefined;
 }
@@ -41,7 +43,7 @@ export function replyOperation(
  * Arms `<op>.after_reply` for one answered request: it fires once the reply's
  * last byte was handed to the socket (`finish`), for a 2xx reply of submit,
  * acquire (only one carrying an assignment — empty polls run all the time),
- * renew or settle. Call only with failpoints enabled.
+ * renew, settle or cancel. Call only with failpoints enabled.
  */
 export async function armAfterReply(
   failpoints: Failpoints,

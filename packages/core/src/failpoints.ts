@@ -34,6 +34,7 @@ export const FAILPOINT_STORE_OPERATIONS = [
   'acquire',
   'renew',
   'settle',
+  'cancel',
   'recovery',
 ] as const;
 
@@ -60,6 +61,10 @@ export const FAILPOINTS = {
   'settle.before_commit': 'settle: the settlement was applied, COMMIT not yet sent',
   'settle.after_commit': 'settle: committed, the reply not yet built',
   'settle.after_reply': 'settle: the HTTP reply was handed to the socket',
+  'cancel.before_commit':
+    'cancel: the task was cancelled or its cancel requested, COMMIT not yet sent',
+  'cancel.after_commit': 'cancel: committed, the reply not yet built',
+  'cancel.after_reply': 'cancel: the HTTP reply was handed to the socket',
   'recovery.before_commit': 'recovery: expired leases were found and released, COMMIT not yet sent',
   'recovery.after_commit': 'recovery: committed, the progress not yet returned',
   'delivery.before_send': 'callback delivery: leased, the POST not yet sent',

@@ -303,6 +303,7 @@ function unavailable(error: unknown): ContractError {
 const SUBMIT_POINT: TxFailpoint<unknown> = { op: 'submit' };
 const RENEW_POINT: TxFailpoint<unknown> = { op: 'renew' };
 const SETTLE_POINT: TxFailpoint<unknown> = { op: 'settle' };
+const CANCEL_POINT: TxFailpoint<unknown> = { op: 'cancel' };
 const ACQUIRE_POINT: TxFailpoint<ItemResult<AcquireOutcome>[]> = {
   op: 'acquire',
   when: (results) =>
@@ -1706,20 +1707,24 @@ class PgTaskStore implements PostgresTaskStore {
   // ---- cancel -------------------------------------------------------------------------------
 
   async cancel(scope: Scope, taskId: string): Promise<TaskState> {
-    return this.transact(async (tx, _at, finish) => {
-      const [row] = await lockTasks(tx, [taskRefOf(scope, taskId)]);
-      if (row === undefined) throw taskNotFound(taskId);
-      const now = await this.time(tx);
-      const task = taskFromDb(row);
-      const result = cancelTask(task, now);
-      if (result.changed) {
-        const changes = new Changes();
-        changes.task(task, result.task);
-        changes.history.push(...result.history);
-        await this.flush(tx, changes, finish);
-      }
-      return result.reply;
-    });
+    return this.transact(
+      async (tx, _at, finish) => {
+        const [row] = await lockTasks(tx, [taskRefOf(scope, taskId)]);
+        if (row === undefined) throw taskNotFound(taskId);
+        const now = await this.time(tx);
+        const task = taskFromDb(row);
+        const result = cancelTask(task, now);
+        if (result.changed) {
+          const changes = new Changes();
+          changes.task(task, result.task);
+          changes.history.push(...result.history);
+          await this.flush(tx, changes, finish);
+        }
+        return result.reply;
+      },
+      undefined,
+      CANCEL_POINT,
+    );
   }
 
   // ---- reads --------------------------------------------------------------------------------

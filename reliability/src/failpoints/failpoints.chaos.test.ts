@@ -64,6 +64,19 @@ async function workConverges(run: CrashRun): Promise<void> {
   expect(run.executions(), `history: ${history.join(', ')}`).toBe(1);
 }
 
+/**
+ * Cancel: a queued task cancelled through the crash; the client's retry reaches the replacement,
+ * a repeated cancel answers the same, and the cancellation is recorded once.
+ */
+async function cancelConverges(run: CrashRun): Promise<void> {
+  const queued = await run.client.submit({ queue: 'cancel', program: 'echo', data: null });
+  const [state] = await Promise.all([run.client.cancel(queued.task_id), run.crashed()]);
+  expect(state).toBe('cancelled');
+  expect(await run.client.cancel(queued.task_id)).toBe('cancelled');
+  const history = reasons(await historyOf(run.client, queued.task_id));
+  expect(history).toEqual(['submitted', 'cancelled']);
+}
+
 /** Claims one task over raw HTTP and never renews it: its lease runs out. */
 async function claimAndAbandon(url: string, queue: string): Promise<string> {
   const scope = { tenant_id: TENANT, namespace: NAMESPACE };
@@ -155,6 +168,9 @@ const SCENARIOS: Record<
   'settle.before_commit': { env: LONG_LEASE, drive: workConverges },
   'settle.after_commit': { env: LONG_LEASE, drive: workConverges },
   'settle.after_reply': { env: LONG_LEASE, drive: workConverges },
+  'cancel.before_commit': { drive: cancelConverges },
+  'cancel.after_commit': { drive: cancelConverges },
+  'cancel.after_reply': { drive: cancelConverges },
   'recovery.before_commit': { drive: recoveryConverges },
   'recovery.after_commit': { drive: recoveryConverges },
   // Nothing reached the receiver: the try is lost with the lease, and sent after it runs out.
