@@ -642,6 +642,42 @@ describe('Worker against the real server', () => {
     expect((await c.status(task.task_id)).state).toBe('queued');
   });
 
+  it('retries a quiescence confirmation the server could not take, so the task is released then, not at its deadline', async () => {
+    const c = client(server.url);
+    const queue = 'deaf-retry';
+    const task = await c.submit({ queue, program: 'deaf', data: null });
+    let refused = 0;
+    const proxy = await startHttpProxy(server.url, {
+      // The first confirmation never reaches the server (503, as from an overloaded server).
+      refuse: (request) => request.path === '/v1/worker/quiescence' && refused++ === 0,
+    });
+    try {
+      let started = false;
+      let release = () => {};
+      const released = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const w = worker(queue, { url: proxy.url, abortGraceMs: 50 });
+      w.register('deaf', async () => {
+        started = true;
+        await released;
+      });
+      const running = w.run();
+      await until(() => started);
+      await w.stop({ graceMs: 20 });
+      await running;
+      expect((await c.status(task.task_id)).state).toBe('active');
+      release();
+      await until(async () =>
+        reasons(await historyOf(c, task.task_id)).includes('cleanup_confirmed'),
+      );
+      expect(refused).toBe(2);
+      expect((await c.status(task.task_id)).state).toBe('queued');
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it.each([7, 11, 23, 42])(
     'loses no task and settles none twice when 30 percent of exchanges drop (seed %i)',
     async (seed) => {

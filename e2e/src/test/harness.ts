@@ -22,6 +22,7 @@ import type {
   TaskSnapshot,
   TransitionReason,
 } from '@ledgence/contracts';
+import { ContractError, problemDocument } from '@ledgence/contracts';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { Client, type Logger, silentLogger } from '@ledgence/worker';
 import { type ServerProcess, startServerProcess } from '../server-process.js';
@@ -282,6 +283,11 @@ export interface HttpProxyOptions {
    * forwarded at once), to place an answer at a chosen moment of the client's life.
    */
   hold?: (request: ProxiedRequest) => Promise<void> | undefined;
+  /**
+   * Answers a request itself with `503 unavailable` when this returns true, without forwarding
+   * it: the server never sees it, as when the server was briefly overloaded or restarting.
+   */
+  refuse?: (request: ProxiedRequest) => boolean;
 }
 
 /** An HTTP(S) proxy in front of a server. */
@@ -308,9 +314,17 @@ export async function startHttpProxy(
     const chunks: Buffer[] = [];
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
-      forwarded += 1;
       const body = Buffer.concat(chunks);
       const request = { method: req.method ?? '', path: req.url ?? '', body };
+      if (options.refuse?.(request)) {
+        const problem = problemDocument(
+          new ContractError('unavailable', 'refused by a test proxy'),
+        );
+        res.writeHead(problem.status, { 'content-type': 'application/problem+json' });
+        res.end(JSON.stringify(problem));
+        return;
+      }
+      forwarded += 1;
       const observed = options.observe?.(request);
       const held = options.hold?.(request);
       // Once, whichever way the exchange ends: replied, failed, or the client went away mid-reply

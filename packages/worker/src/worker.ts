@@ -932,15 +932,32 @@ export class Worker {
     return { outcome, startedAt };
   }
 
-  #confirmQuiescence(held: Held): void {
-    this.#api.confirmQuiescence(held.lease.owner).then(
-      () => {},
-      (error: unknown) =>
-        this.#logger.warn('confirming quiescence failed', {
-          attempt_id: held.lease.owner.attempt_id,
-          ...errorFields(error),
-        }),
-    );
+  /**
+   * Tells the server an abandoned handler has ended, retrying what may succeed later (a
+   * transport failure, `unavailable`): until it is told, the server holds the task until its
+   * authority deadline (DESIGN §5), hours for a long timeout. Runs on after `stop()`, like the
+   * handler it reports on; an answer that cannot change (`ownership_lost`: the deadline passed)
+   * ends it.
+   */
+  async #confirmQuiescence(held: Held): Promise<void> {
+    for (let failures = 1; ; failures += 1) {
+      try {
+        await this.#api.confirmQuiescence(held.lease.owner);
+        return;
+      } catch (error) {
+        const retrying = isRetryable(error);
+        this.#logger.warn(
+          retrying ? 'confirming quiescence failed; retrying' : 'confirming quiescence failed',
+          { attempt_id: held.lease.owner.attempt_id, ...errorFields(error) },
+        );
+        if (!retrying) return;
+        // Unreferenced: a stopped worker's process may exit meanwhile; the server then releases
+        // the task at its authority deadline, as if the process had died.
+        await new Promise((resolve) =>
+          setTimeout(resolve, backoffDelay(failures, this.#backoff)).unref(),
+        );
+      }
+    }
   }
 
   #context(held: Held): TaskContext {
