@@ -313,6 +313,9 @@ describe('DATABASE_URL', () => {
     ['a malformed escape in the database name', 'postgres://ledgence:pw@127.0.0.1/d%b', 'database'],
     ['a malformed escape in the host', 'postgres://ledgence:pw@db%/ledgence', 'valid URL'],
     ['a host that is no host', 'postgres://ledgence:pw@a b/ledgence', 'valid URL'],
+    // postgres.js would read `x,y@127.0.0.1` as hosts and name `y@127.0.0.1` in its errors.
+    ['an unencoded @ in the password', 'postgres://ledgence:pw@x,y@127.0.0.1:5432/db', '%40'],
+    ['an unencoded @ in the user name', 'postgres://pw@corp:secret@127.0.0.1/db', '%40'],
   ])('%s is one problem naming DATABASE_URL, never echoing the URL', (_, url, what) => {
     // Unchecked, these started the server and failed later with "Invalid URL"/"URI malformed".
     const problems = problemsOf({ DATABASE_URL: url });

@@ -379,6 +379,11 @@ function databaseUrlProblem(url: string): string | undefined {
   // As postgres.js reads it: the authority may list several hosts (`h1:5432,h2:5433`), and the
   // URL is parsed with the first of them in their place.
   const authority = url.slice(url.indexOf('://') + 3).split(/[?/]/)[0] ?? '';
+  // postgres.js takes the host list from after the FIRST @, the URL parser from after the last:
+  // an unencoded @ in the password would make part of the password a "host", named in errors.
+  if (authority.indexOf('@') !== authority.lastIndexOf('@')) {
+    return 'has more than one @ before its host: percent-encode an @ in the user name or password as %40';
+  }
   let hosts: string;
   let parsed: URL;
   try {

@@ -52,6 +52,23 @@ describe('a DATABASE_URL the server cannot use', () => {
     expect(code).toBe(2);
   }, 90_000);
 
+  it('an unencoded @ (and a comma) in the password: exit 2 saying to write %40, never any part of the password', async () => {
+    // A generated password `pa@ss,w0rd`, pasted without percent-encoding: postgres.js would read
+    // `ss,w0rd@127.0.0.1:5432` as a host list, and its connect error named the "host"
+    // `w0rd@127.0.0.1`, the tail of the password, on stderr.
+    const run = spawnMain({
+      DATABASE_URL: 'postgres://ledgence:pa@ss,w0rd@127.0.0.1:5432/ledgence',
+      LEDGENCE_LOG_LEVEL: 'trace',
+    });
+    const timer = setTimeout(() => run.child.kill('SIGKILL'), 60_000);
+    const code = await run.exited;
+    clearTimeout(timer);
+    expect(code).toBe(2);
+    expect(run.stderr()).toContain('DATABASE_URL has more than one @');
+    expect(run.stderr()).toContain('%40');
+    for (const part of ['pa@ss', 'ss,w0rd', 'w0rd']) expect(run.stderr()).not.toContain(part);
+  }, 90_000);
+
   it('two hosts, both refusing: the start fails with a message instead of hanging', async () => {
     // postgres.js swallowed every connect error when several hosts were given, and the start
     // waited forever with no output (porsager/postgres#1174; patched in patches/).

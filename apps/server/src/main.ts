@@ -8,7 +8,17 @@ import { readFileSync } from 'node:fs';
 import { ConfigError, loadConfig } from './config.js';
 import { type RunningServer, startServer } from './server.js';
 
+/**
+ * SIGTERM (a supervisor), SIGINT (Ctrl-C) and SIGHUP (the terminal running the server closed)
+ * all stop it gracefully. Left to Node's default, SIGHUP would end the process at once, and
+ * no exit hook would stop the embedded PostgreSQL.
+ */
+const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+
 async function main(): Promise<void> {
+  // A closed terminal (SIGHUP) makes writes to it fail; the shutdown goes on regardless.
+  process.stderr.on('error', () => {});
+  process.stdout.on('error', () => {});
   let config: ReturnType<typeof loadConfig>;
   try {
     config = loadConfig(process.env, (path) => readFileSync(path, 'utf8'));
@@ -20,15 +30,17 @@ async function main(): Promise<void> {
     throw error;
   }
   // Handlers go in before the start: without them a signal during the start ends Node at once,
-  // and the embedded PostgreSQL it spawned keeps running, holding the data folder. startServer
-  // cannot be interrupted, so a signal while it runs stops the server once the start settles
-  // (a failed start has cleaned up after itself).
+  // and the embedded PostgreSQL it spawned keeps running, holding the data folder. A signal
+  // while starting aborts the start where it waits (the migration lock) or after the step in
+  // progress; a start that fails or is aborted has cleaned up after itself.
   let server: RunningServer | undefined;
   let stopRequested: string | undefined;
   let signals = 0;
-  const stop = (running: RunningServer) =>
+  let fatal = false;
+  const starting = new AbortController();
+  const stop = (running: RunningServer, code: number) =>
     running.stop().then(
-      () => process.exit(0),
+      () => process.exit(code),
       (error: unknown) => {
         process.stderr.write(`shutdown failed: ${String(error)}\n`);
         process.exit(1);
@@ -43,19 +55,43 @@ async function main(): Promise<void> {
     }
     if (server === undefined) {
       stopRequested = signal;
-      process.stderr.write(`${signal} while starting: stopping once the start completes\n`);
+      process.stderr.write(`${signal} while starting: abandoning the start\n`);
+      starting.abort(new Error(`${signal} while starting`));
       return;
     }
     process.stderr.write(`${signal}: shutting down gracefully\n`);
-    void stop(server);
+    void stop(server, 0);
   };
-  process.on('SIGTERM', () => shutdown('SIGTERM'));
-  process.on('SIGINT', () => shutdown('SIGINT'));
+  for (const signal of STOP_SIGNALS) process.on(signal, () => shutdown(signal));
 
-  server = await startServer(config);
+  try {
+    server = await startServer(config, {
+      signal: starting.signal,
+      // The embedded PostgreSQL died under the server: every request would fail from now on.
+      // Exit non-zero so that a supervisor (or the operator) restarts the server, which also
+      // recovers the database (crash recovery on the next start).
+      onFatal(error) {
+        process.stderr.write(`Ledgence is stopping: ${error.message}\n`);
+        signals += 1; // a signal from now on exits at once
+        fatal = true;
+        if (server !== undefined) void stop(server, 1); // else once the start settles
+      },
+    });
+  } catch (error) {
+    if (stopRequested !== undefined) {
+      process.stderr.write(`${stopRequested}: start abandoned, stopped\n`);
+      process.exit(0);
+    }
+    throw error;
+  }
+  if (fatal) {
+    await stop(server, 1);
+    return;
+  }
   if (stopRequested !== undefined) {
+    // The signal came as the start was completing, after its last check.
     process.stderr.write(`${stopRequested}: started, shutting down gracefully\n`);
-    await stop(server);
+    await stop(server, 0);
     return;
   }
   const lines = [

@@ -242,3 +242,30 @@ describe('development mode over real sockets', () => {
     expect(await submitNaming(server.url, `rebind.attacker.example:${port}`, 'rebound')).toBe(403);
   });
 });
+
+describe('an address the server cannot listen on', () => {
+  it('a taken port: says which HOST:PORT is taken and to set PORT', async () => {
+    const blocker = createHttpServer();
+    await new Promise<void>((done) => blocker.listen({ host: '127.0.0.1', port: 0 }, done));
+    onTestFinished(() => new Promise<void>((done) => blocker.close(() => done())));
+    const { port } = blocker.address() as AddressInfo;
+    // A bare `listen EADDRINUSE` said neither where nor what to do.
+    await expect(startOn(await database(), { PORT: String(port) })).rejects.toThrow(
+      `127.0.0.1:${port} is taken: stop what listens there or set PORT (0 picks a free port)`,
+    );
+  });
+
+  it('a HOST that is not an address of this machine: says so and to set HOST', async () => {
+    const db = await database();
+    const keys = JSON.stringify([
+      { key: 'k'.repeat(32), tenant: 'acme', namespaces: ['*'], roles: ['client'] },
+    ]);
+    const config = loadConfig(
+      { DATABASE_URL: db.url, PORT: '0', HOST: '192.0.2.1', LEDGENCE_API_KEYS: keys },
+      noFiles,
+    );
+    await expect(startServer(config, { logger: pino({ level: 'silent' }) })).rejects.toThrow(
+      'HOST 192.0.2.1 is not an address of this machine: set HOST to one of its addresses',
+    );
+  });
+});

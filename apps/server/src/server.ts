@@ -1,6 +1,7 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { type HttpBindings, serve } from '@hono/node-server';
 import { createCompletionSender } from '@ledgence/callbacks';
 import {
@@ -31,6 +32,18 @@ const EMBEDDED_DATABASE = 'ledgence';
 export interface StartServerOptions {
   /** Where the JSON logs go; default pino at the configured level on stdout. */
   logger?: Logger;
+  /**
+   * Abandons the start: a start waiting on the migration lock stops waiting, any other step
+   * is followed by no further one; what was started is cleaned up, and `startServer` rejects
+   * with the signal's reason. `ledgence-server` aborts on SIGTERM, SIGINT and SIGHUP.
+   */
+  signal?: AbortSignal;
+  /**
+   * Called when the server can no longer serve and only a restart helps: the embedded
+   * PostgreSQL exited unexpectedly (already logged as an error). `ledgence-server` then stops
+   * and exits non-zero, so that a supervisor restarts it. Default: nothing more.
+   */
+  onFatal?: (error: Error) => void;
 }
 
 /** A started server. */
@@ -76,24 +89,70 @@ export async function startServer(
     );
   }
   const logger = options.logger ?? pino({ level: settings.logLevel });
+  const { signal } = options;
   const cleanups: (() => Promise<void>)[] = [];
-  const cleanup = async () => {
-    for (const step of cleanups.reverse()) {
-      await step().catch((error) => logger.warn({ err: error }, 'shutdown step failed'));
+  let embedded: EmbeddedPostgres | undefined;
+  /**
+   * Runs the cleanup steps newest first, waiting at most `budgetMs` in all: a database that
+   * stopped answering (a partition) must not hold the process past its shutdown budget
+   * (LEDGENCE_SHUTDOWN_TIMEOUT_MS). Once the budget is spent, the steps left are started but no
+   * longer awaited (the process exits; their connections die with it). The embedded
+   * PostgreSQL, on this machine and always answering, is stopped last in any case.
+   */
+  const cleanup = async (budgetMs: number) => {
+    const deadline = performance.now() + budgetMs;
+    let spent = false;
+    for (const step of cleanups.splice(0).reverse()) {
+      const running = step().catch((error: unknown) =>
+        logger.warn({ err: error }, 'shutdown step failed'),
+      );
+      if (spent) continue;
+      const remaining = deadline - performance.now();
+      if ((await within(running, remaining)) === 'timeout') {
+        spent = true;
+        logger.warn(
+          { shutdownTimeoutMs: settings.shutdownTimeoutMs },
+          'shutdown budget spent: no longer waiting for the database',
+        );
+      }
     }
+    await embedded
+      ?.stop()
+      .catch((error: unknown) => logger.warn({ err: error }, 'stopping PostgreSQL failed'));
   };
   try {
     let databaseUrl = settings.databaseUrl;
-    let embedded: EmbeddedPostgres | undefined;
     if (databaseUrl === undefined) {
-      embedded = await startEmbeddedPostgres({ dataDir: resolve(settings.dataDir) });
-      const running = embedded;
-      cleanups.push(() => running.stop());
+      const dataDir = resolve(settings.dataDir);
+      embedded = await startEmbeddedPostgres({
+        dataDir,
+        onUnexpectedExit({ pid, code, signal: killedBy, lastLog }) {
+          const how = killedBy === null ? `with code ${code}` : `on signal ${killedBy}`;
+          const error = new Error(
+            `the embedded PostgreSQL (pid ${pid}, data folder ${dataDir}) exited unexpectedly ` +
+              `${how}; no request can succeed without it. Restart the server: PostgreSQL ` +
+              'recovers the folder as it starts.',
+          );
+          logger.error({ pid, code, signal: killedBy, dataDir, lastLog }, error.message);
+          options.onFatal?.(error);
+        },
+      });
+      signal?.throwIfAborted();
       await ensureDatabase(embedded.url, EMBEDDED_DATABASE);
       databaseUrl = embedded.urlFor(EMBEDDED_DATABASE);
     }
     const url = databaseUrl;
-    await migrate(url);
+    signal?.throwIfAborted();
+    await migrate(url, {
+      signal,
+      onWait(holder) {
+        logger.warn(
+          { holderPid: holder },
+          `waiting for the migration lock held by ${holder === undefined ? 'another session' : `pid ${holder}`} (another replica migrating)`,
+        );
+      },
+    });
+    signal?.throwIfAborted();
 
     const lifecycle = lifecycleConfig({
       leaseDurationMs: settings.leaseDurationMs,
@@ -144,9 +203,14 @@ export async function startServer(
         async ready() {
           if (!accepting) return { ok: false, detail: 'shutting down' };
           const status = await store.migrationStatus();
-          return status.current
-            ? true
-            : { ok: false, detail: `${status.pending.length} migrations pending` };
+          if (status.current) return true;
+          return {
+            ok: false,
+            detail:
+              status.unknown.length > 0
+                ? 'the schema was migrated by a newer Ledgence: upgrade this server'
+                : `${status.pending.length} migrations pending`,
+          };
         },
       },
     });
@@ -205,7 +269,9 @@ export async function startServer(
       const server = serve({ fetch, hostname: settings.host, port: settings.port }, () =>
         listening(server as Server),
       );
-      server.once('error', failed);
+      server.once('error', (error: NodeJS.ErrnoException) =>
+        failed(listenError(error, settings.host, settings.port)),
+      );
     });
     const address = http.address() as AddressInfo;
     const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
@@ -217,10 +283,12 @@ export async function startServer(
       developmentMode,
       stop() {
         stopping ??= (async () => {
+          const began = performance.now();
           accepting = false;
           closing.abort();
-          // One budget for the HTTP drain and the callback tries alike: once it is spent, open
-          // connections are closed and tries still in flight aborted (each reported for a retry).
+          // One budget for the HTTP drain, the callback tries and the cleanup alike: once it is
+          // spent, open connections are closed, tries still in flight aborted (each reported
+          // for a retry), and nothing waits on the database any longer.
           const spent = new AbortController();
           const deadline = setTimeout(() => {
             http.closeAllConnections();
@@ -231,16 +299,61 @@ export async function startServer(
           const senderStopped = sender.stop({ signal: spent.signal });
           const closed = new Promise<void>((done) => http.close(() => done()));
           http.closeIdleConnections();
-          await Promise.allSettled([closed, senderStopped]);
+          // The sender may wait on a query the database never answers; the HTTP drain ends
+          // with the budget (closeAllConnections), the sender's stop is not awaited past it.
+          await within(
+            Promise.allSettled([closed, senderStopped]),
+            settings.shutdownTimeoutMs + 100,
+          );
           clearTimeout(deadline);
-          await cleanup();
+          await cleanup(Math.max(0, settings.shutdownTimeoutMs - (performance.now() - began)));
         })();
         return stopping;
       },
     };
   } catch (error) {
-    await cleanup();
+    await cleanup(settings.shutdownTimeoutMs);
     throw error;
+  }
+}
+
+/** Waits for `promise` at most `ms` (which may be 0 or less): its outcome, or `'timeout'`. */
+async function within(promise: Promise<unknown>, ms: number): Promise<'done' | 'timeout'> {
+  if (ms <= 0) return 'timeout';
+  const timer = new AbortController();
+  try {
+    return await Promise.race([
+      promise.then(() => 'done' as const),
+      sleep(ms, 'timeout' as const, { signal: timer.signal }),
+    ]);
+  } finally {
+    timer.abort();
+  }
+}
+
+/** A listen failure as an operator can act on it: which address, and which setting to change. */
+function listenError(error: NodeJS.ErrnoException, host: string, port: number): Error {
+  const address = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+  switch (error.code) {
+    case 'EADDRINUSE':
+      return new Error(
+        `${address} is taken: stop what listens there or set PORT (0 picks a free port)`,
+        { cause: error },
+      );
+    case 'EADDRNOTAVAIL':
+      return new Error(
+        `HOST ${host} is not an address of this machine: set HOST to one of its addresses ` +
+          '(127.0.0.1 for this machine only)',
+        { cause: error },
+      );
+    case 'EACCES':
+      return new Error(
+        `${address} needs privileges this process lacks (ports below 1024): set PORT to 1024 ` +
+          'or above (0 picks a free port)',
+        { cause: error },
+      );
+    default:
+      return error;
   }
 }
 

@@ -20,6 +20,7 @@ import {
   rename,
   rm,
   stat,
+  writeFile,
 } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
@@ -54,6 +55,18 @@ export interface EmbeddedPostgresOptions {
    * rejects unknown names and bad values, and the start then fails with its log lines.
    */
   settings?: Readonly<Record<string, string>>;
+  /**
+   * Called when the server, once started, exits without `stop()` having been called (killed,
+   * crashed, or stopped by someone else): every query fails from then on, and only a new start
+   * recovers it. The server's own last log lines went to `onLog`.
+   */
+  onUnexpectedExit?: (exit: {
+    pid: number | undefined;
+    code: number | null;
+    signal: NodeJS.Signals | null;
+    /** Its last log lines (errors first), which may say why. */
+    lastLog: string[];
+  }) => void;
 }
 
 /** A running embedded PostgreSQL server. */
@@ -118,6 +131,12 @@ const START_TIMEOUT_MS = 90_000;
 // hang, an immediate shutdown is always safe (the next start runs crash recovery).
 const STOP_ESCALATION_MS = 20_000;
 const MAX_START_ATTEMPTS = 5;
+// Beside PostgreSQL's own files in the data folder: `<owner pid> <postmaster pid>`, written
+// once the server is ready. A postmaster whose parent is no longer that owner was orphaned by
+// a killed process (SIGKILL, OOM killer) and may be stopped by the next start.
+const OWNER_FILE = 'ledgence-owner.pid';
+// An orphan gets a fast shutdown, then an immediate one; this long each.
+const ORPHAN_STOP_MS = 20_000;
 const LOG_TAIL_LINES = 200;
 
 /** The OS user the server runs as when this process is root. Internal: exported for tests. */
@@ -254,7 +273,8 @@ export async function startEmbeddedPostgres(
     const child = await startServer(server, log);
     if (child !== undefined) {
       log.note(`[ledgence] ${version} ready on ${HOST}:${port} (data ${dataDir})`);
-      return serverHandle(server, child, dataDir, port, log);
+      await recordOwner(dataDir, child, owner, log);
+      return serverHandle(server, child, dataDir, port, log, options.onUnexpectedExit);
     }
     const lines = log.since(mark);
     const text = lines.join('\n');
@@ -520,6 +540,11 @@ async function chownTree(path: string, owner: ServerOwner): Promise<void> {
  * is gone, but refuses when that pid now belongs to another live process of the same user,
  * which is common after a container restart. On Linux a postmaster's working directory is its
  * data folder, so a live pid whose cwd is elsewhere proves the file stale.
+ *
+ * A live postmaster of this folder whose owning process was killed (SIGKILL, the OOM killer:
+ * no exit hook ran) keeps running, orphaned. When {@link OWNER_FILE} names it and its parent
+ * is no longer the recorded owner, it is no one's: it gets a fast shutdown and the start goes
+ * on. Any other live postmaster of the folder makes the folder busy.
  */
 async function clearStaleLockFile(dataDir: string, log: LogTail): Promise<void> {
   const lockFile = join(dataDir, 'postmaster.pid');
@@ -534,11 +559,94 @@ async function clearStaleLockFile(dataDir: string, log: LogTail): Promise<void> 
     return;
   }
   if (!isAlive(pid)) return;
+  if ((await processStatus(pid))?.state === 'Z') {
+    // Exited, but not reaped by its new parent: PostgreSQL would still take it for a server.
+    log.note(`[ledgence] removing stale postmaster.pid (pid ${pid} has exited)`);
+    await rm(lockFile, { force: true });
+    return;
+  }
   const cwd = await readlink(`/proc/${pid}/cwd`).catch(() => undefined);
   if (cwd === undefined) return; // No /proc, or not ours to inspect: leave it to PostgreSQL.
-  if (cwd === (await realpath(dataDir))) throw busyError(dataDir, String(pid));
+  if (cwd === (await realpath(dataDir))) {
+    if (!(await isOrphan(dataDir, pid))) throw busyError(dataDir, String(pid));
+    log.note(
+      `[ledgence] stopping PostgreSQL (pid ${pid}) left running in ${dataDir} by a server ` +
+        'process that was killed',
+    );
+    if (!(await stopOrphan(pid))) throw busyError(dataDir, String(pid));
+    // A fast shutdown removes the file; after an immediate one it may name the unreaped zombie.
+    if (isAlive(pid)) await rm(lockFile, { force: true });
+    return;
+  }
   log.note(`[ledgence] removing stale postmaster.pid (pid ${pid} now belongs to another process)`);
   await rm(lockFile, { force: true });
+}
+
+/**
+ * True when the postmaster `pid` of `dataDir` was started by a process that is gone: the owner
+ * file records this postmaster, and its parent is no longer that owner (it was re-parented to
+ * init or a subreaper). Without an owner file (a server not started here), never.
+ */
+async function isOrphan(dataDir: string, pid: number): Promise<boolean> {
+  const text = await readFile(join(dataDir, OWNER_FILE), 'utf8').catch(() => undefined);
+  const [ownerPid, postmasterPid] = (text ?? '').trim().split(/\s+/).map(Number);
+  if (ownerPid === undefined || postmasterPid !== pid) return false;
+  const status = await processStatus(pid);
+  return status !== undefined && status.ppid !== ownerPid;
+}
+
+/** A process's parent and state (`Z`: a zombie, exited), from Linux's /proc. */
+async function processStatus(pid: number): Promise<{ ppid: number; state: string } | undefined> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => undefined);
+  if (stat === undefined) return undefined;
+  // `pid (comm) state ppid …`; comm may hold spaces and parentheses, so read after the last ')'.
+  const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  if (state === undefined || ppid === undefined) return undefined;
+  return { ppid: Number(ppid), state };
+}
+
+/** Whether `pid` is gone, an exited zombie included (its new parent may never reap it). */
+async function isGone(pid: number): Promise<boolean> {
+  if (!isAlive(pid)) return true;
+  return (await processStatus(pid))?.state === 'Z';
+}
+
+/**
+ * Stops an orphaned postmaster: fast shutdown (SIGINT), then, should it hang, immediate
+ * shutdown (SIGQUIT; the next start runs crash recovery). True once it is gone.
+ */
+async function stopOrphan(pid: number): Promise<boolean> {
+  for (const signal of ['SIGINT', 'SIGQUIT'] as const) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // Gone already, or not ours to signal (checked below).
+    }
+    for (let waited = 0; waited < ORPHAN_STOP_MS; waited += 100) {
+      if (await isGone(pid)) return true;
+      await sleep(100);
+    }
+  }
+  return isGone(pid);
+}
+
+/**
+ * Records this process as the owner of the postmaster it started, for {@link isOrphan}. A
+ * failure to write it only costs the recovery of an orphan, so it is logged, not thrown.
+ */
+async function recordOwner(
+  dataDir: string,
+  child: ChildProcess,
+  owner: ServerOwner | undefined,
+  log: LogTail,
+): Promise<void> {
+  const file = join(dataDir, OWNER_FILE);
+  try {
+    await writeFile(file, `${process.pid} ${child.pid}\n`);
+    if (owner !== undefined) await lchown(file, owner.uid, owner.gid);
+  } catch (error) {
+    log.note(`[ledgence] could not write ${file}: ${String(error)}`);
+  }
 }
 
 function busyError(dataDir: string, pid: string): EmbeddedPostgresError {
@@ -608,6 +716,7 @@ function serverHandle(
   dataDir: string,
   port: number,
   log: LogTail,
+  onUnexpectedExit: EmbeddedPostgresOptions['onUnexpectedExit'],
 ): EmbeddedPostgres {
   const internals = server as unknown as ServerInternals;
   let stopping: Promise<void> | undefined;
@@ -616,6 +725,12 @@ function serverHandle(
     if (internals.process === child) internals.process = undefined;
     if (stopping === undefined) {
       log.note(`[ledgence] PostgreSQL exited unexpectedly (code ${code}, signal ${signal})`);
+      onUnexpectedExit?.({
+        pid: child.pid,
+        code,
+        signal,
+        lastLog: lastLines(log.since(0)).split('\n'),
+      });
     }
   });
   const urlFor = (database: string): string =>

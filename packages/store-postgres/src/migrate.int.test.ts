@@ -3,7 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import postgres from 'postgres';
 import { afterAll, describe, expect, it } from 'vitest';
-import { MIGRATIONS_FOLDER, migrate, migrationStatus, pendingMigrations } from './migrate.js';
+import {
+  MIGRATION_LOCK_KEY,
+  MIGRATIONS_FOLDER,
+  migrate,
+  migrationStatus,
+  pendingMigrations,
+} from './migrate.js';
 import { createTestDatabase, type TestDatabase } from './testing/index.js';
 
 const created: TestDatabase[] = [];
@@ -74,6 +80,37 @@ describe('migrate', () => {
       await sql.end();
     }
     expect((await migrationStatus(db.url)).current).toBe(true);
+  });
+
+  it('waits for the migration lock another session holds, naming its pid once, until aborted', async () => {
+    const db = await fresh();
+    const holder = postgres(db.url, { max: 1, onnotice: () => {} });
+    try {
+      const reserved = await holder.reserve();
+      await reserved`select pg_advisory_lock(${MIGRATION_LOCK_KEY.toString()}::bigint)`;
+      const [held] = await reserved<{ pid: number }[]>`select pg_backend_pid() as pid`;
+      const waits: (number | undefined)[] = [];
+      const abort = new AbortController();
+      const migrating = migrate(db.url, {
+        signal: abort.signal,
+        onWait: (pid) => waits.push(pid),
+      }).then(
+        () => 'migrated',
+        (error: unknown) => error,
+      );
+      for (let i = 0; i < 300 && waits.length === 0; i++) {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(waits).toEqual([held?.pid]);
+      const reason = new Error('stop waiting');
+      abort.abort(reason);
+      expect(await migrating).toBe(reason);
+      // Nothing was applied: the waiting transaction rolled back.
+      expect((await migrationStatus(db.url)).applied).toEqual([]);
+      reserved.release();
+    } finally {
+      await holder.end({ timeout: 1 });
+    }
   });
 
   it('accepts a postgres.js client', async () => {
@@ -147,5 +184,52 @@ describe('migrate', () => {
     } finally {
       rmSync(folder, { recursive: true, force: true });
     }
+  });
+});
+
+describe('migrate against a database migrated by a newer version', () => {
+  /** The committed migrations plus one a future version adds (`9999_future`). */
+  function futureFolder(): string {
+    const folder = mkdtempSync(join(tmpdir(), 'ledgence-future-migrations-'));
+    cpSync(MIGRATIONS_FOLDER, folder, { recursive: true });
+    const journalPath = join(folder, 'meta', '_journal.json');
+    const journal = JSON.parse(readFileSync(journalPath, 'utf8')) as {
+      entries: { idx: number; version: string; when: number; tag: string; breakpoints: boolean }[];
+    };
+    const last = journal.entries[journal.entries.length - 1];
+    if (last === undefined) throw new Error('no committed migrations');
+    journal.entries.push({
+      idx: last.idx + 1,
+      version: last.version,
+      when: last.when + 86_400_000,
+      tag: '9999_future',
+      breakpoints: true,
+    });
+    writeFileSync(journalPath, JSON.stringify(journal));
+    writeFileSync(
+      join(folder, '9999_future.sql'),
+      'ALTER TABLE "tasks" ADD COLUMN "future_required" integer NOT NULL DEFAULT 0;',
+    );
+    return folder;
+  }
+
+  it('refuses to migrate, saying to upgrade, and reports the schema not current', async () => {
+    const db = await fresh();
+    const folder = futureFolder();
+    try {
+      // A newer release migrated this database (all of ours, plus one we do not know).
+      const newer = await migrate(db.url, { folder });
+      expect(newer.applied).toContain('9999_future');
+    } finally {
+      rmSync(folder, { recursive: true, force: true });
+    }
+
+    // This (older) build must not start, nor be ready, on a schema it was not written for.
+    await expect(migrate(db.url)).rejects.toThrow(
+      /migrated by a newer Ledgence: it records 1 migration\(s\) this build does not know \(created [^)]*\)\. Upgrade this server/,
+    );
+    const status = await migrationStatus(db.url);
+    expect(status).toMatchObject({ current: false, pending: [] });
+    expect(status.unknown).toHaveLength(1);
   });
 });

@@ -41,8 +41,29 @@ export interface MigrationStatus {
   applied: string[];
   /** Tags of committed migrations not yet applied, oldest first. */
   pending: string[];
-  /** True when nothing is pending. */
+  /**
+   * Recorded migrations this build does not know, newer than its own (a newer Ledgence
+   * migrated the database), each described by its time and hash (drizzle records no tag).
+   */
+  unknown: string[];
+  /** True when nothing is pending and nothing unknown is recorded. */
   current: boolean;
+}
+
+/** Options of {@link migrate}. */
+export interface MigrateOptions {
+  /** The migrations folder (tests); default the committed one. */
+  folder?: string;
+  /**
+   * Stops waiting for the migration lock (another replica migrating): `migrate` then rejects
+   * with the signal's reason, having changed nothing.
+   */
+  signal?: AbortSignal;
+  /**
+   * Called once when the migration lock is held by another session, with that session's
+   * backend pid when PostgreSQL shows it, before waiting for it.
+   */
+  onWait?: (holderPid: number | undefined) => void;
 }
 
 interface Migration {
@@ -104,21 +125,35 @@ const BOOKKEEPING = `
 
 /**
  * Applies every pending migration, once, even when many replicas call it at the same moment.
+ * Refuses a database that records migrations newer than this build's (a newer Ledgence
+ * migrated it): this build was not written for that schema.
  *
  * @param target a postgres:// URL or a postgres.js client.
- * @param options `folder` overrides the migrations folder (tests).
+ * @param options `folder` overrides the migrations folder (tests); `signal` abandons a wait
+ *   for the migration lock; `onWait` learns of such a wait.
  * @returns the tags this call applied.
  */
 export async function migrate(
   target: MigrationTarget,
-  options: { folder?: string } = {},
+  options: MigrateOptions = {},
 ): Promise<MigrationResult> {
   const migrations = loadMigrations(options.folder ?? MIGRATIONS_FOLDER);
+  options.signal?.throwIfAborted();
   return withClient(target, (sql) =>
     sql.begin(async (tx) => {
-      await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK_KEY.toString()}::bigint)`;
+      await takeMigrationLock(tx, options);
       // After the lock: a migrator that ran first has committed its schema and rows by now.
       await tx.unsafe(BOOKKEEPING);
+      const newer = await unknownMigrations(tx, migrations);
+      if (newer.length > 0) {
+        throw new Error(
+          `The database was migrated by a newer Ledgence: it records ${newer.length} ` +
+            `migration(s) this build does not know (${newer.join('; ')}). Upgrade this server ` +
+            'to that version or later; an older one must not run against the newer schema. ' +
+            "(Should another application's drizzle migrations share drizzle.__drizzle_migrations " +
+            'in this database, give Ledgence a database of its own instead.)',
+        );
+      }
       const last = await lastApplied(tx);
       const applied: string[] = [];
       for (const migration of migrations) {
@@ -134,6 +169,66 @@ export async function migrate(
       return { applied };
     }),
   );
+}
+
+/**
+ * Takes the transaction-scoped migration lock, waiting while another session holds it: first
+ * a try, so that a wait is reported (once) with the holder's pid; then a blocking wait (queued
+ * fairly behind the holder), which `signal` cancels.
+ */
+async function takeMigrationLock(
+  tx: postgres.TransactionSql,
+  options: Pick<MigrateOptions, 'signal' | 'onWait'>,
+): Promise<void> {
+  const key = MIGRATION_LOCK_KEY.toString();
+  const [tried] = await tx<{ locked: boolean }[]>`
+    select pg_try_advisory_xact_lock(${key}::bigint) as locked`;
+  if (tried?.locked === true) return;
+  options.onWait?.(await lockHolder(tx));
+  const { signal } = options;
+  signal?.throwIfAborted();
+  const waiting = tx`select pg_advisory_xact_lock(${key}::bigint)`;
+  // A cancel request ends the wait with an error; the transaction then rolls back.
+  const cancel = () => void waiting.cancel();
+  signal?.addEventListener('abort', cancel, { once: true });
+  try {
+    await waiting;
+  } catch (error) {
+    if (signal?.aborted) throw signal.reason;
+    throw error;
+  } finally {
+    signal?.removeEventListener('abort', cancel);
+  }
+}
+
+/** The backend pid holding the migration lock in this database, if PostgreSQL shows one. */
+async function lockHolder(tx: postgres.TransactionSql): Promise<number | undefined> {
+  // A bigint advisory lock shows as classid (high 32 bits), objid (low 32 bits), objsubid 1.
+  const high = (MIGRATION_LOCK_KEY >> 32n).toString();
+  const low = (MIGRATION_LOCK_KEY & 0xffff_ffffn).toString();
+  const [holder] = await tx<{ pid: number }[]>`
+    select pid from pg_locks
+    where locktype = 'advisory' and granted and objsubid = 1
+      and classid::bigint = ${high}::bigint and objid::bigint = ${low}::bigint
+      and database = (select oid from pg_database where datname = current_database())
+    limit 1`;
+  return holder?.pid;
+}
+
+/** Recorded migrations newer than every one in `migrations`, described (oldest first). */
+async function unknownMigrations(
+  sql: postgres.Sql | postgres.TransactionSql,
+  migrations: readonly Migration[],
+): Promise<string[]> {
+  const newest = migrations.reduce((max, m) => Math.max(max, m.folderMillis), 0);
+  const rows = await sql<{ hash: string; created_at: string | number }[]>`
+    select hash, created_at from drizzle.__drizzle_migrations
+    where created_at > ${newest} order by created_at`;
+  return rows.map((row) => {
+    const when = new Date(Number(row.created_at));
+    const time = Number.isNaN(when.getTime()) ? String(row.created_at) : when.toISOString();
+    return `created ${time}, hash ${row.hash.slice(0, 12)}`;
+  });
 }
 
 async function lastApplied(sql: postgres.Sql | postgres.TransactionSql): Promise<number | null> {
@@ -158,12 +253,14 @@ export async function migrationStatus(
     const [exists] = await sql<{ found: string | null }[]>`
       select to_regclass('drizzle.__drizzle_migrations')::text as found`;
     const last = exists?.found ? await lastApplied(sql) : null;
+    const unknown = exists?.found ? await unknownMigrations(sql, migrations) : [];
     const applied = migrations.filter((m) => last !== null && last >= m.folderMillis);
     const pending = migrations.filter((m) => last === null || last < m.folderMillis);
     return {
       applied: applied.map((m) => m.tag),
       pending: pending.map((m) => m.tag),
-      current: pending.length === 0,
+      unknown,
+      current: pending.length === 0 && unknown.length === 0,
     };
   });
 }
