@@ -19,4 +19,9 @@ describe('newId', () => {
     await new Promise((resolve) => setTimeout(resolve, 2));
     expect(newId('attempt') > first).toBe(true);
   });
+
+  it('sorts in issue order within a process, even thousands in one millisecond', () => {
+    const ids = Array.from({ length: 10_000 }, () => newId('task'));
+    expect([...ids].sort()).toEqual(ids);
+  });
 });

@@ -240,7 +240,8 @@ export function settleAttempt(
  * Confirms that required cleanup is done for a settled attempt whose report
  * said `unconfirmed`, applying its decision (`cleanup_confirmed`). Confirming
  * again, or an attempt that finished otherwise, answers the task's state and
- * changes nothing; confirming before any settlement is `409 conflict`.
+ * changes nothing; confirming before any settlement is `409 conflict`, and
+ * after the authority deadline `409 ownership_lost` (recovery applies it).
  */
 export function confirmQuiescence(
   loadedTask: TaskRow | null,
@@ -259,6 +260,10 @@ export function confirmQuiescence(
     }
     return { changed: false, task, attempt, history: [], reply: task.state };
   }
+  // The hold ends at the authority deadline (the lease was set to it at settle): from then on
+  // the decision is recovery's to apply, as `lease_expired`, and a confirmation is as stale as
+  // any other call of an expired owner (DESIGN §1.6, §5) — whichever of the two runs first.
+  if (!leaseLive(attempt, now)) throw ownershipLost(owner, 'held its cleanup past the deadline');
   const applied = applyDecision(
     task,
     { ...attempt, quiescence: 'confirmed' },

@@ -671,10 +671,14 @@ export async function insertSubmitted(
  * reconsidered by the next pass. Index: the partial `attempts_active` (state = 'active'), which
  * holds only in-flight attempts; the lease filter runs over that small set; tasks by primary key.
  * The returned task row is the locked, current version; the caller re-reads the attempt.
+ * `read_at` is the database clock as each row was produced (without the store's offset): later
+ * than any transition the row shows, so the caller decides at it.
  */
 export async function lockExpiredLeases(tx: Tx, now: number, limit: number): Promise<DbRow[]> {
   return tx`
-    select t.*, a.attempt_id as expired_attempt_id from attempts a
+    select t.*, a.attempt_id as expired_attempt_id,
+      (extract(epoch from clock_timestamp()) * 1000)::bigint as read_at
+    from attempts a
     join tasks t on t.tenant_id = a.tenant_id and t.namespace = a.namespace
       and t.task_id = a.task_id
     where a.state = 'active' and a.lease_expires_at <= ${now}

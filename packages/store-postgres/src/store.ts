@@ -1495,8 +1495,8 @@ class PgTaskStore implements PostgresTaskStore {
    * filled up between the select and the slot update is passed over and the select runs again
    * past it (at most three rounds: contention on one key is bounded by its limit, and the next
    * poll finds the rest). `surplus` is a row the first round locked and the claim leaves
-   * unwritten: beyond `need`, or available only after `now` (the select read store time a little
-   * later than the claim's `now`). `at`: store time after the last key lock was granted (`now`
+   * unwritten: beyond `need`, or available or submitted only after `now` (the select read store
+   * time, and the commits, a little later than the claim's `now`). `at`: store time after the last key lock was granted (`now`
    * when no key was taken).
    */
   private async claimable(
@@ -1526,7 +1526,11 @@ class PgTaskStore implements PostgresTaskStore {
       const tasks: TaskRow[] = [];
       for (const row of rows) {
         const task = taskFromDb(row, { data: jsonColumn(row.payload_data) });
-        if (task.available_at <= now && tasks.length < need - won.length) tasks.push(task);
+        // A task submitted after `now` (each statement reads the commits before it, and one
+        // with an `available_at` in the past passes the filter) did not exist when this poll
+        // decides: claimed at `now`, its history would go back in time. A later poll takes it.
+        const existed = task.available_at <= now && task.submitted_at <= now;
+        if (existed && tasks.length < need - won.length) tasks.push(task);
         else surplus = task;
       }
       const keyed = tasks
@@ -1890,10 +1894,16 @@ class PgTaskStore implements PostgresTaskStore {
     const bounded = Math.min(MAX_RECOVERY_BATCH, limit);
     return this.transact(
       async (tx, _at, finish) => {
-        const now = await this.time(tx);
+        const expiredBy = await this.time(tx);
         // One row past the bound answers `has_more` exactly; it is locked until commit, not touched.
-        const found = await lockExpiredLeases(tx, now, bounded + 1);
+        const found = await lockExpiredLeases(tx, expiredBy, bounded + 1);
         const rows = found.slice(0, bounded);
+        // Decided at the store time the rows were read, not `expiredBy`: a transition committed in
+        // between (a cancel request, say) is seen, and what recovery records must come after it.
+        const now = found.reduce(
+          (at, row) => Math.max(at, num(row.read_at) + this.offset()),
+          expiredBy,
+        );
         const progress = startRecoveryProgress(rows.length, found.length > bounded);
         if (rows.length === 0) return progress;
         const tasks = rows.map((row) => taskFromDb(row));

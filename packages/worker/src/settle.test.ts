@@ -114,6 +114,10 @@ describe('reports', () => {
     expect(reportFor(id, { kind: 'abandoned' }, times)).toMatchObject({
       report: { kind: 'cancelled', retryable: true },
     });
+    // Still running past the abort grace after its budget ran out: a timeout, not a shutdown.
+    expect(reportFor(id, { kind: 'abandoned', aborted: 'timeout' }, times)).toMatchObject({
+      report: { kind: 'timed_out', retryable: true },
+    });
   });
 
   it('report a thrown value that cannot be turned into text as a retryable crash, without throwing', () => {

@@ -54,8 +54,11 @@ export type AbortCause = 'cancelled' | 'lease_lost' | 'timeout' | 'shutdown';
 export type HandlerOutcome =
   | { kind: 'returned'; value: unknown }
   | { kind: 'threw'; error: unknown; aborted: AbortCause | null }
-  /** Still running when the shutdown deadline passed. */
-  | { kind: 'abandoned' };
+  /**
+   * Still running when it had to be reported: past the shutdown deadline, or past the abort
+   * grace after its budget ran out (`aborted: 'timeout'`).
+   */
+  | { kind: 'abandoned'; aborted?: AbortCause | null };
 
 /** The identity a report names. */
 export interface ReportIdentity {
@@ -157,7 +160,20 @@ export function reportFor(
     return { kind: 'completed', report: { context, outcome: { kind: 'success', output }, ...at } };
   }
   if (outcome.kind === 'abandoned') {
-    return failureReport('cancelled', 'the worker shut down while the handler was running', true);
+    switch (outcome.aborted) {
+      case 'timeout':
+        return failureReport(
+          'timed_out',
+          'the execution budget ran out and the handler has not returned (it may still run)',
+          true,
+        );
+      default:
+        return failureReport(
+          'cancelled',
+          'the worker shut down while the handler was running',
+          true,
+        );
+    }
   }
   const appError = applicationErrorOf(outcome.error);
   if (appError !== undefined) {

@@ -920,7 +920,7 @@ export class Worker {
     );
     const outcome = await Promise.race([
       finished,
-      held.forced.then((): HandlerOutcome => ({ kind: 'abandoned' })),
+      held.forced.then((): HandlerOutcome => ({ kind: 'abandoned', aborted: held.abortCause })),
     ]);
     held.handlerRunning = false;
     clearTimeout(held.budgetTimer);
@@ -994,6 +994,16 @@ export class Worker {
       cause,
     });
     held.abort.abort(new TaskAbortedError(cause));
+    if (cause === 'timeout') {
+      // A handler that ignores the end of its budget is reported as timed out once the abort
+      // grace is over (`unconfirmed`: it may still run; quiescence is confirmed when it
+      // returns). Unreported, its attempt would sit until the authority deadline and end as
+      // `lease_expired`, as if the worker had died, and its late settlement would be refused.
+      const grace = setTimeout(() => {
+        if (held.handlerRunning) held.forceReport();
+      }, timerDelay(this.#abortGraceMs));
+      grace.unref();
+    }
   }
 
   async #settle(

@@ -1,0 +1,134 @@
+/**
+ * The worker SDK at the execution budget's end, against a real server with a short safety
+ * margin and cleanup grace: a handler that honours the abort fails the task `timed_out`, and one
+ * that ignores it is reported `timed_out` (unconfirmed) after the abort grace, not left to
+ * lease expiry.
+ */
+import { type TaskAbortedError, Worker } from '@ledgence/worker';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { ServerProcess } from './server-process.js';
+import {
+  attemptIds,
+  client,
+  historyOf,
+  NAMESPACE,
+  RENEW_MS,
+  reasons,
+  Stack,
+  settled,
+  TENANT,
+  until,
+} from './test/harness.js';
+
+const stack = new Stack('budget_e2e');
+let server: ServerProcess;
+const workers: Worker[] = [];
+
+beforeAll(async () => {
+  await stack.open();
+  server = await stack.start({
+    LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
+    LEDGENCE_CLEANUP_GRACE_MS: '2000',
+  });
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop({ graceMs: 0 })));
+});
+afterAll(async () => {
+  await stack.close();
+});
+
+function worker(queue: string): Worker {
+  const w = new Worker({
+    url: server.url,
+    tenant: TENANT,
+    namespace: NAMESPACE,
+    queue,
+    concurrency: 1,
+    renewIntervalMs: RENEW_MS,
+    pollWaitMs: 500,
+    requestTimeoutMs: 2_000,
+    shutdownGraceMs: 1_000,
+    backoff: { baseMs: 10, maxMs: 200 },
+  });
+  workers.push(w);
+  return w;
+}
+
+describe('execution budget in the worker', () => {
+  it('aborts the handler when its budget ends and reports timed_out', async () => {
+    const c = client(server.url);
+    const queue = 'budget-honour';
+    const task = await c.submit({
+      queue,
+      program: 'slow',
+      data: null,
+      timeout_ms: 1_500,
+      retry: { max_attempts: 1, delay_ms: 0 },
+    });
+    let reason: unknown;
+    let deadline = 0;
+    let abortedAt = 0;
+    const w = worker(queue);
+    w.register('slow', async (_data, ctx) => {
+      deadline = ctx.deadline;
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+      abortedAt = Date.now();
+      reason = ctx.signal.reason;
+      throw new Error('stopped');
+    });
+    const running = w.run();
+    const [result] = await settled(c, [task.task_id], 30_000);
+    await w.stop();
+    await running;
+    expect((reason as TaskAbortedError).why).toBe('timeout');
+    expect(abortedAt).toBeGreaterThanOrEqual(deadline - 100);
+    expect(result?.outcome).toMatchObject({
+      state: 'failed',
+      failure: { kind: 'execution', error: { kind: 'timed_out' } },
+    });
+  });
+
+  it('reports an attempt whose handler ignores the budget’s end as timed_out (unconfirmed) within the cleanup grace', async () => {
+    const c = client(server.url);
+    const queue = 'budget-deaf';
+    const task = await c.submit({
+      queue,
+      program: 'deaf',
+      data: null,
+      timeout_ms: 1_500,
+      retry: { max_attempts: 1, delay_ms: 0 },
+    });
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let started = false;
+    const w = worker(queue);
+    w.register('deaf', async () => {
+      started = true;
+      await released;
+      return 'late';
+    });
+    const running = w.run();
+    await until(() => started);
+    const [result] = await settled(c, [task.task_id], 30_000);
+    release();
+    await w.stop();
+    await running;
+    const events = await historyOf(c, task.task_id);
+    // The worker knew the budget ran out: it reports that, rather than leaving the attempt to
+    // lease expiry.
+    expect(reasons(events)).toContain('report_accepted');
+    expect(result?.outcome).toMatchObject({
+      state: 'failed',
+      failure: { kind: 'execution', error: { kind: 'timed_out' } },
+    });
+    const [attemptId] = attemptIds(events);
+    const attempt = await c.attempt(task.task_id, attemptId as string);
+    expect(attempt.settlement?.command).toMatchObject({
+      report: { kind: 'failed', report: { kind: 'timed_out' } },
+      quiescence: 'unconfirmed',
+    });
+  });
+});
