@@ -21,7 +21,7 @@ describe('the server failpoints', () => {
     ['POST', '/v1/tenants/acme/namespaces/prod/tasks/t1/cancel', 'cancel'],
     ['POST', '/v1/tenants/acme/namespaces/prod/tasks/t1/subscriptions', undefined],
     ['POST', '/v1/worker/sessions', undefined],
-    ['POST', '/v1/worker/quiescence', undefined],
+    ['POST', '/v1/worker/quiescence', 'quiescence'],
   ])('maps %s %s to its after-reply point (%s)', (method, path, op) => {
     expect(replyOperation(method, path)).toBe(op);
   });

@@ -25,7 +25,7 @@ export function serverFailpoints(settings: readonly FailpointSetting[]): Failpoi
 
 const SCOPED_SUBMIT = /^\/v1\/tenants\/[^/]+\/namespaces\/[^/]+\/tasks(?::batch)?$/;
 const SCOPED_CANCEL = /^\/v1\/tenants\/[^/]+\/namespaces\/[^/]+\/tasks\/[^/]+\/cancel$/;
-const WORKER_ROUTE = /^\/v1\/worker\/(acquire|renew|settle)(?::batch)?$/;
+const WORKER_ROUTE = /^\/v1\/worker\/(acquire|renew|settle|quiescence)(?::batch)?$/;
 
 /** The operation whose after-reply point a request passes, or `undefined`. */
 export function replyOperation(
@@ -43,7 +43,7 @@ export function replyOperation(
  * Arms `<op>.after_reply` for one answered request: it fires once the reply's
  * last byte was handed to the socket (`finish`), for a 2xx reply of submit,
  * acquire (only one carrying an assignment — empty polls run all the time),
- * renew, settle or cancel. Call only with failpoints enabled.
+ * renew, settle, quiescence or cancel. Call only with failpoints enabled.
  */
 export async function armAfterReply(
   failpoints: Failpoints,

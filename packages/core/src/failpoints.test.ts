@@ -35,8 +35,8 @@ describe('parseFailpoints', () => {
     expect(() => parseFailpoints(spec)).toThrow(message);
   });
 
-  it('names the commit points of six operations, the reply points of five routes and three delivery points', () => {
-    expect(FAILPOINT_NAMES).toHaveLength(6 * 2 + 5 + 3);
+  it('names the commit points of seven operations, the reply points of six routes and three delivery points', () => {
+    expect(FAILPOINT_NAMES).toHaveLength(7 * 2 + 6 + 3);
   });
 });
 

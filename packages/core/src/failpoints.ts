@@ -34,6 +34,7 @@ export const FAILPOINT_STORE_OPERATIONS = [
   'acquire',
   'renew',
   'settle',
+  'quiescence',
   'cancel',
   'recovery',
 ] as const;
@@ -61,6 +62,10 @@ export const FAILPOINTS = {
   'settle.before_commit': 'settle: the settlement was applied, COMMIT not yet sent',
   'settle.after_commit': 'settle: committed, the reply not yet built',
   'settle.after_reply': 'settle: the HTTP reply was handed to the socket',
+  'quiescence.before_commit':
+    'quiescence: cleanup confirmed and the held decision applied, COMMIT not yet sent',
+  'quiescence.after_commit': 'quiescence: committed, the reply not yet built',
+  'quiescence.after_reply': 'quiescence: the HTTP reply was handed to the socket',
   'cancel.before_commit':
     'cancel: the task was cancelled or its cancel requested, COMMIT not yet sent',
   'cancel.after_commit': 'cancel: committed, the reply not yet built',

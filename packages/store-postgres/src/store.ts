@@ -304,6 +304,7 @@ const SUBMIT_POINT: TxFailpoint<unknown> = { op: 'submit' };
 const RENEW_POINT: TxFailpoint<unknown> = { op: 'renew' };
 const SETTLE_POINT: TxFailpoint<unknown> = { op: 'settle' };
 const CANCEL_POINT: TxFailpoint<unknown> = { op: 'cancel' };
+const QUIESCENCE_POINT: TxFailpoint<unknown> = { op: 'quiescence' };
 const ACQUIRE_POINT: TxFailpoint<ItemResult<AcquireOutcome>[]> = {
   op: 'acquire',
   when: (results) =>
@@ -1631,15 +1632,18 @@ class PgTaskStore implements PostgresTaskStore {
   }
 
   async confirmQuiescence(owner: LeaseOwner): Promise<TaskState> {
-    return this.single(owner, (tx, items, finish) =>
-      this.ownerSteps(
-        tx,
-        finish,
-        items,
-        (o) => o,
-        'full',
-        (task, attempt, o, now) => confirmQuiescence(task, attempt, o, now),
-      ),
+    return this.single(
+      owner,
+      (tx, items, finish) =>
+        this.ownerSteps(
+          tx,
+          finish,
+          items,
+          (o) => o,
+          'full',
+          (task, attempt, o, now) => confirmQuiescence(task, attempt, o, now),
+        ),
+      QUIESCENCE_POINT,
     );
   }
 

@@ -65,6 +65,41 @@ async function workConverges(run: CrashRun): Promise<void> {
 }
 
 /**
+ * A budget short against the handler, a cleanup grace long against the run: the handler
+ * ignores the end of its budget, the worker reports it `timed_out` (unconfirmed) and confirms
+ * quiescence when it returns, which is where the point fires.
+ */
+const QUIESCENCE: RunEnv = {
+  LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
+  LEDGENCE_CLEANUP_GRACE_MS: '60000',
+};
+
+/**
+ * Quiescence: the worker's confirmation crosses the crash and is retried to the replacement;
+ * cleanup is confirmed once and the held decision (a final timeout) applied once.
+ */
+async function quiescenceConverges(run: CrashRun): Promise<void> {
+  const task = await run.client.submit({
+    queue: 'quiesce',
+    program: 'deaf',
+    data: { ms: 3_000 },
+    timeout_ms: 1_500,
+    retry: { max_attempts: 1, delay_ms: 0 },
+  });
+  run.work('quiesce');
+  await run.crashed();
+  const [result] = await settled(run.client, [task.task_id]);
+  expect(result?.outcome).toMatchObject({
+    state: 'failed',
+    failure: { kind: 'execution', error: { kind: 'timed_out' } },
+  });
+  const history = reasons(await historyOf(run.client, task.task_id));
+  expect(count(history, 'report_accepted')).toBe(1);
+  expect(count(history, 'cleanup_confirmed')).toBe(1);
+  expect(count(history, 'lease_expired')).toBe(0);
+}
+
+/**
  * Cancel: a queued task cancelled through the crash; the client's retry reaches the replacement,
  * a repeated cancel answers the same, and the cancellation is recorded once.
  */
@@ -168,6 +203,9 @@ const SCENARIOS: Record<
   'settle.before_commit': { env: LONG_LEASE, drive: workConverges },
   'settle.after_commit': { env: LONG_LEASE, drive: workConverges },
   'settle.after_reply': { env: LONG_LEASE, drive: workConverges },
+  'quiescence.before_commit': { env: QUIESCENCE, drive: quiescenceConverges },
+  'quiescence.after_commit': { env: QUIESCENCE, drive: quiescenceConverges },
+  'quiescence.after_reply': { env: QUIESCENCE, drive: quiescenceConverges },
   'cancel.before_commit': { drive: cancelConverges },
   'cancel.after_commit': { drive: cancelConverges },
   'cancel.after_reply': { drive: cancelConverges },

@@ -31,7 +31,8 @@ export interface CrashRun {
   crashed(): Promise<void>;
   /**
    * Starts a worker on `queue` against {@link url} that runs program `echo`
-   * (returns its input, counting runs in {@link executions}); stopped when the run ends.
+   * (returns its input, counting runs in {@link executions}) and program `deaf`
+   * (ignores its signal, returns after `data.ms`); stopped when the run ends.
    */
   work(queue: string): void;
   /** How often the `echo` handler ran. */
@@ -99,6 +100,13 @@ export async function crashRun(
         worker.register('echo', (data) => {
           executions += 1;
           return data;
+        });
+        // Ignores its signal: runs `ms` whatever its budget says (quiescence scenarios).
+        worker.register('deaf', async (data) => {
+          executions += 1;
+          const { ms } = data as { ms: number };
+          await new Promise((resolve) => setTimeout(resolve, ms));
+          return null;
         });
         workers.push(worker);
         // Caught at once: a failing run must fail the test, not surface as an unhandled rejection.
