@@ -50,7 +50,7 @@ describe('task cursors', () => {
       const error = rejectionOf(() => decodeTaskCursor(cursor, scope, other));
       expect(error.code).toBe('invalid_input');
       expect(error.reason).toBe('invalid_cursor');
-      expect(error.path).toBe('$.cursor');
+      expect(error.path).toBe('query.cursor');
     }
   });
 

@@ -56,10 +56,14 @@ export function encodeTaskCursor(
   return Buffer.from(JSON.stringify(payload), 'utf8').toString('base64url');
 }
 
+/**
+ * A refused cursor, located at `query.cursor` as every list query parameter is (the cursor is
+ * the `cursor` query parameter of `GET {scope}/tasks`; there is no JSON body to point into).
+ */
 function invalidCursor(message: string): ContractError {
-  return new ContractError('invalid_input', `$.cursor ${message}`, {
+  return new ContractError('invalid_input', `the query parameter cursor ${message}`, {
     reason: 'invalid_cursor',
-    path: '$.cursor',
+    path: 'query.cursor',
   });
 }
 

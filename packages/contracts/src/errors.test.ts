@@ -7,6 +7,7 @@ import {
   invalidInput,
   isErrorCode,
   LedgenceError,
+  problemDocument,
 } from './errors.js';
 
 describe('ContractError', () => {
@@ -82,5 +83,18 @@ describe('ContractError', () => {
     expect(error instanceof ContractError).toBe(false);
     expect(new ContractError('conflict', 'x') instanceof TransportError).toBe(false);
     expect(error.name).toBe('TransportError');
+  });
+});
+
+describe('problemDocument', () => {
+  const error = new ContractError('invalid_input', 'bad', { reason: 'schema', path: '$.a' });
+
+  it("reports the error's own path when none is given, another when given, and none for null", () => {
+    expect(problemDocument(error).path).toBe('$.a');
+    expect(problemDocument(error, 'x', undefined).path).toBe('$.a');
+    expect(problemDocument(error, 'x', '$.b').path).toBe('$.b');
+    const stripped = problemDocument(error, 'x', null);
+    expect(stripped).not.toHaveProperty('path');
+    expect(stripped).toMatchObject({ code: 'invalid_input', detail: 'x', reason: 'schema' });
   });
 });

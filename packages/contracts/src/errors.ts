@@ -209,13 +209,17 @@ export function invalidInput(message: string, reason?: string, path?: string): C
 /**
  * The problem+json document of a {@link ContractError}: `type`, `title` and `status` from its
  * code, `detail` (its message unless another is given), and its `reason` and `path` when set.
- * The server's edge passes a scrubbed detail and path where they would echo request input; the
- * SDK answers an item it refused before sending with the document the server would have sent.
+ * The server's edge passes a scrubbed detail, and `null` as `path` to leave out a path that
+ * would echo request input; the SDK answers an item it refused before sending with the
+ * document the server would have sent.
+ *
+ * @param path - the location to report: omitted (or `undefined`) for the error's own path,
+ *   `null` for none at all.
  */
 export function problemDocument(
   error: ContractError,
   detail: string = error.message,
-  path: string | undefined = error.path,
+  path: string | null = error.path ?? null,
 ): Problem {
   const code = error.code;
   const problem: Problem = {
@@ -226,6 +230,6 @@ export function problemDocument(
     detail,
   };
   if (error.reason !== undefined) problem.reason = error.reason;
-  if (path !== undefined) problem.path = path;
+  if (path !== null) problem.path = path;
   return problem;
 }

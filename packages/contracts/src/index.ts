@@ -287,6 +287,7 @@ export {
   CompletionSubscriptionSchema,
   ConsumerCursorSchema,
   CounterSchema,
+  canonicalRetryPolicy,
   ExecutionContextSchema,
   ExecutionFailureKindSchema,
   ExecutionFailureSchema,

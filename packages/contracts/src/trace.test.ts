@@ -24,6 +24,8 @@ describe('traceparent', () => {
     ['version 00 with a fifth field', `${VALID}-extra`],
     ['short trace id', '00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01'],
     ['missing flags', '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7'],
+    ['a future version whose extra field holds a LF', `cc${VALID.slice(2)}-a\nb`],
+    ['a future version whose extra field holds a non-ASCII space', `cc${VALID.slice(2)}-a\u3000`],
     ['empty', ''],
     ['not a string', 42],
   ])('rejects %s', (_name, value) => {
@@ -48,6 +50,22 @@ describe('tracestate', () => {
     ['a value with =', 'k=a=b'],
   ])('rejects %s', (_name, value) => {
     expect(tracestateProblem(value)).toBeTypeOf('string');
+  });
+
+  it.each([
+    ['a LF between members', 'a=1,\nb=2'],
+    ['a trailing CR LF', 'a=1\r\n'],
+    ['an ideographic space between members', 'a=1,\u3000b=2'],
+    ['a leading no-break space', '\u00a0a=1'],
+    ['a line separator between members', 'a=1,\u2028b=2'],
+    ['a non-ASCII value', 'a=\u00e9'],
+    ['a NUL', 'a=1,\u0000'],
+  ])('refuses a character outside printable ASCII and tab: %s (W3C §3.3)', (_name, value) => {
+    expect(tracestateProblem(value)).toBe('must be printable ASCII');
+  });
+
+  it('accepts spaces and tabs around members, the OWS of W3C §3.3', () => {
+    expect(isValidTracestate(' a=1 ,\tb=2\t, c=3')).toBe(true);
   });
 
   it('accepts exactly 32 members', () => {

@@ -1,7 +1,8 @@
 import { TRACESTATE_MAX_BYTES } from './limits.js';
 
-// version-traceid-parentid-flags, lowercase hex (W3C Trace Context §3.2).
-const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$/;
+// version-traceid-parentid-flags, lowercase hex (W3C Trace Context §3.2); a future version's
+// further fields are printable ASCII, as any header value that reaches a worker must be.
+const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[\x20-\x7e]*)?$/;
 const ALL_ZERO = /^0+$/;
 
 /**
@@ -32,15 +33,23 @@ export function isValidTraceparent(value: unknown): value is string {
 const TRACESTATE_KEY =
   /^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})$/;
 const TRACESTATE_VALUE = /^[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$/;
+// A header value: printable ASCII and the tab of OWS (W3C Trace Context §3.3: list =
+// list-member 0*31( OWS "," OWS list-member ), OWS = *( SP / HTAB )).
+const TRACESTATE_CHARS = /^[\t\x20-\x7e]*$/;
+// The optional whitespace around a member: spaces and tabs only, not `String.prototype.trim`'s
+// line terminators and Unicode spaces.
+const OWS_EDGES = /^[ \t]+|[ \t]+$/g;
 
 /**
  * Why `value` is not a valid W3C `tracestate`, or `undefined` when it is: at
- * most 512 characters and 32 `key=value` members with distinct keys.
+ * most 512 characters of printable ASCII (and tab), and 32 `key=value` members with
+ * distinct keys, separated by commas with optional spaces and tabs around them.
  */
 export function tracestateProblem(value: unknown): string | undefined {
   if (typeof value !== 'string') return 'must be a string';
   if (value.length > TRACESTATE_MAX_BYTES) return `must be at most ${TRACESTATE_MAX_BYTES} bytes`;
-  const members = value.split(',').map((m) => m.trim());
+  if (!TRACESTATE_CHARS.test(value)) return 'must be printable ASCII';
+  const members = value.split(',').map((m) => m.replace(OWS_EDGES, ''));
   const nonEmpty = members.filter((m) => m.length > 0);
   if (nonEmpty.length === 0) return 'must hold at least one key=value member';
   if (nonEmpty.length > 32) return 'must hold at most 32 members';

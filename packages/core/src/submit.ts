@@ -1,6 +1,7 @@
 import {
   applySubmitDefaults,
   ContractError,
+  canonicalRetryPolicy,
   MAX_SUBMIT_DELAY_MS,
   MIN_TIMEOUT_MS,
   type SubmitCommand,
@@ -55,9 +56,7 @@ export function submitTask(
   config: Pick<LifecycleConfig, 'leaseSafetyMarginMs'>,
 ): SubmitResult {
   if (existing !== null) {
-    if (
-      !isRecordedCommand(recordedSubmit(existing), existing.command_digest, asRecorded(command))
-    ) {
+    if (!isSameSubmit(existing, command)) {
       throw new ContractError(
         'conflict',
         'this idempotency key was used for a different submit command',
@@ -124,6 +123,51 @@ function checkTimeout(
       `start; use at least ${minTimeoutMs}`,
     { reason: 'schema', path: '$.input.timeout_ms' },
   );
+}
+
+/**
+ * Whether `command` is the command `existing` was created by, canonically. Both sides' retry
+ * policies are compared in their canonical spelling ({@link canonicalRetryPolicy}): a row
+ * recorded before the decoder canonicalised them keeps `backoff: 'fixed'` or `max_delay_ms: 0`
+ * in its input. A row recorded with a digest (before migration 0002) digested the command as
+ * the client spelled it, so a fixed policy is tried in each of its four spellings.
+ */
+function isSameSubmit(existing: TaskRow, command: SubmitCommand): boolean {
+  const recorded = canonicalSubmit(recordedSubmit(existing));
+  const given = canonicalSubmit(asRecorded(command));
+  if (existing.command_digest === null) return isRecordedCommand(recorded, null, given);
+  return fixedRetrySpellings(given).some((spelling) =>
+    isRecordedCommand(recorded, existing.command_digest, spelling),
+  );
+}
+
+/** The command with its retry policy in the canonical spelling; the argument is not mutated. */
+function canonicalSubmit(command: SubmitCommand): SubmitCommand {
+  const retry = command.input.retry;
+  if (retry === undefined) return command;
+  const canonical = canonicalRetryPolicy(retry);
+  return canonical === retry
+    ? command
+    : { ...command, input: { ...command.input, retry: canonical } };
+}
+
+/**
+ * Every spelling of a canonical command's fixed retry policy (with and without `backoff:
+ * 'fixed'` and `max_delay_ms: 0`, the canonical one first); the command alone otherwise.
+ */
+function fixedRetrySpellings(command: SubmitCommand): SubmitCommand[] {
+  const retry = command.input.retry;
+  if (retry === undefined || retry.backoff === 'exponential') return [command];
+  const spelled = (extra: Partial<NonNullable<SubmitCommand['input']['retry']>>) => ({
+    ...command,
+    input: { ...command.input, retry: { ...retry, ...extra } },
+  });
+  return [
+    command,
+    spelled({ backoff: 'fixed' }),
+    spelled({ max_delay_ms: 0 }),
+    spelled({ backoff: 'fixed', max_delay_ms: 0 }),
+  ];
 }
 
 /**

@@ -198,6 +198,37 @@ describe('submitTask', () => {
     expect(codeOf(() => submitTask(mismatched, command, T0, ids, config))).toBe('conflict');
   });
 
+  it('replays a fixed retry in any spelling against a task that recorded another (a3s canonical RetryPolicy)', () => {
+    const ids = { task_id: 'a', run_id: 'b' };
+    const spellings = [
+      { max_attempts: 2, delay_ms: 10 },
+      { max_attempts: 2, delay_ms: 10, backoff: 'fixed' as const },
+      { max_attempts: 2, delay_ms: 10, max_delay_ms: 0 },
+      { max_attempts: 2, delay_ms: 10, backoff: 'fixed' as const, max_delay_ms: 0 },
+    ];
+    for (const stored of spellings) {
+      // A task recorded before the decoder canonicalised retry keeps the client's spelling.
+      const recorded = submitCommand({ retry: stored });
+      const first = submitTask(null, recorded, T0, ids, config);
+      const digestRow = { ...first.task, command_digest: commandDigest(recorded) };
+      for (const retry of spellings) {
+        const replay = submitCommand({ retry });
+        expect(submitTask(first.task, replay, T0, ids, config).created).toBe(false);
+        expect(submitTask(digestRow, replay, T0, ids, config).created).toBe(false);
+      }
+      for (const retry of [
+        { max_attempts: 3, delay_ms: 10 },
+        { max_attempts: 2, delay_ms: 10, backoff: 'exponential' as const, max_delay_ms: 10 },
+      ]) {
+        const other = submitCommand({ retry });
+        expect(codeOf(() => submitTask(first.task, other, T0, ids, config))).toBe('conflict');
+        expect(codeOf(() => submitTask(digestRow, other, T0, ids, config))).toBe('conflict');
+      }
+      // The comparison does not rewrite the row.
+      expect(first.task.input).toEqual(recorded.input);
+    }
+  });
+
   it('refuses to compare a replay with a task read without its data', () => {
     const command = submitCommand();
     const ids = { task_id: 'a', run_id: 'b' };

@@ -185,6 +185,56 @@ describe('POST {scope}/tasks', () => {
     });
     await expectProblem(query, 'invalid_input');
   });
+
+  it('replays a fixed retry spelled with backoff "fixed" or max_delay_ms 0 as the task submitted without them (200, a3s canonical RetryPolicy)', async () => {
+    const h = createHarness();
+    const first = await expectJson<TaskSnapshot>(
+      await h.call(TASKS, {
+        key: KEYS.client,
+        json: submitBody(ACME_PROD, 'fixed-1', { retry: { max_attempts: 2, delay_ms: 10 } }),
+      }),
+      201,
+    );
+    // The a3s seed: `backoff` is `skip_serializing_if = "RetryBackoff::is_fixed"` and
+    // `max_delay_ms` is `skip_serializing_if = "is_zero"` ("zero is canonical for a fixed
+    // policy"): the same policy, the same canonical command.
+    for (const retry of [
+      { max_attempts: 2, delay_ms: 10, backoff: 'fixed' },
+      { max_attempts: 2, delay_ms: 10, max_delay_ms: 0 },
+      { max_attempts: 2, delay_ms: 10, backoff: 'fixed', max_delay_ms: 0 },
+    ]) {
+      const res = await h.call(TASKS, {
+        key: KEYS.client,
+        json: submitBody(ACME_PROD, 'fixed-1', { retry }),
+      });
+      const again = await expectJson<TaskSnapshot>(res, 200);
+      expect(again.task_id).toBe(first.task_id);
+    }
+  });
+
+  it('refuses a tracestate holding CR, LF or non-ASCII whitespace at $.origin_trace.tracestate (W3C Trace Context §3.3)', async () => {
+    const h = createHarness();
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    // W3C: list = list-member 0*31( OWS "," OWS list-member ), OWS = *( SP / HTAB ); values are
+    // printable ASCII. These would reach workers verbatim in the CloudEvent `tracestate`.
+    for (const tracestate of [
+      'a=1,\nb=2',
+      'a=1\r\n',
+      'a=1,\u3000b=2',
+      '\u00a0a=1',
+      'a=1,\u2028b=2',
+    ]) {
+      const res = await h.call(TASKS, {
+        key: KEYS.client,
+        json: {
+          ...submitBody(ACME_PROD, `trace-${tracestate.length}-${tracestate.charCodeAt(3)}`),
+          origin_trace: { traceparent, tracestate },
+        },
+      });
+      const problem = await expectProblem(res, 'invalid_input');
+      expect(problem.path).toBe('$.origin_trace.tracestate');
+    }
+  });
 });
 
 describe('POST {scope}/tasks:batch', () => {
@@ -338,6 +388,22 @@ describe('GET {scope}/tasks', () => {
       await h.call(`${scopePath(GLOBEX_PROD)}/tasks`, { key: KEYS.client }),
       'forbidden',
     );
+  });
+
+  it('reports a bad list cursor at query.cursor, like every other list query parameter', async () => {
+    const h = createHarness();
+    const limit = await expectProblem(
+      await h.call(`${TASKS}?limit=0`, { key: KEYS.client }),
+      'invalid_input',
+    );
+    expect(limit.path).toBe('query.limit');
+    const cursor = await expectProblem(
+      await h.call(`${TASKS}?cursor=abc`, { key: KEYS.client }),
+      'invalid_input',
+    );
+    expect(cursor.reason).toBe('invalid_cursor');
+    // There is no JSON body on a GET: `$.cursor` would name nothing the caller sent.
+    expect(cursor.path).toBe('query.cursor');
   });
 });
 
@@ -634,7 +700,7 @@ describe('acquire, renew, settle, quiescence', () => {
       json: {
         commands: [
           acquireBody(session, 0, 1),
-          { ...acquireBody(session, 1, 1), sequence: 0 },
+          { ...acquireBody(session, 1, 1), sequence: -1 },
           { ...acquireBody(session, 1, 1), scope: GLOBEX_PROD },
           acquireBody(session, 1, 1),
         ],
@@ -653,6 +719,35 @@ describe('acquire, renew, settle, quiescence', () => {
         json: { commands: [acquireBody(session, 0, 2)] },
       }),
       'forbidden',
+    );
+  });
+
+  it('answers sequence 0 by the sequence rules (409 sequence_conflict), never as invalid_input (DESIGN §4.1: sequences are integers in 0..2^53−1)', async () => {
+    const h = createHarness();
+    const { assignment, session } = await assignTask(h, ACME_PROD, KEYS.both);
+    expect(assignment.authority.renew_sequence).toBe(0);
+    // An assignment starts at renew_sequence 0, but nothing was renewed yet: 0 replays nothing
+    // and is not the next (1).
+    await expectProblem(
+      await h.call('/v1/worker/renew', {
+        key: KEYS.both,
+        json: { owner: assignment.lease.owner, sequence: 0, intent: 'keep_alive' },
+      }),
+      'sequence_conflict',
+    );
+    // Acquire on a slot that has not polled yet: 0 is not `last + 1` (1).
+    await expectProblem(
+      await h.call('/v1/worker/acquire', {
+        key: KEYS.both,
+        json: {
+          scope: session.scope,
+          queue: session.queue,
+          worker_session_id: session.id,
+          consumer_id: 1,
+          sequence: 0,
+        },
+      }),
+      'sequence_conflict',
     );
   });
 

@@ -445,6 +445,9 @@ function routePattern(c: AppContext): string | null {
 function problemResponse(c: AppContext, problem: Problem): Response {
   if (problem.code === 'unauthorized') {
     c.header('WWW-Authenticate', 'Bearer realm="ledgence"');
+  } else if (problem.reason === 'content_encoding') {
+    // RFC 9110 §15.5.16: name the content codings that would have been accepted.
+    c.header('Accept-Encoding', 'identity');
   }
   return c.body(JSON.stringify(problem), problem.status as ContentfulStatusCode, {
     'Content-Type': PROBLEM_CONTENT_TYPE,

@@ -1,3 +1,4 @@
+import { gzipSync } from 'node:zlib';
 import {
   BATCH_MAX_BYTES,
   CONTROL_REQUEST_MAX_BYTES,
@@ -6,7 +7,7 @@ import {
   SUBMISSION_MAX_BYTES,
 } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
-import { isJsonContentType, readBody } from './body.js';
+import { isEncodedContent, isJsonContentType, readBody } from './body.js';
 import { expectJson, expectProblem } from './testdata/expect.js';
 import {
   ACME_PROD,
@@ -122,6 +123,37 @@ describe('readBody', () => {
     });
   });
 
+  it('refuses a JSON body in a content coding other than identity at its first bytes (415 content_encoding)', async () => {
+    const streamed = countingStream(1_000_000);
+    const encoded = { 'content-type': 'application/json', 'content-encoding': 'gzip' };
+    await expect(readBody(request(streamed.stream, encoded), 10 ** 7)).rejects.toMatchObject({
+      code: 'unsupported_media_type',
+      reason: 'content_encoding',
+    });
+    expect(streamed.pulled()).toBeLessThanOrEqual(2 * CHUNK);
+    // A declared length is refused before anything is read.
+    const declared = countingStream(1_000_000);
+    await expect(
+      readBody(request(declared.stream, { ...encoded, 'content-length': '1000000' }), 10 ** 7),
+    ).rejects.toMatchObject({ code: 'unsupported_media_type', reason: 'content_encoding' });
+    expect(declared.pulled()).toBe(0);
+    // identity is no coding at all; another content type is still reported as such.
+    const identity = { 'content-type': 'application/json', 'content-encoding': 'Identity' };
+    expect(new TextDecoder().decode(await readBody(request('{}', identity), 10))).toBe('{}');
+    await expect(
+      readBody(request('x', { 'content-type': 'text/plain', 'content-encoding': 'gzip' }), 10),
+    ).rejects.toMatchObject({ code: 'unsupported_media_type', reason: 'content_type' });
+  });
+
+  it('names every coding but identity as a content coding', () => {
+    expect(isEncodedContent(null)).toBe(false);
+    expect(isEncodedContent('identity')).toBe(false);
+    expect(isEncodedContent(' IDENTITY ')).toBe(false);
+    for (const value of ['gzip', 'br', 'deflate', 'x-gzip', 'identity, gzip', 'GZIP']) {
+      expect(isEncodedContent(value)).toBe(true);
+    }
+  });
+
   it('treats an empty body as no body, whatever the content type', async () => {
     expect((await readBody(request('', { 'content-type': 'text/plain' }), 10)).byteLength).toBe(0);
     expect((await readBody(request(null, {}), 10)).byteLength).toBe(0);
@@ -136,6 +168,20 @@ describe('readBody', () => {
     await expect(
       readBody(request(stream, { 'content-type': 'application/json' }), 10),
     ).rejects.toMatchObject({ code: 'invalid_input', reason: 'body_unreadable' });
+  });
+});
+
+describe('content codings (RFC 9110 §15.5.16)', () => {
+  it('refuses a gzip Content-Encoding with 415 unsupported_media_type instead of decoding the compressed bytes as JSON', async () => {
+    const h = createHarness();
+    const res = await h.call(`${scopePath(ACME_PROD)}/tasks`, {
+      key: KEYS.client,
+      body: new Uint8Array(gzipSync(JSON.stringify(submitBody(ACME_PROD, 'gz-1')))),
+      headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+    });
+    expect(res.headers.get('accept-encoding')).toBe('identity');
+    const problem = await expectProblem(res, 'unsupported_media_type');
+    expect(problem.reason).toBe('content_encoding');
   });
 });
 

@@ -28,6 +28,32 @@ function unsupportedMediaType(): ContractError {
   );
 }
 
+/**
+ * Whether a `Content-Encoding` value names a coding other than `identity`: the server decodes
+ * none (RFC 9110 §8.4), so such a body is refused unread rather than decoded as JSON.
+ */
+export function isEncodedContent(value: string | null): boolean {
+  if (value === null) return false;
+  for (const coding of value.split(',')) {
+    const name = coding.trim().toLowerCase();
+    if (name !== '' && name !== 'identity') return true;
+  }
+  return false;
+}
+
+function unsupportedEncoding(): ContractError {
+  return new ContractError(
+    'unsupported_media_type',
+    'the request body must be sent without a Content-Encoding (identity): the server decodes no content coding',
+    { reason: 'content_encoding' },
+  );
+}
+
+/** The refusal of a non-empty body the server will not read: its type, then its coding. */
+function unreadable(json: boolean): ContractError {
+  return json ? unsupportedEncoding() : unsupportedMediaType();
+}
+
 function payloadTooLarge(limit: number): ContractError {
   return new ContractError(
     'payload_too_large',
@@ -56,18 +82,22 @@ function concat(chunks: readonly Uint8Array[], total: number): Uint8Array {
 /**
  * Reads `request`'s body as bytes, at most `limit` of them. An empty body
  * (none at all, or zero bytes) is returned as an empty array whatever the
- * content type says; a non-empty body must be `application/json`.
+ * content type says; a non-empty body must be `application/json` without a
+ * content coding (`Content-Encoding` absent or `identity`).
  *
  * Throws `unsupported_media_type` for a non-empty body of another (or no)
- * content type, and `payload_too_large` when the declared length or the
- * bytes read exceed `limit`; in both cases the rest of the body is not read.
+ * content type (reason `content_type`) or with a content coding such as gzip
+ * (reason `content_encoding`), and `payload_too_large` when the declared length
+ * or the bytes read exceed `limit`; in all these cases the rest of the body is not read.
  */
 export async function readBody(request: Request, limit: number): Promise<Uint8Array> {
   const contentType = request.headers.get('content-type');
   const json = contentType !== null && isJsonContentType(contentType);
+  // Readable: JSON in no content coding. Anything else is refused at its first byte.
+  const readable = json && !isEncodedContent(request.headers.get('content-encoding'));
   const declared = declaredLength(request.headers.get('content-length'));
   if (declared !== undefined && declared > 0) {
-    if (!json) throw unsupportedMediaType();
+    if (!readable) throw unreadable(json);
     if (declared > limit) throw payloadTooLarge(limit);
   }
   if (declared !== undefined && declared <= limit) {
@@ -85,7 +115,7 @@ export async function readBody(request: Request, limit: number): Promise<Uint8Ar
       });
     }
     if (buffer.byteLength === 0) return EMPTY;
-    if (!json) throw unsupportedMediaType();
+    if (!readable) throw unreadable(json);
     // Only a request built in memory can carry more bytes than it declares.
     if (buffer.byteLength > limit) throw payloadTooLarge(limit);
     return new Uint8Array(buffer);
@@ -110,7 +140,7 @@ export async function readBody(request: Request, limit: number): Promise<Uint8Ar
       const chunk = next.value;
       if (chunk.byteLength === 0) continue;
       // Checked at the first byte, so a large body of the wrong type is never read.
-      if (!json) throw unsupportedMediaType();
+      if (!readable) throw unreadable(json);
       total += chunk.byteLength;
       if (total > limit) throw payloadTooLarge(limit);
       chunks.push(chunk);

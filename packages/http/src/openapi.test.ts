@@ -3,6 +3,9 @@ import {
   type ErrorCode,
   MAX_RETENTION_BATCH,
   MAX_RETENTION_MS,
+  MAX_SESSION_CONCURRENCY,
+  MAX_SUBMIT_BATCH,
+  MAX_WORKER_BATCH,
   MIN_RETENTION_MS,
 } from '@ledgence/contracts';
 import { compileErrors, validate } from '@readme/openapi-parser';
@@ -221,11 +224,32 @@ describe('/openapi.json', () => {
     const acquire = schemas.AcquireCommand as { properties: Record<string, unknown> };
     expect(acquire.properties.sequence).toEqual({
       type: 'integer',
-      minimum: 1,
+      minimum: 0,
       maximum: Number.MAX_SAFE_INTEGER,
     });
     expect(acquire.properties.consumer_id).toEqual({ type: 'integer', minimum: 0, maximum: 999 });
     expect(status.properties.submitted_at).toMatchObject({ type: 'integer', minimum: 0 });
+  });
+
+  it('states the 1..N item bounds of every batch request body that the server enforces', () => {
+    const bounds: Record<string, number> = {
+      SubmitBatchRequest: MAX_SUBMIT_BATCH, // DESIGN §6: "{commands: SubmitCommand[]} (≤ 1 000)"
+      AcquireBatchRequest: MAX_SESSION_CONCURRENCY,
+      RenewBatchRequest: MAX_WORKER_BATCH,
+      SettleBatchRequest: MAX_WORKER_BATCH,
+    };
+    for (const [name, max] of Object.entries(bounds)) {
+      const schema = doc.components.schemas[name] as {
+        properties: Record<string, Record<string, unknown>>;
+      };
+      const commands = schema.properties.commands;
+      // The server answers 400 "$.commands must hold 1 to N items" outside these bounds.
+      expect({ name, minItems: commands?.minItems, maxItems: commands?.maxItems }).toEqual({
+        name,
+        minItems: 1,
+        maxItems: max,
+      });
+    }
   });
 
   it('carries no validation response that describes echoed input', () => {

@@ -167,8 +167,10 @@ const overrideSchema: ConversionConfig['overrideSchema'] = ({ valibotSchema, jso
 const INTEGER_RANGE = /^must be an integer from (-?\d+) to (-?\d+)$/;
 const NON_NEGATIVE_INTEGER = /^must be a non-negative (?:safe )?integer/;
 const POSITIVE_INTEGER = /^must be a positive safe integer$/;
+// The array bound of `itemCount` (common.ts): batch bodies and pages.
+const ITEM_COUNT = /^must hold (\d+) to (\d+) items$/;
 
-/** Turns the contracts' integer checks into `type: integer` with bounds. */
+/** Turns the contracts' integer checks into `type: integer` with bounds, item counts into `minItems`/`maxItems`. */
 const overrideAction: ConversionConfig['overrideAction'] = ({ valibotAction, jsonSchema }) => {
   const message = (valibotAction as { message?: unknown }).message;
   if (valibotAction.type !== 'check' || typeof message !== 'string') return undefined;
@@ -184,7 +186,14 @@ const overrideAction: ConversionConfig['overrideAction'] = ({ valibotAction, jso
     Object.assign(schema, { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER });
   } else if (POSITIVE_INTEGER.test(message)) {
     Object.assign(schema, { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER });
-  } else return undefined;
+  } else {
+    const count = ITEM_COUNT.exec(message);
+    if (count === null) return undefined;
+    const [min, max] = [Number(count[1]), Number(count[2])];
+    // A lower bound of 0 says nothing an array does not already say.
+    if (min > 0) schema.minItems = min;
+    schema.maxItems = max;
+  }
   return schema as ReturnType<NonNullable<ConversionConfig['overrideAction']>>;
 };
 

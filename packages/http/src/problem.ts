@@ -80,8 +80,9 @@ export function problemOf(error: ContractError, context: ProblemContext = {}): P
     wrapsBackendFailure(error) || quotesInput(error.message, context.supplied)
       ? GENERIC_DETAILS[error.code]
       : error.message;
+  // `null`, not `undefined`: an omitted path argument means the error's own path.
   const path =
-    error.path !== undefined && !quotesInput(error.path, context.supplied) ? error.path : undefined;
+    error.path !== undefined && !quotesInput(error.path, context.supplied) ? error.path : null;
   const problem = problemDocument(error, detail, path);
   if (context.requestId !== undefined) problem.request_id = context.requestId;
   return problem;

@@ -146,6 +146,7 @@ export type {
 export {
   AttemptStateSchema,
   applySubmitDefaults,
+  canonicalRetryPolicy,
   HistoryEventSchema,
   RecordedHistoryEventSchema,
   RetryBackoffSchema,

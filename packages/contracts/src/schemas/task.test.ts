@@ -73,6 +73,20 @@ describe('RetryPolicy', () => {
     expect(retry({ max_attempts: 3, delay_ms: 10, backoff: 'fixed', max_delay_ms: 5 })).toBe(false);
   });
 
+  it('decodes every spelling of a fixed policy to the canonical one, without backoff or max_delay_ms (a3s is_fixed / is_zero)', () => {
+    for (const policy of [
+      { max_attempts: 3, delay_ms: 10 },
+      { max_attempts: 3, delay_ms: 10, backoff: 'fixed' },
+      { max_attempts: 3, delay_ms: 10, max_delay_ms: 0 },
+      { max_attempts: 3, delay_ms: 10, backoff: 'fixed', max_delay_ms: 0 },
+      { max_attempts: 3, delay_ms: 10, backoff: null, max_delay_ms: null },
+    ]) {
+      expect(v.parse(RetryPolicySchema, policy)).toStrictEqual({ max_attempts: 3, delay_ms: 10 });
+    }
+    const exponential = { max_attempts: 3, delay_ms: 10, backoff: 'exponential', max_delay_ms: 10 };
+    expect(v.parse(RetryPolicySchema, exponential)).toStrictEqual(exponential);
+  });
+
   it('exponential needs 1 <= delay_ms <= max_delay_ms <= RETRY_MAX_DELAY_MS', () => {
     const exp = (delay_ms: number, max_delay_ms?: number) =>
       retry({ max_attempts: 3, delay_ms, backoff: 'exponential', max_delay_ms });

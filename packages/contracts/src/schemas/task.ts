@@ -68,6 +68,11 @@ export type RetryBackoff = v.InferOutput<typeof RetryBackoffSchema>;
  * `max_delay_ms`; an exponential one needs `1 ≤ delay_ms ≤ max_delay_ms ≤
  * RETRY_MAX_DELAY_MS`. Exponential delays use deterministic full jitter from
  * `(task_id, attempt number)` (see retry.ts).
+ *
+ * The decoded policy is canonical ({@link canonicalRetryPolicy}): a fixed policy
+ * loses `backoff: 'fixed'` and `max_delay_ms: 0`, as the a3s seed serialises it
+ * (`skip_serializing_if` `is_fixed` / `is_zero`), so every spelling of one
+ * policy is the same command to submit idempotency.
  */
 export const RetryPolicySchema = v.pipe(
   requestObject({
@@ -92,9 +97,28 @@ export const RetryPolicySchema = v.pipe(
       fieldIssue(addIssue, input, 'max_delay_ms', 'must be absent or 0 with fixed backoff');
     }
   }),
+  v.transform(canonicalRetryPolicy),
 );
 /** Retry policy, including the initial attempt in `max_attempts`. */
 export type RetryPolicy = v.InferOutput<typeof RetryPolicySchema>;
+
+/**
+ * The a3s seed's canonical spelling of a valid retry policy: a fixed policy
+ * (`backoff` absent or `'fixed'`) has neither `backoff` (`skip_serializing_if =
+ * "RetryBackoff::is_fixed"`) nor `max_delay_ms` ("Zero is canonical for a fixed
+ * policy"); an exponential one is kept as it is. A policy already canonical is
+ * returned as it is; otherwise a copy without those keys (the argument is not mutated).
+ */
+export function canonicalRetryPolicy<
+  T extends { backoff?: RetryBackoff | undefined; max_delay_ms?: number | undefined },
+>(policy: T): T {
+  if (policy.backoff === 'exponential') return policy;
+  const zeroCap = 'max_delay_ms' in policy && policy.max_delay_ms === 0;
+  if (!('backoff' in policy) && !zeroCap) return policy;
+  const { backoff: _backoff, ...rest } = policy;
+  if (zeroCap) delete (rest as { max_delay_ms?: number }).max_delay_ms;
+  return rest as T;
+}
 
 /**
  * A request to create one logical task, before assigning run or attempt IDs.

@@ -50,14 +50,17 @@ describe('sessions and acquisition', () => {
     }
   });
 
-  it('command sequences start at 1; replies may carry 0', () => {
+  it('command sequences are integers in 0..2^53-1 (DESIGN §4.1); the sequence rules, not the schema, answer 0', () => {
     expect(ok(AcquireCommandSchema, { ...acquireCommand, sequence: 1 })).toBe(true);
     expect(ok(AcquireCommandSchema, { ...acquireCommand, sequence: Number.MAX_SAFE_INTEGER })).toBe(
       true,
     );
-    expect(ok(AcquireCommandSchema, { ...acquireCommand, sequence: 0 })).toBe(false);
+    expect(ok(AcquireCommandSchema, { ...acquireCommand, sequence: 0 })).toBe(true);
+    expect(ok(AcquireCommandSchema, { ...acquireCommand, sequence: -1 })).toBe(false);
+    expect(ok(AcquireCommandSchema, { ...acquireCommand, sequence: 1.5 })).toBe(false);
     expect(ok(AcquireCommandSchema, { ...acquireCommand, sequence: 2 ** 53 })).toBe(false);
-    expect(ok(RenewCommandSchema, { ...renewCommand, sequence: 0 })).toBe(false);
+    expect(ok(RenewCommandSchema, { ...renewCommand, sequence: 0 })).toBe(true);
+    expect(ok(RenewCommandSchema, { ...renewCommand, sequence: -1 })).toBe(false);
     expect(ok(RenewCommandSchema, { ...renewCommand, sequence: 1 })).toBe(true);
     expect(ok(AuthoritySchema, { ...authority, renew_sequence: 0 })).toBe(true);
     expect(ok(AcquireReplySchema, { disposition: 'empty', sequence: 0 })).toBe(true);

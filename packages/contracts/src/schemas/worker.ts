@@ -60,13 +60,15 @@ export type WorkerSession = v.InferOutput<typeof WorkerSessionSchema>;
  * One poll of one consumer slot. `sequence` advances by exactly one per
  * consumer (first poll: 1): `last + 1` is a new poll, `last` replays, anything
  * else is 409 `sequence_conflict`. `queue` must equal the session's queue.
+ * Any sequence in 0..2^53−1 is well-formed (DESIGN §4.1 "Numbers"); one the
+ * slot's cursor does not allow, 0 included, is answered by those rules.
  */
 export const AcquireCommandSchema = v.strictObject({
   scope: ScopeSchema,
   queue: NameSchema,
   worker_session_id: NameSchema,
   consumer_id: ConsumerIdSchema,
-  sequence: PositiveCounterSchema,
+  sequence: CounterSchema,
 });
 /** One poll of one consumer slot. */
 export type AcquireCommand = v.InferOutput<typeof AcquireCommandSchema>;
@@ -179,11 +181,14 @@ export type RenewIntent = v.InferOutput<typeof RenewIntentSchema>;
 
 /**
  * A renewal. `sequence` advances by one per attempt (first renew: 1);
- * `last` replays without extending twice; anything else is 409.
+ * `last` replays without extending twice; anything else is 409. Any sequence
+ * in 0..2^53−1 is well-formed (DESIGN §4.1); 0 before any renew is 409
+ * `sequence_conflict` (an assignment starts at `renew_sequence: 0`, but nothing
+ * was renewed to replay).
  */
 export const RenewCommandSchema = v.strictObject({
   owner: LeaseOwnerSchema,
-  sequence: PositiveCounterSchema,
+  sequence: CounterSchema,
   intent: RenewIntentSchema,
 });
 /** A renewal. */

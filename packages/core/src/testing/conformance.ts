@@ -461,14 +461,22 @@ export function runTaskStoreConformance(
         // As the wire carries them (JSON has no -0): the same task, the same answer.
         const wire = (value: unknown) => JSON.parse(JSON.stringify(value));
         expect(wire(again.snapshot)).toEqual(wire(first.snapshot));
-        const { origin_trace: _trace, ...untraced } = command;
         const input = command.input;
+        // A fixed retry in another spelling is the same policy (the a3s canonical encoding).
+        for (const retry of [
+          { max_attempts: 5, delay_ms: 250 },
+          { max_attempts: 5, delay_ms: 250, max_delay_ms: 0 },
+        ]) {
+          const respelled = await w.store.submit({ ...command, input: { ...input, retry } });
+          expect(respelled.created).toBe(false);
+        }
+        const { origin_trace: _trace, ...untraced } = command;
         for (const other of [
           {
             ...command,
             input: { ...input, data: { ...(input.data as object), a: { y: [{ k: 0 }], b: true } } },
           },
-          { ...command, input: { ...input, retry: { max_attempts: 5, delay_ms: 250 } } },
+          { ...command, input: { ...input, retry: { max_attempts: 5, delay_ms: 251 } } },
           { ...command, input: { ...input, timeout_ms: 60_001 } },
           { ...command, input: { ...input, delay_ms: 11 } },
           { ...command, input: { ...input, concurrency_limit: 3 } },
@@ -825,6 +833,16 @@ export function runTaskStoreConformance(
         expect(await w.poll(session, 0, 3)).toEqual({ disposition: 'empty', sequence: 3 });
       });
 
+      it('answers sequence 0 with 409 sequence_conflict, before and after the first poll', async () => {
+        const w = setup();
+        const session = await w.session({ concurrency: 1 });
+        // DESIGN §4.1: 0 is a well-formed sequence, but never `last` nor `last + 1` of a slot.
+        await expectContractError(w.poll(session, 0, 0), 'sequence_conflict');
+        expect(await w.poll(session, 0, 1)).toEqual({ disposition: 'empty', sequence: 1 });
+        await expectContractError(w.poll(session, 0, 0), 'sequence_conflict');
+        expect(await w.poll(session, 0, 2)).toEqual({ disposition: 'empty', sequence: 2 });
+      });
+
       it('keeps slots apart: each consumer of a session has its own sequence', async () => {
         const w = setup();
         const session = await w.session({ concurrency: 2 });
@@ -1055,6 +1073,16 @@ export function runTaskStoreConformance(
         await expectContractError(w.store.renew(renewCommand(assignment, 4)), 'sequence_conflict');
         await expectContractError(w.store.renew(renewCommand(assignment, 1)), 'sequence_conflict');
         expect((await w.store.renew(renewCommand(assignment, 3))).renew_sequence).toBe(3);
+      });
+
+      it('answers renew sequence 0 with 409 sequence_conflict: an assignment starts at 0, but nothing was renewed to replay', async () => {
+        const w = setup();
+        const { assignment } = await w.submitAndClaim();
+        expect(assignment.authority.renew_sequence).toBe(0);
+        await expectContractError(w.store.renew(renewCommand(assignment, 0)), 'sequence_conflict');
+        // The rejection neither extended the lease nor moved the sequence: 1 is the first renew.
+        expect((await w.store.renew(renewCommand(assignment, 1))).renew_sequence).toBe(1);
+        await expectContractError(w.store.renew(renewCommand(assignment, 0)), 'sequence_conflict');
       });
 
       it('rejects the same sequence with a different intent as 409 conflict', async () => {

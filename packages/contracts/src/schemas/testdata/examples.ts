@@ -66,7 +66,7 @@ export const submitTaskDelayed: s.SubmitTask = {
   queue: 'email',
   program: { name: 'send-email' },
   data: null,
-  retry: { max_attempts: 1, delay_ms: 0, backoff: 'fixed', max_delay_ms: 0 },
+  retry: { max_attempts: 1, delay_ms: 0 }, // a fixed policy, canonical (a3s encoding)
   delay_ms: 5_000,
 };
 
