@@ -596,10 +596,48 @@ describe('batch decoders', () => {
     );
   });
 
-  it('rejects strict-JSON violations for the whole request', () => {
+  it("rejects the body's own strict-JSON violations and syntax for the whole request", () => {
     expect(errorOf(() => decodeRenewBatch('{"commands":[],"commands":[]}')).reason).toBe(
       'duplicate_key',
     );
+    const good = JSON.stringify(submitCommand);
+    // Syntax inside an item is the body's syntax: nothing can be answered item by item.
+    expect(errorOf(() => decodeSubmitBatch(`{"commands":[${good},{"a":}]}`)).reason).toBe('syntax');
+    // An item breaking a value rule in a body whose envelope is wrong too: the request fails
+    // whole (with the first error found), since the body is not `{"commands": [...]}`.
+    const dup = good.replace('{', '{"a":1,"a":2,');
+    expect(errorOf(() => decodeSubmitBatch(`{"commands":[${dup}],"x":1}`)).reason).toBe(
+      'duplicate_key',
+    );
+  });
+
+  it('answers an item breaking a strict-JSON value rule as that item alone (DESIGN §6)', () => {
+    const good = JSON.stringify(submitCommand);
+    const withData = (data: string) =>
+      json(withInput({ data: 1 })).replace('"data":1', `"data":${data}`);
+    const deep = `${'['.repeat(69)}${']'.repeat(69)}`;
+    const items = decodeSubmitBatch(
+      `{ "commands" : [ ${good} , ${withData('{"a":1,"a":2}')},\n${withData('9007199254740993')},` +
+        `${withData('"\\ud800"')}, ${withData(deep)}, ${good} ] }`,
+    );
+    expect(items).toHaveLength(6);
+    expect(ok(items[0])).toStrictEqual(submitCommand);
+    expect([failed(items[1]).reason, failed(items[1]).path]).toEqual([
+      'duplicate_key',
+      '$.commands[1].input.data.a',
+    ]);
+    expect(failed(items[1]).message).toContain('$.commands[1].input.data.a');
+    expect([failed(items[2]).reason, failed(items[2]).path]).toEqual([
+      'number_out_of_range',
+      '$.commands[2].input.data',
+    ]);
+    expect([failed(items[3]).reason, failed(items[3]).path]).toEqual([
+      'lone_surrogate',
+      '$.commands[3].input.data',
+    ]);
+    expect(failed(items[4]).reason).toBe('depth_exceeded');
+    expect(failed(items[4]).path).toMatch(/^\$\.commands\[4\]\.input\.data/);
+    expect(ok(items[5])).toStrictEqual(submitCommand);
   });
 });
 

@@ -11,6 +11,7 @@
  * value; messages name the path and the rule, never the rejected value.
  */
 import * as v from 'valibot';
+import { ItemDecodeFailure, itemsDecodedAlone } from './batch-items.js';
 import { compiledOnReuse, REJECTED } from './compile.js';
 import { ContractError } from './errors.js';
 import { appendJsonPath, checkJsonValue, decodeStrictJson, type JsonInput } from './json.js';
@@ -331,17 +332,31 @@ const ACQUIRE_BATCH_ENVELOPE = batchEnvelope(MAX_SESSION_CONCURRENCY);
 const WORKER_BATCH_ENVELOPE = batchEnvelope(MAX_WORKER_BATCH);
 
 /**
- * The whole body must be strict JSON `{commands: [...]}` within BATCH_MAX_BYTES
- * and its item bound, or the request fails as a whole; then each item is
- * validated on its own (DESIGN §6), in request order.
+ * The whole body must be JSON `{commands: [...]}` within BATCH_MAX_BYTES and its
+ * item bound, or the request fails as a whole; then each item is validated on
+ * its own (DESIGN §6), in request order — the strict-JSON value rules included:
+ * an item with a duplicate key or a number beyond ±(2^53−1) is its own problem
+ * (batch-items.ts).
  */
 function decodeBatch<T>(
   bytes: JsonInput,
   envelope: ReturnType<typeof batchEnvelope>,
   decodeItem: (item: unknown, path: string) => T,
 ): DecodedItem<T>[] {
-  const body = parseWith(envelope, decodeJson(bytes, BATCH_MAX_BYTES));
+  let root: unknown;
+  try {
+    root = decodeJson(bytes, BATCH_MAX_BYTES);
+  } catch (error) {
+    const items = itemsDecodedAlone(bytes, error, {
+      maxBytes: BATCH_MAX_BYTES,
+      maxDepth: COMMAND_MAX_DEPTH,
+    });
+    if (items === undefined) throw error;
+    root = { commands: items };
+  }
+  const body = parseWith(envelope, root);
   return body.commands.map((item, index): DecodedItem<T> => {
+    if (item instanceof ItemDecodeFailure) return { ok: false, error: item.error };
     try {
       return { ok: true, value: decodeItem(item, `$.commands[${index}]`) };
     } catch (error) {

@@ -265,6 +265,26 @@ describe('POST {scope}/tasks:batch', () => {
     expect(results[2]).toMatchObject({ reason: 'scope_mismatch' });
   });
 
+  it('answers an item whose data breaks a strict-JSON value rule on its own; its neighbours are submitted', async () => {
+    const h = createHarness();
+    const item = (key: string, data: string) =>
+      JSON.stringify(submitBody(ACME_PROD, key, { data: 1 })).replace('"data":1', `"data":${data}`);
+    const res = await h.call(`${TASKS}:batch`, {
+      key: KEYS.client,
+      headers: { 'content-type': 'application/json' },
+      body: `{"commands":[${item('v-1', '{"a":1,"a":2}')},${item('v-2', '9007199254740993')},${item('v-3', '{"ok":true}')}]}`,
+    });
+    const { results } = await expectJson<{ results: (TaskSnapshot | Problem)[] }>(res, 200);
+    expect(results[0]).toMatchObject({
+      code: 'invalid_input',
+      reason: 'duplicate_key',
+      path: '$.commands[0].input.data.a',
+    });
+    expect(results[1]).toMatchObject({ code: 'invalid_input', reason: 'number_out_of_range' });
+    expect(results[2]).toMatchObject({ state: 'queued' });
+    expect(h.calls.submitBatch).toBe(1);
+  });
+
   it('rejects a bad envelope, a foreign scope and a too-large body as a whole', async () => {
     const h = createHarness();
     const path = `${TASKS}:batch`;

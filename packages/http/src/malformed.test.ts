@@ -309,6 +309,13 @@ beforeAll(async () => {
   for (const key of Object.keys(h.calls)) delete h.calls[key];
 });
 
+/** The item answers of a batch reply (`results` or `replies`), or `undefined` for another body. */
+function batchItems(text: string): { status?: unknown; code?: unknown }[] | undefined {
+  const body = JSON.parse(text) as { results?: unknown; replies?: unknown };
+  const items = body.results ?? body.replies;
+  return Array.isArray(items) ? items : undefined;
+}
+
 describe('malformed bodies on every route with a body', () => {
   it('covers every route of the app that takes a body', () => {
     const withBody = h.app.routes.filter((r) => r.method === 'POST' || r.method === 'PUT');
@@ -321,7 +328,7 @@ describe('malformed bodies on every route with a body', () => {
     expect(uncovered.map((r) => `${r.method} ${r.path}`)).toEqual([]);
   });
 
-  it('rejects at least 300 malformed bodies with 4xx problems and changes nothing', async () => {
+  it('rejects at least 300 malformed bodies with 4xx problems (per item in a batch) and changes nothing', async () => {
     const cases: Case[] = routes.flatMap((route) =>
       variants(route).map((v) => ({
         ...v,
@@ -349,15 +356,25 @@ describe('malformed bodies on every route with a body', () => {
       } catch {
         code = undefined;
       }
+      const isProblem = (p: { status?: unknown; code?: unknown } | undefined) =>
+        typeof p?.status === 'number' &&
+        p.status >= 400 &&
+        p.status < 500 &&
+        typeof p.code === 'string' &&
+        (ERROR_CODES as readonly string[]).includes(p.code);
+      // DESIGN §6: a batch answers each item on its own, so a body whose only fault lies inside
+      // its items (a duplicate key, nesting too deep) is 200 with a problem for every item.
+      const items = res.status === 200 ? batchItems(text) : undefined;
       const ok =
-        res.status >= 400 &&
-        res.status < 500 &&
-        res.headers.get('content-type') === 'application/problem+json' &&
-        typeof code === 'string' &&
-        (ERROR_CODES as readonly string[]).includes(code) &&
-        !text.includes(MARKER);
+        !text.includes(MARKER) &&
+        (items !== undefined
+          ? items.length > 0 && items.every(isProblem)
+          : res.headers.get('content-type') === 'application/problem+json' &&
+            isProblem({ status: res.status, code }));
       if (!ok) failures.push(`${c.route} / ${c.variant}: ${res.status} ${text.slice(0, 200)}`);
-      codes.set(String(code), (codes.get(String(code)) ?? 0) + 1);
+      for (const answer of items ?? [{ code }]) {
+        codes.set(String(answer.code), (codes.get(String(answer.code)) ?? 0) + 1);
+      }
     }
     expect(failures).toEqual([]);
     // Nothing reached the service, and the store holds exactly what it held.
