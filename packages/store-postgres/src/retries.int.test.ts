@@ -43,6 +43,16 @@ async function poll(
   return reply.assignment;
 }
 
+/** A task submitted alone on its queue, claimed by a fresh session and granted dispatch. */
+async function dispatched(command: ReturnType<typeof submitCommand>) {
+  const queue = command.input.queue;
+  const s = await session(queue);
+  const { snapshot } = await h.store.submit(command);
+  const a = (await poll(queue, s.id, 0, 1)) as Assignment;
+  await h.store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
+  return { snapshot, a };
+}
+
 async function history(taskId: string): Promise<RecordedHistoryEvent[]> {
   return h.store.history(SCOPE, taskId, 0);
 }
@@ -217,16 +227,13 @@ describe('execution budget', () => {
 describe('cleanup grace and quiescence', () => {
   it('holds an unconfirmed failure until confirmation; confirms exactly once', async () => {
     const queue = 'q1';
-    const s = await session(queue);
-    const { snapshot } = await h.store.submit(
+    const { snapshot, a } = await dispatched(
       submitCommand('q1', {
         queue,
         timeout_ms: 5_000,
         retry: { max_attempts: 3, delay_ms: 2_000 },
       }),
     );
-    const a = (await poll(queue, s.id, 0, 1)) as Assignment;
-    await h.store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
     await h.store.settle({ ...failureCommand(a, 'q1'), quiescence: 'unconfirmed' });
     expect((await h.store.status(SCOPE, snapshot.task_id)).state).toBe('active');
     // past the normal lease, before the authority deadline: still held
@@ -260,12 +267,9 @@ describe('cleanup grace and quiescence', () => {
 
   it('an unconfirmed settlement never confirmed takes its outcome at the authority deadline', async () => {
     const queue = 'q2';
-    const s = await session(queue);
-    const { snapshot } = await h.store.submit(
+    const { snapshot, a } = await dispatched(
       submitCommand('q2', { queue, timeout_ms: 2_000, retry: { max_attempts: 1, delay_ms: 0 } }),
     );
-    const a = (await poll(queue, s.id, 0, 1)) as Assignment;
-    await h.store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
     await h.store.settle({ ...failureCommand(a, 'q2'), quiescence: 'unconfirmed' });
     const deadline = a.attempt_deadline + CONFIG.cleanupGraceMs;
     const now0 = await h.store.now();
@@ -353,16 +357,13 @@ describe('claim order of a batch', () => {
 describe('quiescence at and after the authority deadline', () => {
   it('a confirmation after the authority deadline is too late: the outcome is the deadline’s, with no cleanup_confirmed', async () => {
     const queue = 'late-confirm';
-    const s = await session(queue);
-    const { snapshot } = await h.store.submit(
+    const { snapshot, a } = await dispatched(
       submitCommand('late-confirm', {
         queue,
         timeout_ms: 2_000,
         retry: { max_attempts: 1, delay_ms: 0 },
       }),
     );
-    const a = (await poll(queue, s.id, 0, 1)) as Assignment;
-    await h.store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
     await h.store.settle({ ...failureCommand(a, 'late-confirm'), quiescence: 'unconfirmed' });
     const deadline = a.attempt_deadline + CONFIG.cleanupGraceMs;
     h.advance(deadline - (await h.store.now()) + 100);
@@ -385,12 +386,9 @@ describe('quiescence at and after the authority deadline', () => {
 
   it('cancel requested while a retry awaits cleanup: the task is cancelled, not retried', async () => {
     const queue = 'cancel-pending';
-    const s = await session(queue);
-    const { snapshot } = await h.store.submit(
+    const { snapshot, a } = await dispatched(
       submitCommand('cancel-pending', { queue, retry: { max_attempts: 3, delay_ms: 0 } }),
     );
-    const a = (await poll(queue, s.id, 0, 1)) as Assignment;
-    await h.store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
     await h.store.settle({ ...failureCommand(a, 'cp'), quiescence: 'unconfirmed' });
     expect(await h.store.cancel(SCOPE, snapshot.task_id)).toBe('active');
     expect(await h.store.confirmQuiescence(a.lease.owner)).toBe('cancelled');
