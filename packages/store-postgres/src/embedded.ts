@@ -590,7 +590,7 @@ async function clearStaleLockFile(dataDir: string, log: LogTail): Promise<void> 
 async function isOrphan(dataDir: string, pid: number): Promise<boolean> {
   const text = await readFile(join(dataDir, OWNER_FILE), 'utf8').catch(() => undefined);
   const [ownerPid, postmasterPid] = (text ?? '').trim().split(/\s+/).map(Number);
-  if (ownerPid === undefined || postmasterPid !== pid) return false;
+  if (!Number.isInteger(ownerPid) || postmasterPid !== pid) return false;
   const status = await processStatus(pid);
   return status !== undefined && status.ppid !== ownerPid;
 }
