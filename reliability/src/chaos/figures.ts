@@ -16,7 +16,14 @@ export interface ChaosFigures {
   faultSeconds: number;
   faults: Record<FaultType, number>;
   tasks: number;
-  submits: { acked: number; repeats: number; repeatsAcrossServerKill: number; failed: number };
+  submits: {
+    acked: number;
+    /** Distinct planned tasks (scope and key) acknowledged at least once. */
+    keys: number;
+    repeats: number;
+    repeatsAcrossServerKill: number;
+    failed: number;
+  };
   executions: number;
   /** Executions of attempts that ended without an accepted settlement (at-least-once's cost). */
   duplicateExecutions: number;
@@ -141,6 +148,7 @@ export function computeFigures(
     tasks: record.tasks.size,
     submits: {
       acked: acks.length,
+      keys: new Set(acks.map((a) => JSON.stringify([a.tenant, a.namespace, a.key]))).size,
       repeats: acks.filter((a) => a.repeat).length,
       repeatsAcrossServerKill,
       failed: context.submitsFailed,
