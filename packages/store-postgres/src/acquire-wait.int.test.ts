@@ -51,16 +51,6 @@ async function holdKey(key: string, take = false): Promise<() => Promise<void>> 
   };
 }
 
-/** Resolves once at least `n` statements of this database wait for a lock. */
-async function untilLockWaits(n: number): Promise<void> {
-  for (;;) {
-    const [row] = await h.sql`select count(*)::int as n from pg_stat_activity
-      where datname = current_database() and wait_event_type = 'Lock'`;
-    if (Number(row?.n) >= n) return;
-    await sleep(5);
-  }
-}
-
 /** A poll's disposition, or the code and message of the contract error it failed with. */
 async function answerOf(promise: Promise<unknown>): Promise<string> {
   try {
@@ -79,7 +69,7 @@ describe('acquire decisions after a concurrency-key wait', () => {
     await h.store.submit(submitCommand('rv-expire-k', { queue, concurrency_key: 'rv-expire' }));
     const release = await holdKey('rv-expire');
     const poll = h.store.acquire(acquireCommand(session.id, 0, 1, queue), { recordEmpty: true });
-    await untilLockWaits(1);
+    await h.untilLockWaits(1);
     // The key's wait outlasts the session (store time moves past expires_at, as in
     // concurrency.int.test.ts's waited-claim case).
     h.advance(CONFIG.sessionValidityMs + 1_000);
@@ -123,7 +113,7 @@ describe('concurrency-key row locks across claim rounds', () => {
     const pollA = answerOf(
       storeA.acquire(acquireCommand(a.id, 0, 1, queue), { recordEmpty: true }),
     );
-    await untilLockWaits(1);
+    await h.untilLockWaits(1);
     // Y: someone holding key b for a moment (a settle of a b task, say).
     const releaseB = await holdKey('rv-dl-b');
     // B: three slots; its first round takes key a, then waits for key b.
@@ -131,7 +121,7 @@ describe('concurrency-key row locks across claim rounds', () => {
       [0, 1, 2].map((slot) => acquireCommand(b.id, slot, 1, queue)),
       { recordEmpty: true },
     );
-    await untilLockWaits(2);
+    await h.untilLockWaits(2);
     // X commits: c is full, A is refused it (but holds its row lock) and starts a second round,
     // which picks the a task and waits for key a, held by B.
     await releaseC();

@@ -187,24 +187,16 @@ describe('cancel racing a settle', () => {
       await holder`select 1 from tasks where task_id = ${snapshot.task_id} for update`;
       let cancelled: Promise<TaskState>;
       let settled: Promise<unknown>;
-      const waiting = async (n: number) => {
-        for (;;) {
-          const [row] = await h.sql`select count(*)::int as n from pg_stat_activity
-            where datname = current_database() and wait_event_type = 'Lock'`;
-          if (Number(row?.n) >= n) return;
-          await new Promise((r) => setTimeout(r, 20));
-        }
-      };
       if (order === 'cancel-first') {
         cancelled = h.store.cancel(SCOPE, snapshot.task_id);
-        await waiting(1);
+        await h.untilLockWaits(1);
         settled = other.settle(successCommand(a, 'race'));
-        await waiting(2);
+        await h.untilLockWaits(2);
       } else {
         settled = other.settle(successCommand(a, 'race'));
-        await waiting(1);
+        await h.untilLockWaits(1);
         cancelled = h.store.cancel(SCOPE, snapshot.task_id);
-        await waiting(2);
+        await h.untilLockWaits(2);
       }
       await holder`commit`;
       holder.release();

@@ -235,16 +235,6 @@ describe('a poll that waited for a concurrency key decides at the time after the
     };
   }
 
-  /** Resolves once a statement of this database waits for a row lock. */
-  async function untilLockWait(): Promise<void> {
-    for (;;) {
-      const [row] = await h.sql`select count(*)::int as n from pg_stat_activity
-        where datname = current_database() and wait_event_type = 'Lock'`;
-      if (Number(row?.n) > 0) return;
-      await new Promise((resolve) => setTimeout(resolve, 5));
-    }
-  }
-
   async function firstLease(queue: string, session: string): Promise<Assignment> {
     const { reply } = await h.store.acquire(acquireCommand(session, 0, 1, queue), {
       recordEmpty: true,
@@ -271,7 +261,7 @@ describe('a poll that waited for a concurrency key decides at the time after the
       [acquireCommand(session.id, 0, 1, queue), acquireCommand(session.id, 1, 1, queue)],
       { recordEmpty: true },
     );
-    await untilLockWait();
+    await h.untilLockWaits();
     // Meanwhile slot 0's lease ends, recovery takes it, and another session claims its task.
     h.advance(held.lease.expires_at - (await h.store.now()) + 1);
     const other = h.makeStore(2);
@@ -297,7 +287,7 @@ describe('a poll that waited for a concurrency key decides at the time after the
     );
     const release = await holdKey('waited-claim');
     const poll = h.store.acquire(acquireCommand(session.id, 0, 1, queue), { recordEmpty: true });
-    await untilLockWait();
+    await h.untilLockWaits();
     // The wait outlasts a whole lease.
     h.advance(CONFIG.leaseDurationMs + 1_000);
     await release();

@@ -43,6 +43,20 @@ async function poll(
   return reply.assignment;
 }
 
+/**
+ * Takes `table`'s ACCESS EXCLUSIVE lock in another session and holds it: every statement that
+ * reads the table waits until the returned function releases it (a deterministic wait).
+ */
+async function holdTableLock(table: 'attempts' | 'worker_sessions'): Promise<() => Promise<void>> {
+  const holder = await h.sql.reserve();
+  await holder`begin`;
+  await holder.unsafe(`lock table ${table} in access exclusive mode`);
+  return async () => {
+    await holder`commit`;
+    holder.release();
+  };
+}
+
 /** A task submitted alone on its queue, claimed by a fresh session and granted dispatch. */
 async function dispatched(command: ReturnType<typeof submitCommand>) {
   const queue = command.input.queue;
@@ -419,32 +433,13 @@ describe('history times', () => {
     h.advance(CONFIG.leaseDurationMs + 100);
     // Recovery starts, reads store time, and its select then waits (here behind a table lock
     // another session holds; in production any lock or a slow statement does).
-    let release = () => {};
-    const released = new Promise<void>((r) => {
-      release = r;
-    });
-    let locked = () => {};
-    const isLocked = new Promise<void>((r) => {
-      locked = r;
-    });
-    const holder = h.sql.begin(async (tx) => {
-      await tx`lock table attempts in access exclusive mode`;
-      locked();
-      await released;
-    });
-    await isLocked;
+    const release = await holdTableLock('attempts');
     const recovery = h.store.recoverExpiredLeases();
-    for (let i = 0; i < 100; i += 1) {
-      const [row] = await h.sql`select count(*)::int as n from pg_stat_activity
-        where wait_event_type = 'Lock' and query like '%expired_attempt_id%'`;
-      if (Number(row?.n) > 0) break;
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await h.untilLockWaits();
     // Meanwhile the task is cancelled (a commit that does not touch attempts).
     h.advance(3_000);
     expect(await h.store.cancel(SCOPE, snapshot.task_id)).toBe('active');
-    release();
-    await holder;
+    await release();
     await recovery;
     const hist = await history(snapshot.task_id);
     expect(hist.map((e) => e.event.reason)).toEqual([
@@ -467,36 +462,17 @@ describe('claim times', () => {
   it('a claim that waited decides at the time it acts: never claimed before the task was submitted', async () => {
     const queue = 'claim-time';
     const s = await session(queue);
-    let release = () => {};
-    const released = new Promise<void>((r) => {
-      release = r;
-    });
-    let locked = () => {};
-    const isLocked = new Promise<void>((r) => {
-      locked = r;
-    });
     // The poll's slot read waits (here behind a table lock another session holds).
-    const holder = h.sql.begin(async (tx) => {
-      await tx`lock table worker_sessions in access exclusive mode`;
-      locked();
-      await released;
-    });
-    await isLocked;
+    const release = await holdTableLock('worker_sessions');
     const polling = h.store.acquire(acquireCommand(s.id, 0, 1, queue), { recordEmpty: true });
-    for (let i = 0; i < 100; i += 1) {
-      const [row] = await h.sql`select count(*)::int as n from pg_stat_activity
-        where wait_event_type = 'Lock' and query like '%row_to_json(s) as session%'`;
-      if (Number(row?.n) > 0) break;
-      await new Promise((r) => setTimeout(r, 20));
-    }
+    await h.untilLockWaits();
     // Meanwhile a task is submitted that is already available (an available_at in the past).
     const now = await h.store.now();
     const { snapshot } = await h.store.submit(
       submitCommand('claim-time', { queue, available_at: now - 60_000 }),
     );
     await new Promise((r) => setTimeout(r, 50));
-    release();
-    await holder;
+    await release();
     const first = (await polling).reply;
     // The poll decided at the store time it read before its wait, when the task did not exist:
     // it leaves the task to the next poll rather than claim it in the past.

@@ -39,6 +39,8 @@ export interface Harness {
   /** A plain client for assertions and setup. */
   sql: postgres.Sql;
   advance(ms: number): void;
+  /** Resolves once at least `n` statements of this database wait for a lock. */
+  untilLockWaits(n?: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -66,6 +68,14 @@ export async function harness(prefix: string, config: LifecycleConfig = CONFIG):
     sql,
     advance: (ms) => {
       offset += ms;
+    },
+    untilLockWaits: async (n = 1) => {
+      for (;;) {
+        const [row] = await sql`select count(*)::int as n from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock'`;
+        if (Number(row?.n) >= n) return;
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
     },
     close: async () => {
       await Promise.all(stores.map((s) => s.close()));
