@@ -93,6 +93,28 @@ async function refusedUnchanged(
 
 const tasksPath = `${scopePath(ACME_PROD)}/tasks`;
 
+/** A request whose JSON body is `json` padded to exactly `bytes` bytes. */
+function sized(
+  h: Harness,
+  path: string,
+  json: unknown,
+  bytes: number,
+  auth: { key: string; method?: string },
+): Promise<Response> {
+  return h.call(path, { ...auth, body: padded(json, bytes), headers: JSON_HEADERS });
+}
+
+/** `json` padded one byte past `limit`: 413 `payload_too_large`, and nothing written. */
+function refusedPastLimit(
+  h: Harness,
+  path: string,
+  json: unknown,
+  limit: number,
+  auth: { key: string; method?: string },
+): Promise<void> {
+  return refusedUnchanged(h, () => sized(h, path, json, limit + 1, auth), 'payload_too_large');
+}
+
 function submit(h: Harness, command: unknown, headers: Record<string, string> = {}) {
   return h.call(tasksPath, {
     key: KEYS.client,
@@ -121,52 +143,34 @@ describe('route body limits: exactly the limit is accepted, limit + 1 is 413 and
   it('open session, renew, quiescence, cancel and extend (CONTROL_REQUEST_MAX_BYTES)', async () => {
     const h = createHarness();
     const session = { scope: ACME_PROD, queue: 'email', concurrency: 1 };
-    await refusedUnchanged(
-      h,
-      () =>
-        h.call('/v1/worker/sessions', {
-          key: KEYS.worker,
-          body: padded(session, CONTROL_REQUEST_MAX_BYTES + 1),
-          headers: JSON_HEADERS,
-        }),
-      'payload_too_large',
-    );
+    await refusedPastLimit(h, '/v1/worker/sessions', session, CONTROL_REQUEST_MAX_BYTES, {
+      key: KEYS.worker,
+    });
     await expectJson(
-      await h.call('/v1/worker/sessions', {
+      await sized(h, '/v1/worker/sessions', session, CONTROL_REQUEST_MAX_BYTES, {
         key: KEYS.worker,
-        body: padded(session, CONTROL_REQUEST_MAX_BYTES),
-        headers: JSON_HEADERS,
       }),
       200,
     );
 
     const { task, session: opened, assignment } = await assignTask(h);
     const renew = { owner: assignment.lease.owner, sequence: 1, intent: 'dispatch' };
-    await refusedUnchanged(
-      h,
-      () =>
-        h.call('/v1/worker/renew', {
-          key: KEYS.worker,
-          body: padded(renew, CONTROL_REQUEST_MAX_BYTES + 1),
-          headers: JSON_HEADERS,
-        }),
-      'payload_too_large',
-    );
+    await refusedPastLimit(h, '/v1/worker/renew', renew, CONTROL_REQUEST_MAX_BYTES, {
+      key: KEYS.worker,
+    });
     await expectJson(
-      await h.call('/v1/worker/renew', {
-        key: KEYS.worker,
-        body: padded(renew, CONTROL_REQUEST_MAX_BYTES),
-        headers: JSON_HEADERS,
-      }),
+      await sized(h, '/v1/worker/renew', renew, CONTROL_REQUEST_MAX_BYTES, { key: KEYS.worker }),
       200,
     );
 
     // Exactly the limit reaches the service, which answers by the attempt's state.
-    const quiet = await h.call('/v1/worker/quiescence', {
-      key: KEYS.worker,
-      body: padded(assignment.lease.owner, CONTROL_REQUEST_MAX_BYTES),
-      headers: JSON_HEADERS,
-    });
+    const quiet = await sized(
+      h,
+      '/v1/worker/quiescence',
+      assignment.lease.owner,
+      CONTROL_REQUEST_MAX_BYTES,
+      { key: KEYS.worker },
+    );
     expect([200, 409]).toContain(quiet.status);
     expect(
       quiet.status === 200 ||
@@ -175,39 +179,20 @@ describe('route body limits: exactly the limit is accepted, limit + 1 is 413 and
 
     const extend = `/v1/worker/sessions/${opened.id}/extend`;
     await expectJson(
-      await h.call(extend, {
-        key: KEYS.worker,
-        body: padded({ scope: ACME_PROD }, CONTROL_REQUEST_MAX_BYTES),
-        headers: JSON_HEADERS,
-      }),
+      await sized(h, extend, { scope: ACME_PROD }, CONTROL_REQUEST_MAX_BYTES, { key: KEYS.worker }),
       200,
     );
     await expectProblem(
-      await h.call(extend, {
+      await sized(h, extend, { scope: ACME_PROD }, CONTROL_REQUEST_MAX_BYTES + 1, {
         key: KEYS.worker,
-        body: padded({ scope: ACME_PROD }, CONTROL_REQUEST_MAX_BYTES + 1),
-        headers: JSON_HEADERS,
       }),
       'payload_too_large',
     );
 
     const cancel = `${tasksPath}/${task.task_id}/cancel`;
-    await refusedUnchanged(
-      h,
-      () =>
-        h.call(cancel, {
-          key: KEYS.client,
-          body: padded({}, CONTROL_REQUEST_MAX_BYTES + 1),
-          headers: JSON_HEADERS,
-        }),
-      'payload_too_large',
-    );
+    await refusedPastLimit(h, cancel, {}, CONTROL_REQUEST_MAX_BYTES, { key: KEYS.client });
     await expectJson(
-      await h.call(cancel, {
-        key: KEYS.client,
-        body: padded({}, CONTROL_REQUEST_MAX_BYTES),
-        headers: JSON_HEADERS,
-      }),
+      await sized(h, cancel, {}, CONTROL_REQUEST_MAX_BYTES, { key: KEYS.client }),
       200,
     );
   });
@@ -215,22 +200,13 @@ describe('route body limits: exactly the limit is accepted, limit + 1 is 413 and
   it('set retention policy (CONTROL_REQUEST_MAX_BYTES)', async () => {
     const h = createHarness();
     const body = { retention_ms: 2 * MIN_RETENTION_MS };
-    await refusedUnchanged(
-      h,
-      () =>
-        h.call(policyPath(ACME_PROD), {
-          method: 'PUT',
-          key: KEYS.admin,
-          body: padded(body, CONTROL_REQUEST_MAX_BYTES + 1),
-          headers: JSON_HEADERS,
-        }),
-      'payload_too_large',
-    );
-    const exact = await h.call(policyPath(ACME_PROD), {
-      method: 'PUT',
+    await refusedPastLimit(h, policyPath(ACME_PROD), body, CONTROL_REQUEST_MAX_BYTES, {
       key: KEYS.admin,
-      body: padded(body, CONTROL_REQUEST_MAX_BYTES),
-      headers: JSON_HEADERS,
+      method: 'PUT',
+    });
+    const exact = await sized(h, policyPath(ACME_PROD), body, CONTROL_REQUEST_MAX_BYTES, {
+      key: KEYS.admin,
+      method: 'PUT',
     });
     expect(await expectJson(exact, 200)).toMatchObject({ retention_ms: 2 * MIN_RETENTION_MS });
   });
@@ -239,88 +215,54 @@ describe('route body limits: exactly the limit is accepted, limit + 1 is 413 and
     const h = createHarness();
     const task = await submitTask(h);
     const path = subscriptionsPath(ACME_PROD, task.task_id);
-    await refusedUnchanged(
-      h,
-      () =>
-        h.call(path, {
-          key: KEYS.client,
-          body: padded(subscribeBody('edge'), COMPLETION_COMMAND_MAX_BYTES + 1),
-          headers: JSON_HEADERS,
-        }),
-      'payload_too_large',
-    );
+    await refusedPastLimit(h, path, subscribeBody('edge'), COMPLETION_COMMAND_MAX_BYTES, {
+      key: KEYS.client,
+    });
     const created = await expectJson<{ id: string }>(
-      await h.call(path, {
+      await sized(h, path, subscribeBody('edge'), COMPLETION_COMMAND_MAX_BYTES, {
         key: KEYS.client,
-        body: padded(subscribeBody('edge'), COMPLETION_COMMAND_MAX_BYTES),
-        headers: JSON_HEADERS,
       }),
       201,
     );
     // Exactly the limit reaches the service: the subscription is still waiting, so 409.
     await expectProblem(
-      await h.call(redeliverPath(ACME_PROD, created.id), {
-        key: KEYS.client,
-        body: padded({ generation: 1 }, COMPLETION_COMMAND_MAX_BYTES),
-        headers: JSON_HEADERS,
-      }),
+      await sized(
+        h,
+        redeliverPath(ACME_PROD, created.id),
+        { generation: 1 },
+        COMPLETION_COMMAND_MAX_BYTES,
+        { key: KEYS.client },
+      ),
       'conflict',
     );
-    await refusedUnchanged(
+    await refusedPastLimit(
       h,
-      () =>
-        h.call(redeliverPath(ACME_PROD, created.id), {
-          key: KEYS.client,
-          body: padded({ generation: 1 }, COMPLETION_COMMAND_MAX_BYTES + 1),
-          headers: JSON_HEADERS,
-        }),
-      'payload_too_large',
+      redeliverPath(ACME_PROD, created.id),
+      { generation: 1 },
+      COMPLETION_COMMAND_MAX_BYTES,
+      { key: KEYS.client },
     );
   });
 
   it('submit, acquire and renew batches (BATCH_MAX_BYTES)', async () => {
     const h = createHarness();
     const batch = { commands: [submitBody(ACME_PROD, 'batch-1')] };
-    await refusedUnchanged(
-      h,
-      () =>
-        h.call(`${tasksPath}:batch`, {
-          key: KEYS.client,
-          body: padded(batch, BATCH_MAX_BYTES + 1),
-          headers: JSON_HEADERS,
-        }),
-      'payload_too_large',
-    );
+    await refusedPastLimit(h, `${tasksPath}:batch`, batch, BATCH_MAX_BYTES, { key: KEYS.client });
     const submitted = await expectJson<{ results: TaskSnapshot[] }>(
-      await h.call(`${tasksPath}:batch`, {
-        key: KEYS.client,
-        body: padded(batch, BATCH_MAX_BYTES),
-        headers: JSON_HEADERS,
-      }),
+      await sized(h, `${tasksPath}:batch`, batch, BATCH_MAX_BYTES, { key: KEYS.client }),
       200,
     );
     expect(submitted.results[0]?.state).toBe('queued');
 
     const session = await openSession(h, ACME_PROD, KEYS.worker, 1);
     const acquire = { commands: [acquireBody(session, 0, 1)] };
-    await refusedUnchanged(
-      h,
-      () =>
-        h.call('/v1/worker/acquire:batch', {
-          key: KEYS.worker,
-          body: padded(acquire, BATCH_MAX_BYTES + 1),
-          headers: JSON_HEADERS,
-        }),
-      'payload_too_large',
-    );
+    await refusedPastLimit(h, '/v1/worker/acquire:batch', acquire, BATCH_MAX_BYTES, {
+      key: KEYS.worker,
+    });
     const acquired = await expectJson<{
       replies: { disposition: string; assignment: { lease: { owner: unknown } } }[];
     }>(
-      await h.call('/v1/worker/acquire:batch', {
-        key: KEYS.worker,
-        body: padded(acquire, BATCH_MAX_BYTES),
-        headers: JSON_HEADERS,
-      }),
+      await sized(h, '/v1/worker/acquire:batch', acquire, BATCH_MAX_BYTES, { key: KEYS.worker }),
       200,
     );
     const reply = acquired.replies[0];
@@ -329,22 +271,11 @@ describe('route body limits: exactly the limit is accepted, limit + 1 is 413 and
     const renew = {
       commands: [{ owner: reply?.assignment.lease.owner, sequence: 1, intent: 'dispatch' }],
     };
-    await refusedUnchanged(
-      h,
-      () =>
-        h.call('/v1/worker/renew:batch', {
-          key: KEYS.worker,
-          body: padded(renew, BATCH_MAX_BYTES + 1),
-          headers: JSON_HEADERS,
-        }),
-      'payload_too_large',
-    );
+    await refusedPastLimit(h, '/v1/worker/renew:batch', renew, BATCH_MAX_BYTES, {
+      key: KEYS.worker,
+    });
     const renewed = await expectJson<{ results: { dispatch_allowed?: boolean }[] }>(
-      await h.call('/v1/worker/renew:batch', {
-        key: KEYS.worker,
-        body: padded(renew, BATCH_MAX_BYTES),
-        headers: JSON_HEADERS,
-      }),
+      await sized(h, '/v1/worker/renew:batch', renew, BATCH_MAX_BYTES, { key: KEYS.worker }),
       200,
     );
     expect(renewed.results[0]).not.toHaveProperty('code');
