@@ -4,19 +4,17 @@
  * that ignores it is reported `timed_out` (unconfirmed) after the abort grace, not left to
  * lease expiry.
  */
-import { type TaskAbortedError, Worker } from '@ledgence/worker';
+import type { TaskAbortedError, Worker } from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
 import {
   attemptIds,
   client,
   historyOf,
-  NAMESPACE,
-  RENEW_MS,
   reasons,
   Stack,
   settled,
-  TENANT,
+  shortWorker,
   until,
 } from './test/harness.js';
 
@@ -39,18 +37,7 @@ afterAll(async () => {
 });
 
 function worker(queue: string): Worker {
-  const w = new Worker({
-    url: server.url,
-    tenant: TENANT,
-    namespace: NAMESPACE,
-    queue,
-    concurrency: 1,
-    renewIntervalMs: RENEW_MS,
-    pollWaitMs: 500,
-    requestTimeoutMs: 2_000,
-    shutdownGraceMs: 1_000,
-    backoff: { baseMs: 10, maxMs: 200 },
-  });
+  const w = shortWorker(server.url, queue, { shutdownGraceMs: 1_000 });
   workers.push(w);
   return w;
 }

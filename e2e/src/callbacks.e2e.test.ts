@@ -9,14 +9,14 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type CompletionEvent, validateCompletionEvent } from '@ledgence/contracts';
-import { type Client, ProblemError, silentLogger, Worker } from '@ledgence/worker';
+import { type Client, ProblemError, type Worker } from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
   client,
   NAMESPACE,
-  RENEW_MS,
   Stack,
   settled,
+  shortWorker,
   TENANT,
   until,
   watchUnhandledRejections,
@@ -164,18 +164,7 @@ async function receiver(): Promise<Receiver> {
 
 /** A worker on `queue` whose `echo` handler returns its data. */
 function echoWorker(url: string, queue: string, concurrency = 8): Worker {
-  const w = new Worker({
-    url,
-    tenant: TENANT,
-    namespace: NAMESPACE,
-    queue,
-    concurrency,
-    logger: silentLogger,
-    renewIntervalMs: RENEW_MS,
-    pollWaitMs: 500,
-    requestTimeoutMs: 2_000,
-    backoff: { baseMs: 10, maxMs: 200 },
-  });
+  const w = shortWorker(url, queue, { concurrency });
   w.register('echo', (data) => data);
   workers.push(w);
   void w.run();

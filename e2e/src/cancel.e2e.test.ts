@@ -4,7 +4,7 @@
  * a task cancelled before its dispatch never runs, and a handler that ignores its abort still
  * ends cancelled and frees its concurrency slot.
  */
-import { Client, TaskAbortedError, Worker, type WorkerOptions } from '@ledgence/worker';
+import { Client, TaskAbortedError, type Worker, type WorkerOptions } from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
 import {
@@ -13,10 +13,10 @@ import {
   type HttpProxy,
   historyOf,
   NAMESPACE,
-  RENEW_MS,
   reasons,
   Stack,
   settled,
+  shortWorker,
   sleep,
   startHttpProxy,
   TENANT,
@@ -42,17 +42,9 @@ afterEach(async () => {
 afterAll(() => stack.close());
 
 function worker(url: string, queue: string, options: Partial<WorkerOptions> = {}): Worker {
-  const w = new Worker({
-    url,
-    tenant: TENANT,
-    namespace: NAMESPACE,
-    queue,
-    concurrency: 1,
-    renewIntervalMs: RENEW_MS,
-    pollWaitMs: 500,
+  const w = shortWorker(url, queue, {
     requestTimeoutMs: 5_000,
     shutdownGraceMs: 5_000,
-    backoff: { baseMs: 10, maxMs: 200 },
     ...options,
   });
   workers.push(w);

@@ -26,6 +26,7 @@ import {
   reasons,
   Stack,
   settled,
+  shortWorker,
   sleep,
   startHttpProxy,
   startProxy,
@@ -79,18 +80,10 @@ async function sessionOf(c: Client, taskId: string): Promise<string> {
 }
 
 function worker(queue: string, options: Partial<WorkerOptions> = {}): Worker {
-  const w = new Worker({
-    url: server.url,
-    tenant: TENANT,
-    namespace: NAMESPACE,
-    queue,
+  const w = shortWorker(server.url, queue, {
     concurrency: 4,
     logger,
-    renewIntervalMs: RENEW_MS,
-    pollWaitMs: 500,
-    requestTimeoutMs: 2_000,
     shutdownGraceMs: 5_000,
-    backoff: { baseMs: 10, maxMs: 200 },
     ...options,
   });
   workers.push(w);

@@ -24,7 +24,7 @@ import type {
 } from '@ledgence/contracts';
 import { ContractError, problemDocument } from '@ledgence/contracts';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
-import { Client, type Logger, silentLogger } from '@ledgence/worker';
+import { Client, type Logger, silentLogger, Worker, type WorkerOptions } from '@ledgence/worker';
 import { type ServerProcess, startServerProcess } from '../server-process.js';
 
 export const TENANT = 'acme';
@@ -44,6 +44,31 @@ export const SHORT_TIMINGS: Readonly<Record<string, string>> = Object.freeze({
 });
 /** The worker side of {@link SHORT_TIMINGS}. */
 export const RENEW_MS = 250;
+
+/**
+ * A `Worker` on `queue` of the test scope with the settings e2e runs share — heartbeats at
+ * {@link RENEW_MS}, short polls, a quick backoff, one slot, no log output — and `options` over
+ * them. The caller runs and stops it.
+ */
+export function shortWorker(
+  url: string,
+  queue: string,
+  options: Partial<WorkerOptions> = {},
+): Worker {
+  return new Worker({
+    url,
+    tenant: TENANT,
+    namespace: NAMESPACE,
+    queue,
+    concurrency: 1,
+    logger: silentLogger,
+    renewIntervalMs: RENEW_MS,
+    pollWaitMs: 500,
+    requestTimeoutMs: 2_000,
+    backoff: { baseMs: 10, maxMs: 200 },
+    ...options,
+  });
+}
 
 /**
  * One test database and the server processes a test file starts on it; every
