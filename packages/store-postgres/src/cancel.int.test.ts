@@ -265,17 +265,21 @@ describe('cancel racing recovery and cleanup confirmation', () => {
 });
 
 describe('result waits across replicas', () => {
-  it('a result long-poll on one replica wakes promptly when another replica cancels', async () => {
-    const wakeA = createPostgresWakeSource({ url: h.db.url });
-    wakes.push(wakeA);
-    await wakeA.ready();
-    // Replica A: long rescan, so only the NOTIFY can end the wait early.
-    const serviceA = createTaskService({
+  /** Replica A: its own store and LISTEN; a long rescan, so only a NOTIFY ends a wait early. */
+  const replicaWoken = async () => {
+    const wake = createPostgresWakeSource({ url: h.db.url });
+    wakes.push(wake);
+    await wake.ready();
+    return createTaskService({
       store: h.makeStore(2),
-      wake: wakeA,
+      wake,
       longPollMaxMs: 20_000,
       rescanIntervalMs: 60_000,
     });
+  };
+
+  it('a result long-poll on one replica wakes promptly when another replica cancels', async () => {
+    const serviceA = await replicaWoken();
     const storeB = h.makeStore(2);
     const { snapshot } = await storeB.submit(submitCommand('w1', { queue: 'c-w1' }));
     const started = Date.now();
@@ -288,15 +292,7 @@ describe('result waits across replicas', () => {
   });
 
   it('a result long-poll wakes when recovery on another replica finishes a cancelled task', async () => {
-    const wakeA = createPostgresWakeSource({ url: h.db.url });
-    wakes.push(wakeA);
-    await wakeA.ready();
-    const serviceA = createTaskService({
-      store: h.makeStore(2),
-      wake: wakeA,
-      longPollMaxMs: 20_000,
-      rescanIntervalMs: 60_000,
-    });
+    const serviceA = await replicaWoken();
     const storeB = h.makeStore(2);
     const { snapshot } = await storeB.submit(submitCommand('w2', { queue: 'c-w2' }));
     const a = await claim('c-w2');
