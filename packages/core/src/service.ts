@@ -148,6 +148,20 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
   }
 
   const closing = options.closing;
+  /**
+   * The parks in progress, ended together by shutdown through ONE listener on `closing`. Not
+   * `AbortSignal.any([signal, closing])` per park: on Node 20 each such signal stays registered
+   * with the process-long `closing` until it aborts (a leak of ~70 bytes per park, every rescan of
+   * every long poll), and a listener per park on `closing` would pass its listener limit.
+   */
+  const parked = new Set<() => void>();
+  closing?.addEventListener(
+    'abort',
+    () => {
+      for (const end of parked) end();
+    },
+    { once: true },
+  );
 
   /**
    * Parks on `watch` until a hint (including one that came while the caller was probing), the
@@ -156,13 +170,20 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
   async function park(watch: WakeWatch, deadline: number, signal?: AbortSignal): Promise<boolean> {
     const remaining = deadline - Date.now();
     if (remaining <= 0 || signal?.aborted || closing?.aborted) return false;
-    const stop =
-      closing === undefined
-        ? signal
-        : signal === undefined
-          ? closing
-          : AbortSignal.any([signal, closing]);
-    await watch.next(Math.min(remaining, rescanMs), stop);
+    if (closing === undefined) {
+      await watch.next(Math.min(remaining, rescanMs), signal);
+    } else {
+      const stop = new AbortController();
+      const end = () => stop.abort();
+      parked.add(end);
+      signal?.addEventListener('abort', end, { once: true });
+      try {
+        await watch.next(Math.min(remaining, rescanMs), stop.signal);
+      } finally {
+        parked.delete(end);
+        signal?.removeEventListener('abort', end);
+      }
+    }
     return !signal?.aborted && !closing?.aborted && deadline - Date.now() > 0;
   }
 
@@ -223,8 +244,11 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     }
     const topic: WakeTopic = { kind: 'queue', scope: first.scope, queue: first.queue };
     const outcomes = await watching(topic, async (watch) => {
+      // DESIGN §6: the batch parks until a slot is assigned or the wait ends, and an item's
+      // error does not fail its neighbours — a slot refused (consumer_busy, say) does not end
+      // the wait of the others; a batch with no slot left to fill answers at once.
       const waiting = (batch: ItemResult<AcquireOutcome>[]) =>
-        batch.every((o) => o.ok && unrecordedEmpty(o.value));
+        batch.some((o) => o.ok) && batch.every((o) => !o.ok || unrecordedEmpty(o.value));
       let probed = await store.acquireBatch(commands, { recordEmpty: false });
       while (waiting(probed) && (await park(watch, deadline, wait?.signal))) {
         probed = await store.acquireBatch(commands, { recordEmpty: false });

@@ -318,6 +318,21 @@ function authorize(c: AppContext, scope: Scope, path?: string): void {
 }
 
 /**
+ * The per-item scope check of a batch route: `requireScope`, and the request's log tenant while
+ * every authorized item names one tenant (in development mode the principal names none; a batch
+ * mixing tenants logs none, as its principal's).
+ */
+function itemScopeCheck(c: AppContext): (scope: Scope, path: string) => void {
+  const principal = principalOf(c);
+  const tenants = new Set<string>();
+  return (scope, path) => {
+    requireScope(principal, scope, path);
+    tenants.add(scope.tenant_id);
+    c.set('tenant', tenants.size === 1 ? scope.tenant_id : undefined);
+  };
+}
+
+/**
  * `target`, for a request that passed every check. From here on an error's
  * message may quote the request (services name the ids they could not
  * find), so `onError` scrubs what the request supplied.
@@ -794,11 +809,11 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   app.post('/v1/worker/acquire:batch', documentRoute('acquireBatch'), async (c) => {
     const items = decodeAcquireBatch(await requiredBody(c, BATCH_MAX_BYTES));
     const waitMs = parseWaitMs(queryOf(c, ['wait_ms']).get('wait_ms'), longPollMaxMs);
-    const principal = principalOf(c);
-    requireRole(principal, routeRole(c));
+    requireRole(principalOf(c), routeRole(c));
+    const checkScope = itemScopeCheck(c);
     const replies = await answerBatch(
       items,
-      (command, index) => requireScope(principal, command.scope, `$.commands[${index}].scope`),
+      (command, index) => checkScope(command.scope, `$.commands[${index}].scope`),
       (commands) => svc(c).acquireBatch(commands, { waitMs, signal: c.req.raw.signal }),
       (reply) => reply,
       logFailure(c),
@@ -816,12 +831,11 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     run: (commands: C[]) => Promise<ItemResult<R>[]>,
   ): Promise<(R | Problem)[]> {
     noQuery(c);
-    const principal = principalOf(c);
-    requireRole(principal, routeRole(c));
+    requireRole(principalOf(c), routeRole(c));
+    const checkScope = itemScopeCheck(c);
     return answerBatch(
       items,
-      (command, index) =>
-        requireScope(principal, command.owner.scope, `$.commands[${index}].owner.scope`),
+      (command, index) => checkScope(command.owner.scope, `$.commands[${index}].owner.scope`),
       run,
       (value) => value,
       logFailure(c),

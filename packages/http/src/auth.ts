@@ -124,7 +124,7 @@ export function apiKeyProblems(config: ApiKeyConfig): ApiKeyProblem[] {
       `must be a bearer token: letters, digits and - . _ ~ + / (optionally ending in =), no spaces or line breaks, at most ${KEY_MAX_CHARS} characters`,
     );
   }
-  const tenantProblem = textProblem(tenant, SCOPE_TEXT_MAX_BYTES);
+  const tenantProblem = scopeNameProblem(tenant);
   if (tenantProblem !== undefined) problem('tenant', tenantProblem);
   if (!Array.isArray(namespaces) || namespaces.length === 0) {
     problem('namespaces', 'must be a non-empty array of names, or ["*"] for every namespace');
@@ -132,7 +132,7 @@ export function apiKeyProblems(config: ApiKeyConfig): ApiKeyProblem[] {
     if (namespaces.length !== 1) problem('namespaces', 'must be ["*"] alone when it names "*"');
   } else {
     namespaces.forEach((namespace: unknown, at) => {
-      const namespaceProblem = textProblem(namespace, SCOPE_TEXT_MAX_BYTES);
+      const namespaceProblem = scopeNameProblem(namespace);
       if (namespaceProblem !== undefined) problem(`namespaces[${at}]`, namespaceProblem);
     });
   }
@@ -145,6 +145,18 @@ export function apiKeyProblems(config: ApiKeyConfig): ApiKeyProblem[] {
     });
   }
   return problems;
+}
+
+/**
+ * Why a tenant or namespace text cannot be bound to a key, or `undefined`: the contracts' text
+ * rule, and not a dot segment (`.`, `..`), which URL normalisation removes from every
+ * `{scope}` path (`%2E%2E` included), so no client route could ever name it.
+ */
+function scopeNameProblem(value: unknown): string | undefined {
+  if (value === '.' || value === '..') {
+    return 'must not be "." or "..": URL normalisation removes it from every {scope} path';
+  }
+  return textProblem(value, SCOPE_TEXT_MAX_BYTES);
 }
 
 /** Configuration errors name the key's index and the field, never the key. */
