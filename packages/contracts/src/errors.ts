@@ -104,6 +104,17 @@ export interface LedgenceErrorOptions {
 }
 
 /**
+ * Whether `value` is an instance of `cls` by brand, so that `instanceof` holds across duplicate
+ * installs: each class checks for its own brand. A class that declares no brand of its own (a
+ * user's `class CardDeclined extends ApplicationError {}`) would inherit its parent's and match
+ * every parent instance: it gets the ordinary prototype check instead.
+ */
+function isBranded(cls: abstract new (...args: never[]) => unknown, value: unknown): boolean {
+  if (!Object.hasOwn(cls, 'brand')) return Function.prototype[Symbol.hasInstance].call(cls, value);
+  return brandsOf(value).includes((cls as unknown as { brand: string }).brand);
+}
+
+/**
  * The root of Ledgence's small error hierarchy. Subclasses declare a static
  * `brand` (a registered, versionless name); `instanceof` then holds across
  * installed copies of the package that defines them.
@@ -113,10 +124,9 @@ export class LedgenceError extends Error {
   static readonly brand: string = '@ledgence/LedgenceError';
 
   static override [Symbol.hasInstance](value: unknown): boolean {
-    // `this` is the class on the right of `instanceof` (a subclass too), so
-    // each subclass checks for its own brand.
+    // `this` is the class on the right of `instanceof` (a subclass too).
     // biome-ignore lint/complexity/noThisInStatic: the receiver is the point
-    return brandsOf(value).includes((this as unknown as { brand: string }).brand);
+    return isBranded(this, value);
   }
 
   declare readonly [BRANDS]: readonly string[];

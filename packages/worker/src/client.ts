@@ -116,7 +116,8 @@ export interface CallOptions {
 export interface ResultOptions extends CallOptions {
   /**
    * Wait up to this long for a terminal state: a number ≥ 0, rounded up to whole milliseconds;
-   * the server clamps it to its long-poll maximum (`Infinity` asks for that maximum).
+   * the server clamps it to its long-poll maximum (`Infinity` asks for that maximum). The wait
+   * counts from the call: a read sent again after a lost reply asks only for what is left of it.
    */
   waitMs?: number | undefined;
 }
@@ -195,7 +196,9 @@ export class Client {
    * order: its snapshot, or a {@link ProblemError} for that item alone. An
    * entry the local validation refuses is answered with the problem the
    * server would give it (path `$.commands[i]…`, `i` its index in `entries`)
-   * and is not sent; its neighbours are. If none is valid, nothing is sent.
+   * and is not sent; its neighbours are. If none is valid, nothing is sent. Items answered
+   * `unavailable` (their commit outcome unknown) are sent again with their keys, `retries` times
+   * with backoff, like a failed request; what is still unavailable then is answered as such.
    */
   async submitBatch(
     entries: SubmitBatchEntry[],
@@ -220,26 +223,62 @@ export class Client {
       }
     }
     if (commands.length === 0) return answers;
-    const reply = await this.#call({
-      method: 'POST',
-      path: `${this.#scopePath}/tasks:batch`,
-      body: { commands },
-      schema: SubmitBatchReplySchema,
-      maxBytes: REPLY_LIMITS.batch,
-      signal: options.signal,
-    });
-    if (reply.results.length !== commands.length) {
-      throw new ProtocolError(
-        `tasks:batch answered ${reply.results.length} items for ${commands.length} commands`,
+    // Positions in `commands` still to send. An item answered `unavailable` (the server could
+    // not tell whether its commit happened) is sent again with its key, like a whole request
+    // that failed: the caller never saw a generated key, so only this call can retry it safely.
+    let pending = commands.map((_, k) => k);
+    for (let failures = 0; ; failures++) {
+      const request = this.#call({
+        method: 'POST',
+        path: `${this.#scopePath}/tasks:batch`,
+        body: { commands: pending.map((k) => commands[k] as SubmitCommand) },
+        schema: SubmitBatchReplySchema,
+        maxBytes: REPLY_LIMITS.batch,
+        signal: options.signal,
+      });
+      // Once a reply came, a failed or aborted retry of its unavailable items still returns
+      // what that reply said: the tasks it created are not hidden behind the retry's error.
+      const reply =
+        failures === 0
+          ? await request
+          : await request.catch((error: unknown) => {
+              this.#logger.warn('retrying unavailable batch items failed', errorFields(error));
+              return undefined;
+            });
+      if (reply === undefined) return answers;
+      if (reply.results.length !== pending.length) {
+        throw new ProtocolError(
+          `tasks:batch answered ${reply.results.length} items for ${pending.length} commands`,
+        );
+      }
+      const again: number[] = [];
+      for (const [at, item] of reply.results.entries()) {
+        const k = pending[at] as number;
+        const index = sent[k] as number;
+        if (isProblem(item)) {
+          const error = new ProblemError(renumbered(item, at, index));
+          answers[index] = error;
+          if (error.retryable) again.push(k);
+        } else {
+          answers[index] = item as TaskSnapshot;
+        }
+      }
+      if (again.length === 0 || failures >= this.#retries || options.signal?.aborted) {
+        return answers;
+      }
+      const delay = backoffDelay(failures + 1, this.#backoff);
+      this.#logger.warn('batch items unavailable; retrying them', {
+        path: `${this.#scopePath}/tasks:batch`,
+        items: again.length,
+        delay_ms: delay,
+      });
+      const slept = await sleep(delay, options.signal).then(
+        () => true,
+        () => false,
       );
+      if (!slept) return answers;
+      pending = again;
     }
-    for (const [at, item] of reply.results.entries()) {
-      const index = sent[at] as number;
-      answers[index] = isProblem(item)
-        ? new ProblemError(renumbered(item, at, index))
-        : (item as TaskSnapshot);
-    }
-    return answers;
   }
 
   /** The task's status (no application data). */
@@ -260,10 +299,18 @@ export class Client {
    */
   async result(taskId: string, options: ResultOptions = {}): Promise<TaskResult> {
     const waitMs = options.waitMs === undefined ? undefined : wireWaitMs('waitMs', options.waitMs);
+    // The wait bounds the whole call: a read sent again after a lost reply (a retry, or a resend
+    // on a fresh connection) asks only for what is left of it, so a flaky network never
+    // stretches the call to several full waits.
+    const started = performance.now();
+    const left = (): number | undefined =>
+      waitMs === undefined
+        ? undefined
+        : Math.max(0, Math.ceil(waitMs - (performance.now() - started)));
     return this.#call({
       method: 'GET',
       path: `${this.#scopePath}/tasks/${pathSegment(taskId)}/result`,
-      query: { wait_ms: waitQuery(waitMs) },
+      query: () => ({ wait_ms: waitQuery(left()) }),
       schema: TaskResultSchema,
       maxBytes: REPLY_LIMITS.single,
       extraTimeoutMs: waitMs ?? 0,

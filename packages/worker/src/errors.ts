@@ -7,6 +7,7 @@
  */
 import {
   ContractError,
+  type ContractErrorData,
   type ErrorCode,
   LedgenceError,
   type LedgenceErrorOptions,
@@ -47,6 +48,18 @@ export class ApplicationError extends LedgenceError {
     this.retryable = options?.retryable ?? true;
     this.details = options?.details;
   }
+
+  /** Errors are data: what the error says, without the stack (`JSON.stringify` drops `message`). */
+  toJSON(): { name: string; code: string; message: string; retryable: boolean; details?: unknown } {
+    const data: ReturnType<ApplicationError['toJSON']> = {
+      name: this.name,
+      code: this.code,
+      message: this.message,
+      retryable: this.retryable,
+    };
+    if (this.details !== undefined) data.details = this.details;
+    return data;
+  }
 }
 
 /** Options of a {@link TransportError}. */
@@ -78,6 +91,18 @@ export class TransportError extends LedgenceError {
     this.reason = options.reason;
     this.status = options.status;
   }
+
+  /** Errors are data: what the error says, without the stack (`JSON.stringify` drops `message`). */
+  toJSON(): { name: string; message: string; reason: string; status?: number; retryable: true } {
+    const data: ReturnType<TransportError['toJSON']> = {
+      name: this.name,
+      message: this.message,
+      reason: this.reason,
+      retryable: this.retryable,
+    };
+    if (this.status !== undefined) data.status = this.status;
+    return data;
+  }
 }
 
 /** Options of a {@link ProtocolError}. */
@@ -108,6 +133,18 @@ export class ProtocolError extends LedgenceError {
     this.status = options?.status;
     this.path = options?.path;
   }
+
+  /** Errors are data: what the error says, without the stack (`JSON.stringify` drops `message`). */
+  toJSON(): { name: string; message: string; status?: number; path?: string; retryable: false } {
+    const data: ReturnType<ProtocolError['toJSON']> = {
+      name: this.name,
+      message: this.message,
+      retryable: this.retryable,
+    };
+    if (this.status !== undefined) data.status = this.status;
+    if (this.path !== undefined) data.path = this.path;
+    return data;
+  }
 }
 
 /**
@@ -132,6 +169,16 @@ export class ProblemError extends ContractError {
     });
     this.problem = problem;
     this.requestId = problem.request_id;
+  }
+
+  /** {@link ContractError.toJSON} with the reply's status and the server's request id. */
+  override toJSON(): ContractErrorData & { status: number; requestId?: string } {
+    const data: ContractErrorData & { status: number; requestId?: string } = {
+      ...super.toJSON(),
+      status: this.problem.status,
+    };
+    if (this.requestId !== undefined) data.requestId = this.requestId;
+    return data;
   }
 }
 

@@ -29,6 +29,11 @@ import { timerDelay } from './timers.js';
 export interface WireRequest {
   method: 'GET' | 'POST';
   url: string;
+  /**
+   * The URL to send the request to again on another connection, when it differs from `url`
+   * (a long poll asking for what is left of its wait); `url` by default.
+   */
+  resendUrl?: (() => string) | undefined;
   headers: Record<string, string>;
   /** A JSON text, or `undefined` for no body. */
   body: string | undefined;
@@ -180,10 +185,10 @@ export function nodeExchange(): NodeExchange {
       if (request.signal?.aborted) return fail(request.signal.reason);
       request.signal?.addEventListener('abort', onAbort, { once: true });
 
-      const send = (): void => {
+      const send = (target: URL): void => {
         let req: ClientRequest;
         try {
-          req = (secure ? httpsRequest : httpRequest)(url, {
+          req = (secure ? httpsRequest : httpRequest)(target, {
             method: request.method,
             headers,
             agent: secure ? https : http,
@@ -199,7 +204,13 @@ export function nodeExchange(): NodeExchange {
         req.on('error', (error: NodeJS.ErrnoException) => {
           if (settled || req !== current) return;
           if (!answered && req.reusedSocket && isStaleConnection(error)) {
-            send();
+            let again = url;
+            try {
+              if (request.resendUrl !== undefined) again = new URL(request.resendUrl());
+            } catch {
+              // The first URL parsed; a resend's differs only in its query.
+            }
+            send(again);
             return;
           }
           fail(error);
@@ -218,7 +229,7 @@ export function nodeExchange(): NodeExchange {
         });
         req.end(request.body);
       };
-      send();
+      send(url);
     });
   return Object.assign(exchange, {
     close(): void {

@@ -105,13 +105,19 @@ export function pathSegment(value: string): string {
   return encodeURIComponent(value);
 }
 
+/** Query parameters of a request; `undefined` values are left out. */
+export type Query = Record<string, string | number | undefined>;
+
 /** One request: route, body, the reply schema and its byte limit. */
 export interface RequestSpec<S extends ReplySchema> {
   method: 'GET' | 'POST';
   /** The path below the base URL, already percent-encoded. */
   path: string;
-  /** Query parameters; `undefined` values are left out. */
-  query?: Record<string, string | number | undefined>;
+  /**
+   * Query parameters; `undefined` values are left out. A function is asked again each time the
+   * request is sent (a long poll's remaining wait).
+   */
+  query?: Query | (() => Query);
   /** A JSON body; `undefined` sends none. */
   body?: unknown;
   /** The schema of a successful reply. */
@@ -287,15 +293,20 @@ export class HttpTransport {
 
   /** Sends one request and returns its strictly parsed reply, or throws a typed error. */
   async request<S extends ReplySchema>(spec: RequestSpec<S>): Promise<Reply<ReplyOf<S>>> {
-    let url = `${this.#base}${spec.path}`;
-    if (spec.query !== undefined) {
-      const params = new URLSearchParams();
-      for (const [key, value] of Object.entries(spec.query)) {
-        if (value !== undefined) params.append(key, String(value));
+    const urlNow = (): string => {
+      let url = `${this.#base}${spec.path}`;
+      const query = typeof spec.query === 'function' ? spec.query() : spec.query;
+      if (query !== undefined) {
+        const params = new URLSearchParams();
+        for (const [key, value] of Object.entries(query)) {
+          if (value !== undefined) params.append(key, String(value));
+        }
+        const text = params.toString();
+        if (text.length > 0) url += `?${text}`;
       }
-      const text = params.toString();
-      if (text.length > 0) url += `?${text}`;
-    }
+      return url;
+    };
+    const url = urlNow();
     const headers: Record<string, string> = { accept: 'application/json' };
     if (this.#apiKey !== undefined) headers.authorization = `Bearer ${this.#apiKey}`;
     let body: string | undefined;
@@ -310,6 +321,7 @@ export class HttpTransport {
       reply = await this.#exchange({
         method: spec.method,
         url,
+        resendUrl: typeof spec.query === 'function' ? urlNow : undefined,
         headers,
         body,
         timeoutMs,
@@ -358,11 +370,29 @@ export class HttpTransport {
 }
 
 function describe(error: unknown): string {
-  if (error instanceof Error) {
-    const cause = (error as { cause?: unknown }).cause;
-    if (cause instanceof Error && cause.message.length > 0)
-      return `${error.message} (${cause.message})`;
-    return error.message;
+  if (!(error instanceof Error)) return String(error);
+  const own = messageOf(error);
+  const cause = (error as { cause?: unknown }).cause;
+  const inner = cause instanceof Error ? messageOf(cause) : '';
+  if (own.length > 0 && inner.length > 0) return `${own} (${inner})`;
+  return own || inner || error.name;
+}
+
+/**
+ * What an error says: its message or, when that is empty, its parts. Node 20 connects with
+ * `autoSelectFamily`, so a host with several addresses (`localhost`: ::1 and 127.0.0.1) fails
+ * with an `AggregateError` whose own message is empty, the reasons being in its `errors`.
+ */
+function messageOf(error: Error): string {
+  if (error.message.length > 0) return error.message;
+  if (error instanceof AggregateError) {
+    const parts = new Set<string>();
+    for (const part of error.errors as unknown[]) {
+      const text = part instanceof Error ? part.message : String(part);
+      if (text.length > 0) parts.add(text);
+    }
+    if (parts.size > 0) return [...parts].join('; ');
   }
-  return String(error);
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'string' ? code : '';
 }
