@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   createFailpoints,
   FAILPOINT_NAMES,
+  FAILPOINT_STORE_OPERATIONS,
   FailpointError,
   FailpointSpecError,
   NO_FAILPOINTS,
@@ -35,8 +36,15 @@ describe('parseFailpoints', () => {
     expect(() => parseFailpoints(spec)).toThrow(message);
   });
 
-  it('names the commit points of seven operations, the reply points of six routes and three delivery points', () => {
-    expect(FAILPOINT_NAMES).toHaveLength(7 * 2 + 6 + 3);
+  it('names the commit points of fourteen operations, the reply points of six routes and three delivery points', () => {
+    expect(FAILPOINT_NAMES).toHaveLength(14 * 2 + 6 + 3);
+  });
+
+  it('names a before-commit and an after-commit point for every store operation', () => {
+    for (const op of FAILPOINT_STORE_OPERATIONS) {
+      expect(FAILPOINT_NAMES).toContain(`${op}.before_commit`);
+      expect(FAILPOINT_NAMES).toContain(`${op}.after_commit`);
+    }
   });
 });
 

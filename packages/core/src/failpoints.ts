@@ -37,13 +37,35 @@ export const FAILPOINT_STORE_OPERATIONS = [
   'quiescence',
   'cancel',
   'recovery',
+  'subscribe',
+  'redeliver',
+  'session_open',
+  'session_extend',
+  'delivery_lease',
+  'retention_policy',
+  'retention_collect',
 ] as const;
 
 /** An operation of {@link FAILPOINT_STORE_OPERATIONS}. */
 export type FailpointStoreOperation = (typeof FAILPOINT_STORE_OPERATIONS)[number];
 
-/** The operations served over HTTP, which also have an after-reply point. */
-export type FailpointRouteOperation = Exclude<FailpointStoreOperation, 'recovery'>;
+/**
+ * The operations served over HTTP that also have an after-reply point. Subscribe, redeliver,
+ * the session routes and the retention policy have commit points only: their replies carry
+ * nothing a retry could not get again (a subscription key, a generation, a session id the
+ * worker replaces, the policy).
+ */
+export type FailpointRouteOperation = Exclude<
+  FailpointStoreOperation,
+  | 'recovery'
+  | 'subscribe'
+  | 'redeliver'
+  | 'session_open'
+  | 'session_extend'
+  | 'delivery_lease'
+  | 'retention_policy'
+  | 'retention_collect'
+>;
 
 /**
  * Every failpoint, with where it sits. Coverage in the reliability suite is
@@ -72,6 +94,29 @@ export const FAILPOINTS = {
   'cancel.after_reply': 'cancel: the HTTP reply was handed to the socket',
   'recovery.before_commit': 'recovery: expired leases were found and released, COMMIT not yet sent',
   'recovery.after_commit': 'recovery: committed, the progress not yet returned',
+  'subscribe.before_commit':
+    'completion subscribe: the subscription was inserted (due at once on a finished task), COMMIT not yet sent',
+  'subscribe.after_commit': 'completion subscribe: committed, the reply not yet built',
+  'redeliver.before_commit':
+    'completion redeliver: the next generation was made due, COMMIT not yet sent',
+  'redeliver.after_commit': 'completion redeliver: committed, the reply not yet built',
+  'session_open.before_commit':
+    'worker session open: the session was inserted, COMMIT not yet sent',
+  'session_open.after_commit': 'worker session open: committed, the reply not yet built',
+  'session_extend.before_commit':
+    'worker session extend: the expiry was moved, COMMIT not yet sent',
+  'session_extend.after_commit': 'worker session extend: committed, the reply not yet built',
+  'delivery_lease.before_commit':
+    'callback delivery: due deliveries were leased (a try counted), COMMIT not yet sent',
+  'delivery_lease.after_commit':
+    'callback delivery: the lease committed, the leases not yet returned to the sender',
+  'retention_policy.before_commit':
+    'retention policy set: the policy and its retiring floor were written, COMMIT not yet sent',
+  'retention_policy.after_commit': 'retention policy set: committed, the reply not yet built',
+  'retention_collect.before_commit':
+    'retention collection: retired tasks (or expired sessions) were deleted, COMMIT not yet sent',
+  'retention_collect.after_commit':
+    'retention collection: committed, the progress not yet returned',
   'delivery.before_send': 'callback delivery: leased, the POST not yet sent',
   'delivery.after_send': 'callback delivery: the receiver answered, the outcome not yet reported',
   'delivery.after_report': 'callback delivery: the outcome was recorded in the store',

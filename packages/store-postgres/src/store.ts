@@ -170,6 +170,7 @@ import {
   writeOutputs,
 } from './hot-sql.js';
 import { type MigrationStatus, migrationStatus } from './migrate.js';
+import { reconnectBackoffSeconds } from './reconnect.js';
 import {
   collectRetiredRows,
   countCandidates,
@@ -216,7 +217,7 @@ export interface PostgresTaskStoreOptions {
    */
   retentionLockTimeoutMs?: number;
   /**
-   * TEST ONLY: crash points around the commit of submit, acquire, renew, settle and recovery
+   * TEST ONLY: crash points around the commit of the operations of FAILPOINT_STORE_OPERATIONS
    * (`<op>.before_commit`, `<op>.after_commit`; see `FAILPOINTS` in `@ledgence/core`). Default:
    * none armed, which costs one branch per transaction.
    */
@@ -313,6 +314,21 @@ const ACQUIRE_POINT: TxFailpoint<ItemResult<AcquireOutcome>[]> = {
 const RECOVERY_POINT: TxFailpoint<RecoveryProgress> = {
   op: 'recovery',
   when: (progress) => progress.scanned > 0,
+};
+const SUBSCRIBE_POINT: TxFailpoint<unknown> = { op: 'subscribe' };
+const REDELIVER_POINT: TxFailpoint<unknown> = { op: 'redeliver' };
+const SESSION_OPEN_POINT: TxFailpoint<unknown> = { op: 'session_open' };
+const SESSION_EXTEND_POINT: TxFailpoint<unknown> = { op: 'session_extend' };
+const RETENTION_POLICY_POINT: TxFailpoint<unknown> = { op: 'retention_policy' };
+// As recovery: only a pass that removed something (the maintenance loop runs all the time).
+const RETENTION_COLLECT_POINT: TxFailpoint<RetentionProgress> = {
+  op: 'retention_collect',
+  when: (progress) => progress.tasks_removed > 0 || progress.sessions_removed > 0,
+};
+// As acquire: only a lease that took something (the sender polls all the time).
+const DELIVERY_LEASE_POINT: TxFailpoint<CompletionLease[]> = {
+  op: 'delivery_lease',
+  when: (leases) => leases.length > 0,
 };
 
 /**
@@ -1182,35 +1198,43 @@ class PgTaskStore implements PostgresTaskStore {
   // ---- sessions -----------------------------------------------------------------------------
 
   async openSession(command: OpenSessionCommand): Promise<WorkerSession> {
-    return this.transact(async (tx) => {
-      const now = await this.time(tx);
-      const row = openSession(command, newId('session'), now, this.config);
-      await tx`
+    return this.transact(
+      async (tx) => {
+        const now = await this.time(tx);
+        const row = openSession(command, newId('session'), now, this.config);
+        await tx`
         insert into worker_sessions (tenant_id, namespace, session_id, queue, concurrency,
           created_at, expires_at)
         values (${row.tenant_id}, ${row.namespace}, ${row.id}, ${row.queue}, ${row.concurrency},
           ${row.created_at}, ${row.expires_at})`;
-      return workerSession(row);
-    });
+        return workerSession(row);
+      },
+      undefined,
+      SESSION_OPEN_POINT,
+    );
   }
 
   async extendSession(scope: Scope, sessionId: string): Promise<WorkerSession> {
-    return this.transact(async (tx) => {
-      const rows = await tx`
+    return this.transact(
+      async (tx) => {
+        const rows = await tx`
         select * from worker_sessions
         where tenant_id = ${scope.tenant_id} and namespace = ${scope.namespace}
           and session_id = ${sessionId}
         for update`;
-      const now = await this.time(tx);
-      const loaded: SessionRow | null = rows[0] === undefined ? null : sessionFromDb(rows[0]);
-      const live = requireLiveSession(loaded, scope, sessionId, now);
-      const extended = extendSession(live, now, this.config);
-      await tx`
+        const now = await this.time(tx);
+        const loaded: SessionRow | null = rows[0] === undefined ? null : sessionFromDb(rows[0]);
+        const live = requireLiveSession(loaded, scope, sessionId, now);
+        const extended = extendSession(live, now, this.config);
+        await tx`
         update worker_sessions set expires_at = ${extended.expires_at}
         where tenant_id = ${scope.tenant_id} and namespace = ${scope.namespace}
           and session_id = ${sessionId}`;
-      return workerSession(extended);
-    });
+        return workerSession(extended);
+      },
+      undefined,
+      SESSION_EXTEND_POINT,
+    );
   }
 
   // ---- acquire ------------------------------------------------------------------------------
@@ -1948,22 +1972,26 @@ class PgTaskStore implements PostgresTaskStore {
     taskId: string,
     command: CompletionSubscribeCommand,
   ): Promise<SubscribeOutcome> {
-    return this.transact(async (tx) => {
-      // The task's row lock, as the terminal hook holds it: a subscription is either inserted
-      // before a concurrent terminal transition (which then marks it due) or sees the task
-      // terminal (and is due at once), never neither.
-      const [row] = await lockTasks(tx, [taskRefOf(scope, taskId)]);
-      if (row === undefined) throw taskNotFound(taskId);
-      const now = await this.time(tx);
-      const task = taskFromDb(row);
-      const existing = (await loadSubscriptions(tx, task)).map((r) => subscriptionFromDb(r));
-      const result = subscribeTask(task, existing, command, now, {
-        subscription_id: newId('subscription'),
-        event_id: newId('event'),
-      });
-      if (result.created) await insertSubscription(tx, result.row);
-      return { created: result.created, subscription: completionSubscription(result.row) };
-    });
+    return this.transact(
+      async (tx) => {
+        // The task's row lock, as the terminal hook holds it: a subscription is either inserted
+        // before a concurrent terminal transition (which then marks it due) or sees the task
+        // terminal (and is due at once), never neither.
+        const [row] = await lockTasks(tx, [taskRefOf(scope, taskId)]);
+        if (row === undefined) throw taskNotFound(taskId);
+        const now = await this.time(tx);
+        const task = taskFromDb(row);
+        const existing = (await loadSubscriptions(tx, task)).map((r) => subscriptionFromDb(r));
+        const result = subscribeTask(task, existing, command, now, {
+          subscription_id: newId('subscription'),
+          event_id: newId('event'),
+        });
+        if (result.created) await insertSubscription(tx, result.row);
+        return { created: result.created, subscription: completionSubscription(result.row) };
+      },
+      undefined,
+      SUBSCRIBE_POINT,
+    );
   }
 
   async listSubscriptions(scope: Scope, taskId: string): Promise<CompletionSubscription[]> {
@@ -1981,24 +2009,32 @@ class PgTaskStore implements PostgresTaskStore {
     subscriptionId: string,
     command: CompletionRetryCommand,
   ): Promise<CompletionSubscription> {
-    return this.transact(async (tx) => {
-      // Task first, then the delivery: the lock order of registration, the terminal hook and
-      // retention, so none of them can deadlock with a redelivery.
-      const [task] = await lockSubscriptionTask(tx, scope, subscriptionId);
-      if (task === undefined) throw subscriptionNotFound(subscriptionId);
-      const [row] = await lockSubscription(tx, scope, subscriptionId);
-      if (row === undefined) throw subscriptionNotFound(subscriptionId);
-      const now = await this.time(tx);
-      const result = redeliverSubscription(subscriptionFromDb(row), command, now);
-      if (result.changed) await writeDelivery(tx, result.row);
-      return completionSubscription(result.row);
-    });
+    return this.transact(
+      async (tx) => {
+        // Task first, then the delivery: the lock order of registration, the terminal hook and
+        // retention, so none of them can deadlock with a redelivery.
+        const [task] = await lockSubscriptionTask(tx, scope, subscriptionId);
+        if (task === undefined) throw subscriptionNotFound(subscriptionId);
+        const [row] = await lockSubscription(tx, scope, subscriptionId);
+        if (row === undefined) throw subscriptionNotFound(subscriptionId);
+        const now = await this.time(tx);
+        const result = redeliverSubscription(subscriptionFromDb(row), command, now);
+        if (result.changed) await writeDelivery(tx, result.row);
+        return completionSubscription(result.row);
+      },
+      undefined,
+      REDELIVER_POINT,
+    );
   }
 
   async leaseDeliveries(limit: number, leaseMs: number): Promise<CompletionLease[]> {
     requireIntegerArgument(limit, 1, MAX_COMPLETION_BATCH, '$.limit');
     requireIntegerArgument(leaseMs, 1, Number.MAX_SAFE_INTEGER, '$.lease_ms');
-    return this.transact((tx) => leaseDeliveryRows(tx, this.offset(), limit, leaseMs));
+    return this.transact(
+      (tx) => leaseDeliveryRows(tx, this.offset(), limit, leaseMs),
+      undefined,
+      DELIVERY_LEASE_POINT,
+    );
   }
 
   async reportDelivery(report: DeliveryReport): Promise<boolean> {
@@ -2044,17 +2080,21 @@ class PgTaskStore implements PostgresTaskStore {
       MAX_RETENTION_MS,
       '$.retention_ms',
     );
-    return this.transact(async (tx) => {
-      // The row is not locked: the upsert keeps the highest floor, so concurrent setters cannot
-      // lower it whatever order they commit in.
-      const at = await loadPolicyAt(tx, scope, this.offset());
-      const floor = retiringFloor(
-        at.now,
-        this.policyView(at.policy).retention_ms,
-        at.retiringBefore,
-      );
-      return this.policyView(await upsertPolicy(tx, scope, command.retention_ms, at.now, floor));
-    });
+    return this.transact(
+      async (tx) => {
+        // The row is not locked: the upsert keeps the highest floor, so concurrent setters cannot
+        // lower it whatever order they commit in.
+        const at = await loadPolicyAt(tx, scope, this.offset());
+        const floor = retiringFloor(
+          at.now,
+          this.policyView(at.policy).retention_ms,
+          at.retiringBefore,
+        );
+        return this.policyView(await upsertPolicy(tx, scope, command.retention_ms, at.now, floor));
+      },
+      undefined,
+      RETENTION_POLICY_POINT,
+    );
   }
 
   async previewRetention(
@@ -2097,25 +2137,29 @@ class PgTaskStore implements PostgresTaskStore {
     requireIntegerArgument(limit, 1, MAX_RETENTION_BATCH, '$.limit');
     // One bounded transaction (seed `RetentionProgress`): at most `limit` tasks and `limit`
     // sessions, under a short local lock_timeout, skipping whatever another transaction holds.
-    return this.transact(async (tx) => {
-      const at = await loadPolicyAt(tx, scope, this.offset(), this.retentionLockTimeoutMs);
-      const policy = this.policyView(at.policy);
-      const cutoff = retentionCutoff(at.now, policy.retention_ms, at.retiringBefore);
-      // Two statements: the second's snapshot is taken after the first's locks are held, so a
-      // subscribe or redelivery that committed in between still protects its task.
-      const locked = await lockRetiredTasks(tx, scope, cutoff, limit);
-      const removed = await collectRetiredRows(tx, scope, cutoff, locked, limit);
-      return {
-        cutoff,
-        tasks_removed: removed.tasks,
-        attempts_removed: removed.attempts,
-        history_removed: removed.history,
-        subscriptions_removed: removed.subscriptions,
-        sessions_removed: removed.sessions,
-        // A full pass may have left more behind; a short one found everything it could.
-        has_more: locked.length === limit || removed.sessions === limit,
-      };
-    });
+    return this.transact(
+      async (tx) => {
+        const at = await loadPolicyAt(tx, scope, this.offset(), this.retentionLockTimeoutMs);
+        const policy = this.policyView(at.policy);
+        const cutoff = retentionCutoff(at.now, policy.retention_ms, at.retiringBefore);
+        // Two statements: the second's snapshot is taken after the first's locks are held, so a
+        // subscribe or redelivery that committed in between still protects its task.
+        const locked = await lockRetiredTasks(tx, scope, cutoff, limit);
+        const removed = await collectRetiredRows(tx, scope, cutoff, locked, limit);
+        return {
+          cutoff,
+          tasks_removed: removed.tasks,
+          attempts_removed: removed.attempts,
+          history_removed: removed.history,
+          subscriptions_removed: removed.subscriptions,
+          sessions_removed: removed.sessions,
+          // A full pass may have left more behind; a short one found everything it could.
+          has_more: locked.length === limit || removed.sessions === limit,
+        };
+      },
+      undefined,
+      RETENTION_COLLECT_POINT,
+    );
   }
 }
 
@@ -2128,16 +2172,6 @@ function queueKey(scope: Scope, queue: string): string {
 function slotKey(command: AcquireCommand): string {
   const { scope, worker_session_id, consumer_id } = command;
   return scopedKey(scope.tenant_id, scope.namespace, `${worker_session_id}\u0000${consumer_id}`);
-}
-
-/**
- * Seconds before a pool connection reconnects after `retries` failed attempts in a row: 50 ms
- * doubling to 2 s, with jitter. postgres.js's default grows to 20 s, which after a failover
- * or a burst of terminated backends kept a store unavailable for that long once PostgreSQL was
- * back (the recovery lag the chaos suite measured).
- */
-function reconnectBackoffSeconds(retries: number): number {
-  return (0.5 + Math.random() / 2) * Math.min(0.05 * 2 ** retries, 2);
 }
 
 const CONNECTION_LOSS = new Set([

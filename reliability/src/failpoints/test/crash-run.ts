@@ -22,6 +22,8 @@ const FIRE_BOUND_MS = 60_000;
 export interface CrashRun {
   /** The armed server's URL; the replacement listens on the same one. */
   readonly url: string;
+  /** The run's database, for a scenario that must age rows or read what is left. */
+  readonly databaseUrl: string;
   /** A client that rides out the restart (many retries, short backoff). */
   readonly client: Client;
   /**
@@ -31,12 +33,16 @@ export interface CrashRun {
   crashed(): Promise<void>;
   /**
    * Starts a worker on `queue` against {@link url} that runs program `echo`
-   * (returns its input, counting runs in {@link executions}) and program `deaf`
-   * (ignores its signal, returns after `data.ms`); stopped when the run ends.
+   * (returns its input, counting runs in {@link executions}), program `deaf`
+   * (ignores its signal, returns after `data.ms`) and program `patient` (returns
+   * when its signal aborts or after `data.ms`) and program `flaky` (throws on
+   * the run's first execution); stopped when the run ends.
    */
   work(queue: string): void;
   /** How often the `echo` handler ran. */
   readonly executions: () => number;
+  /** What the armed server wrote to stderr so far (`failpoint fired: <name> (<action>)` lines). */
+  readonly armedStderr: () => string;
 }
 
 /** Extra server environment per run (e.g. callback destinations). */
@@ -45,13 +51,16 @@ export type RunEnv = Record<string, string>;
 /**
  * Runs `scenario` against a server armed with `name`, then kills everything
  * (workers, both servers, the database) whatever happened. `fired` learns the
- * name once the crash was observed, for the coverage figure.
+ * name once the crash was observed, for the coverage figure. `spec` arms more
+ * than `name=crash` (say, an `error` point that leads the way to the crash);
+ * it must arm `name` with `crash`.
  */
 export async function crashRun(
   name: FailpointName,
   env: RunEnv,
   fired: Set<FailpointName>,
   scenario: (run: CrashRun) => Promise<void>,
+  spec = `${name}=crash`,
 ): Promise<void> {
   // Test database prefixes are at most 24 characters of [a-z0-9_].
   const stack = new Stack(`fp_${name.replace(/[._]/g, '').slice(0, 21)}`);
@@ -60,12 +69,15 @@ export async function crashRun(
   const workerErrors: unknown[] = [];
   let executions = 0;
   let replacement: Promise<ServerProcess> | undefined;
+  let armedServer: ServerProcess | undefined;
   try {
     await stack.open();
-    const armed = await stack.start({ ...env, LEDGENCE_FAILPOINTS: `${name}=crash` });
+    const armed = await stack.start({ ...env, LEDGENCE_FAILPOINTS: spec });
+    armedServer = armed;
     const url = armed.url;
     const run: CrashRun = {
       url,
+      databaseUrl: stack.databaseUrl,
       client: new Client({
         url,
         tenant: TENANT,
@@ -83,6 +95,7 @@ export async function crashRun(
         return replacement.then(() => undefined);
       },
       executions: () => executions,
+      armedStderr: () => armedServer?.stderr() ?? '',
       work(queue) {
         const worker = new Worker({
           url,
@@ -107,6 +120,25 @@ export async function crashRun(
           const { ms } = data as { ms: number };
           await new Promise((resolve) => setTimeout(resolve, ms));
           return null;
+        });
+        // Waits for its signal (a cancel, a lost lease) or `data.ms`, whichever comes first.
+        worker.register('patient', async (data, ctx) => {
+          executions += 1;
+          const { ms } = data as { ms: number };
+          await new Promise<void>((resolve) => {
+            const timer = setTimeout(resolve, ms);
+            ctx.signal.addEventListener('abort', () => {
+              clearTimeout(timer);
+              resolve();
+            });
+          });
+          return null;
+        });
+        // Fails its first run (a retryable application error), returns on any later one.
+        worker.register('flaky', (data) => {
+          executions += 1;
+          if (executions === 1) throw new Error('the first run fails');
+          return data;
         });
         workers.push(worker);
         // Caught at once: a failing run must fail the test, not surface as an unhandled rejection.
