@@ -9,6 +9,7 @@
 import type { WakeSource, WakeTopic, WakeWatch } from '@ledgence/core';
 import postgres from 'postgres';
 import { WAKE_CHANNEL } from './hot-sql.js';
+import { reconnectBackoffSeconds } from './reconnect.js';
 
 /** Options of {@link createPostgresWakeSource}. */
 export interface PostgresWakeSourceOptions {
@@ -143,20 +144,74 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
     }
   };
 
+  // The LISTEN is issued here, not through postgres.js's `sql.listen`: that one re-listens only
+  // when its connection closes, so a LISTEN that fails on a connection that stays open (a server
+  // still in recovery answers "cannot execute LISTEN during recovery" after a failover) was
+  // never tried again and this replica's waiters saw no hint for the life of the connection.
+  // Here any failed LISTEN is retried, and every close of the connection issues a new one.
+  let attempt = 0;
+  let inFlight = false;
+  let retry: NodeJS.Timeout | undefined;
+  let firstTry: (() => void) | undefined;
+  const listening = new Promise<void>((resolve) => {
+    firstTry = resolve;
+  });
+  const tried = () => {
+    firstTry?.();
+    firstTry = undefined;
+  };
+  // postgres.js hands every NotificationResponse to this option (its own `listen` uses it), which
+  // its type declarations leave out.
+  const notifications = {
+    onnotify: (channel: string, payload: string) => {
+      if (channel === WAKE_CHANNEL) onNotify(payload);
+    },
+  } as object;
   const sql = postgres(options.url, {
     max: 1,
     onnotice: () => {},
     connect_timeout: 10,
+    // The store pool's reconnect schedule: the LISTEN connection reconnects on its own schedule
+    // (nothing else asks it to), and postgres.js's would leave this replica's waiters without a
+    // hint for up to 20 s after a restart.
+    backoff: reconnectBackoffSeconds,
+    // One long-lived connection: never closed for being idle or old.
+    idle_timeout: 0,
+    max_lifetime: null,
+    fetch_types: false,
     connection: { application_name: 'ledgence-wake' },
+    ...notifications,
+    // The connection is gone, and its LISTEN with it (a failed connect attempt comes here too).
+    onclose: () => listen(),
   });
-  // onlisten runs on the first LISTEN and again after every reconnect: hints sent while we were
-  // disconnected are lost, so every waiter rescans.
-  const listening = sql
-    .listen(WAKE_CHANNEL, onNotify, wakeAll)
-    .then(() => {})
-    .catch(() => {
-      // Unreachable database: waiters fall back to their timeouts (the periodic rescan).
-    });
+  /**
+   * Issues the LISTEN unless one is in flight or a retry is pending. Once it is in place, every
+   * waiter rescans: hints sent while no LISTEN was in place are lost. A failure is retried after
+   * the backoff; meanwhile waiters fall back to their timeouts (the periodic rescan).
+   */
+  function listen(): void {
+    if (closed || inFlight || retry !== undefined) return;
+    inFlight = true;
+    sql.unsafe(`listen "${WAKE_CHANNEL.replace(/"/g, '""')}"`).then(
+      () => {
+        inFlight = false;
+        attempt = 0;
+        wakeAll();
+        tried();
+      },
+      () => {
+        inFlight = false;
+        tried();
+        if (closed) return;
+        retry = setTimeout(() => {
+          retry = undefined;
+          listen();
+        }, reconnectBackoffSeconds(attempt++) * 1000);
+        retry.unref();
+      },
+    );
+  }
+  listen();
 
   return {
     ready: () => listening,
@@ -186,9 +241,11 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
     async close(): Promise<void> {
       if (closed) return;
       closed = true;
+      clearTimeout(retry);
       wakeAll();
       await listening;
-      await sql.end({ timeout: 5 });
+      // Nothing to drain on this connection: a LISTEN still waiting for a connect is dropped.
+      await sql.end({ timeout: 0 });
     },
   };
 }

@@ -1,0 +1,164 @@
+/**
+ * Replicas: replica B reaches PostgreSQL through a TCP proxy that goes down for a
+ * while (a database restart or a network blip: every connection dropped, new ones refused), then
+ * comes back. B's LISTEN connection must come back with it: a submit through replica A then wakes
+ * a poll parked on B, whose rescan is far beyond the wait (DESIGN §5).
+ */
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import type { AcquireReply } from '@ledgence/contracts';
+import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { ServerProcess } from './server-process.js';
+import { NAMESPACE, Stack, sleep, TENANT, until } from './test/harness.js';
+
+const scope = { tenant_id: TENANT, namespace: NAMESPACE };
+const base = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
+const WAIT_MS = 20_000;
+const ENV = { LEDGENCE_RESCAN_INTERVAL_MS: '600000', LEDGENCE_LONG_POLL_WAIT_MS: String(WAIT_MS) };
+
+async function call<T>(url: string, path: string, body?: unknown) {
+  const response = await fetch(`${url}${path}`, {
+    method: body === undefined ? 'GET' : 'POST',
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: response.status, body: (await response.json()) as T };
+}
+
+/** A TCP proxy to PostgreSQL that can go down: open connections are cut, new ones closed. */
+async function startDbProxy(databaseUrl: string) {
+  const target = new URL(databaseUrl);
+  let down = false;
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((client) => {
+    client.on('error', () => {});
+    if (down) {
+      client.destroy();
+      return;
+    }
+    const upstream = createConnection(Number(target.port || 5432), target.hostname);
+    upstream.on('error', () => {});
+    sockets.add(client);
+    sockets.add(upstream);
+    client.pipe(upstream);
+    upstream.pipe(client);
+    const end = () => {
+      sockets.delete(client);
+      sockets.delete(upstream);
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('close', end);
+    upstream.on('close', end);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const url = new URL(databaseUrl);
+  url.hostname = '127.0.0.1';
+  url.port = String((server.address() as { port: number }).port);
+  return {
+    url: url.toString(),
+    setDown(value: boolean) {
+      down = value;
+      if (value) for (const s of sockets) s.destroy();
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+const stack = new Stack('replicas_wake_outage');
+let proxy: Awaited<ReturnType<typeof startDbProxy>>;
+let a: ServerProcess;
+let b: ServerProcess;
+let admin: PostgresTaskStore;
+let sql: PostgresTaskStore['sql'];
+
+beforeAll(async () => {
+  await stack.open();
+  proxy = await startDbProxy(stack.databaseUrl);
+  admin = createPostgresTaskStore({ url: stack.databaseUrl, max: 1 });
+  sql = admin.sql;
+  a = await stack.start(ENV);
+  b = await stack.start({ ...ENV, DATABASE_URL: proxy.url });
+}, 120_000);
+afterAll(async () => {
+  await admin.close();
+  await stack.close();
+  await proxy.close();
+});
+
+async function wakeCount(): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from pg_stat_activity
+    where datname = current_database() and application_name = 'ledgence-wake'
+      and query ilike 'listen%'`;
+  return row?.n ?? 0;
+}
+
+async function parkedOnB(queue: string) {
+  const { body: session } = await call<{ id: string }>(b.url, '/v1/worker/sessions', {
+    scope,
+    queue,
+    concurrency: 1,
+  });
+  const started = performance.now();
+  const { body } = await call<AcquireReply>(b.url, `/v1/worker/acquire?wait_ms=${WAIT_MS}`, {
+    scope,
+    queue,
+    worker_session_id: session.id,
+    consumer_id: 0,
+    sequence: 1,
+  });
+  return { reply: body, ms: performance.now() - started };
+}
+
+async function submitOnA(key: string, queue: string) {
+  const { status } = await call(a.url, `${base}/tasks`, {
+    idempotency_key: key,
+    input: { ...scope, queue, program: { name: 'noop' }, data: {} },
+  });
+  expect(status).toBe(201);
+}
+
+for (const outageMs of [500, 5_000]) {
+  it(`after a ${outageMs} ms database outage of replica B, a submit through A wakes a poll parked on B`, async () => {
+    await until(async () => (await wakeCount()) === 2, 30_000, 'both replicas listening');
+    proxy.setDown(true);
+    await sleep(outageMs);
+    proxy.setDown(false);
+    // B answers again (its pool reconnects on demand)...
+    await until(
+      async () => (await call(b.url, '/readyz').catch(() => ({ status: 0 }))).status === 200,
+      60_000,
+      'B ready again',
+    );
+    // ...and its LISTEN connection is back, whenever that is.
+    await until(async () => (await wakeCount()) === 2, 60_000, "B's LISTEN connection back");
+    const queue = `outage-${outageMs}`;
+    const parked = parkedOnB(queue);
+    await sleep(300);
+    await submitOnA(`outage-${outageMs}`, queue);
+    const { reply, ms } = await parked;
+    expect(reply.disposition).toBe('assigned');
+    expect(ms).toBeLessThan(WAIT_MS);
+  }, 180_000);
+}
+
+it('a poll parked on B across its outage is answered once B is back, for a submit made during the outage', async () => {
+  await until(async () => (await wakeCount()) === 2, 30_000, 'both replicas listening');
+  const queue = 'during-outage';
+  const parked = parkedOnB(queue);
+  await sleep(500);
+  proxy.setDown(true);
+  await sleep(200);
+  // The hint of this submit is sent while B's LISTEN connection is down: B never sees it.
+  await submitOnA('during-outage', queue);
+  await sleep(1_000);
+  proxy.setDown(false);
+  const { reply, ms } = await parked;
+  expect(reply.disposition).toBe('assigned');
+  expect(ms).toBeLessThan(WAIT_MS);
+}, 120_000);
