@@ -199,7 +199,12 @@ describe('loadConfig', () => {
     [{ LEDGENCE_LOG_LEVEL: 'loud' }, 'LEDGENCE_LOG_LEVEL must be one of'],
     [{ DATABASE_URL: 'mysql://x' }, 'DATABASE_URL must be a postgres://'],
     [{ HOST: '0.0.0.0' }, 'HOST=0.0.0.0 would expose a server without API keys'],
-    [{ LEDGENCE_API_KEYS: 'not json' }, 'LEDGENCE_API_KEYS must be a JSON array'],
+    [{ LEDGENCE_API_KEYS: 'not json' }, 'LEDGENCE_API_KEYS is not valid JSON'],
+    // A well-formed array of the wrong shape is another message: an unclosed one is not JSON.
+    [
+      { LEDGENCE_API_KEYS: '[{"key":"k_0123456789abcdef","tenant":"a","roles":["client"]}' },
+      'LEDGENCE_API_KEYS is not valid JSON: check its brackets',
+    ],
     [{ LEDGENCE_API_KEYS: '{}' }, 'LEDGENCE_API_KEYS must be a JSON array of keys'],
     [{ LEDGENCE_API_KEYS: '[1]' }, 'LEDGENCE_API_KEYS[0] must be an object'],
     [

@@ -324,7 +324,7 @@ function readApiKeys(
   } catch {
     // Never echo the value: it holds secrets.
     problems.push(
-      `${source} must be a JSON array like [{"key":"…","tenant":"acme","namespaces":["*"],"roles":["client","worker"]}]`,
+      `${source} is not valid JSON: check its brackets, quotes and commas (and the shell quoting around it); it must be a JSON array like [{"key":"…","tenant":"acme","namespaces":["*"],"roles":["client","worker"]}]`,
     );
     return [];
   }

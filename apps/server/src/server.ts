@@ -15,6 +15,7 @@ import {
   createPostgresTaskStore,
   createPostgresWakeSource,
   type EmbeddedPostgres,
+  EmbeddedPostgresError,
   migrate,
   startEmbeddedPostgres,
 } from '@ledgence/store-postgres';
@@ -136,6 +137,8 @@ export async function startServer(
           logger.error({ pid, code, signal: killedBy, dataDir, lastLog }, error.message);
           options.onFatal?.(error);
         },
+      }).catch((error: unknown) => {
+        throw dataDirError(error, dataDir);
       });
       signal?.throwIfAborted();
       await ensureDatabase(embedded.url, EMBEDDED_DATABASE);
@@ -143,14 +146,24 @@ export async function startServer(
     }
     const url = databaseUrl;
     signal?.throwIfAborted();
+    let connected = false;
     await migrate(url, {
       signal,
+      onConnected() {
+        connected = true;
+      },
       onWait(holder) {
         logger.warn(
           { holderPid: holder },
           `waiting for the migration lock held by ${holder === undefined ? 'another session' : `pid ${holder}`} (another replica migrating)`,
         );
       },
+    }).catch((error: unknown) => {
+      // A failure to connect to the operator's database is theirs to fix; the embedded one's
+      // (or anything after the session began) is reported as it is.
+      const { databaseUrl: configured } = settings;
+      if (signal?.aborted || connected || configured === undefined) throw error;
+      throw databaseUrlError(error, configured);
     });
     signal?.throwIfAborted();
 
@@ -331,30 +344,112 @@ async function within(promise: Promise<unknown>, ms: number): Promise<'done' | '
   }
 }
 
+/**
+ * A start failure as an operator acts on it (README: "Start failures exit 1 with one line on
+ * stderr"): what went wrong, then what to do, naming the variable to change, e.g.
+ * `127.0.0.1:8080 is taken: stop what listens there or set PORT (0 picks a free port)`. Every
+ * failure the server explains is built here, so they all read alike.
+ *
+ * @param problem what went wrong, with the value or address concerned (never a password).
+ * @param remedy what to do; it names the variable to set (`set PORT …`).
+ * @param cause the underlying error.
+ */
+function startError(problem: string, remedy: string, cause: unknown): Error {
+  return new Error(`${problem}: ${remedy}`, { cause });
+}
+
 /** A listen failure as an operator can act on it: which address, and which setting to change. */
 function listenError(error: NodeJS.ErrnoException, host: string, port: number): Error {
   const address = `${host.includes(':') ? `[${host}]` : host}:${port}`;
   switch (error.code) {
     case 'EADDRINUSE':
-      return new Error(
-        `${address} is taken: stop what listens there or set PORT (0 picks a free port)`,
-        { cause: error },
+      return startError(
+        `${address} is taken`,
+        'stop what listens there or set PORT (0 picks a free port)',
+        error,
       );
     case 'EADDRNOTAVAIL':
-      return new Error(
-        `HOST ${host} is not an address of this machine: set HOST to one of its addresses ` +
-          '(127.0.0.1 for this machine only)',
-        { cause: error },
+      return startError(
+        `HOST ${host} is not an address of this machine`,
+        'set HOST to one of its addresses (127.0.0.1 for this machine only)',
+        error,
+      );
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+    case 'EAI_FAIL':
+      // A name (or a malformed address, e.g. 999.1.1.1) the resolver could not turn into one.
+      return startError(
+        `HOST ${host} does not resolve to an address (${error.message})`,
+        "set HOST to one of this machine's addresses (127.0.0.1 for this machine only)",
+        error,
       );
     case 'EACCES':
-      return new Error(
-        `${address} needs privileges this process lacks (ports below 1024): set PORT to 1024 ` +
-          'or above (0 picks a free port)',
-        { cause: error },
+      return startError(
+        `${address} needs privileges this process lacks (ports below 1024)`,
+        'set PORT to 1024 or above (0 picks a free port)',
+        error,
       );
     default:
       return error;
   }
+}
+
+/**
+ * A failure to connect to the database of DATABASE_URL (before any session began: the server
+ * unreachable, not PostgreSQL, or refusing the user, password or database). The driver's
+ * message names the address, never the password; it is removed all the same should it appear.
+ */
+function databaseUrlError(error: unknown, databaseUrl: string): Error {
+  const detail = withoutPassword(
+    error instanceof Error ? error.message : String(error),
+    databaseUrl,
+  );
+  return startError(
+    `cannot connect to the database of DATABASE_URL (${detail})`,
+    'check that PostgreSQL runs at its host and port and accepts its user, password and ' +
+      'database, or set DATABASE_URL to one that does',
+    error,
+  );
+}
+
+/** `text` with the password of `url` (as written and decoded) replaced by `***`. */
+function withoutPassword(text: string, url: string): string {
+  const written = /^[a-z][a-z0-9+.-]*:\/\/[^:@/]*:([^@]*)@/i.exec(url)?.[1] ?? '';
+  let decoded = written;
+  try {
+    decoded = decodeURIComponent(written);
+  } catch {
+    // A malformed escape: the password as written is all there is to remove.
+  }
+  let safe = text;
+  // Shorter ones could be any part of the message.
+  for (const secret of [written, decoded]) {
+    if (secret.length >= 4) safe = safe.split(secret).join('***');
+  }
+  return safe;
+}
+
+/**
+ * A failure to start the embedded PostgreSQL that LEDGENCE_DATA_DIR causes or fixes: a folder
+ * that cannot be created (a file on the path, no permission, a read-only disk), or one the
+ * embedded server cannot use. Other failures are reported as they are.
+ */
+function dataDirError(error: unknown, dataDir: string): unknown {
+  if (error instanceof EmbeddedPostgresError) {
+    if (!['data_dir_invalid', 'data_dir_busy', 'permission'].includes(error.code)) return error;
+    return new Error(`${error.message.trimEnd()} (LEDGENCE_DATA_DIR sets the data folder)`, {
+      cause: error,
+    });
+  }
+  const code = (error as NodeJS.ErrnoException | undefined)?.code;
+  const syscall = (error as NodeJS.ErrnoException | undefined)?.syscall;
+  if (!(error instanceof Error) || code === undefined || syscall === undefined) return error;
+  return startError(
+    `the data folder ${dataDir} cannot be created or used (${error.message})`,
+    'set LEDGENCE_DATA_DIR to a folder this process can create and write, or set DATABASE_URL ' +
+      'to use a PostgreSQL server instead',
+    error,
+  );
 }
 
 /** Creates `name` on the server at `adminUrl` unless it exists (a fresh embedded cluster). */

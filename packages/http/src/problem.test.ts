@@ -16,4 +16,22 @@ describe('problemOf', () => {
     const error = new ContractError('invalid_input', 'bad', { path: '$.input.queue' });
     expect(problemOf(error, { supplied: ['customer-4711'] }).path).toBe('$.input.queue');
   });
+
+  it('scrubs a detail quoting a supplied string as a token, whatever surrounds it', () => {
+    for (const message of ['unknown alias "hq"', 'alias hq is unknown', 'hq: unknown', 'hq']) {
+      const error = new ContractError('invalid_input', message);
+      expect(problemOf(error, { supplied: ['hq'] }).detail, message).toBe(
+        'The request is not valid.',
+      );
+    }
+  });
+
+  it('keeps a detail and path in which a short supplied name occurs only inside words', () => {
+    const error = new ContractError('invalid_input', 'within the lease safety margin: use 5001', {
+      path: '$.input.timeout_ms',
+    });
+    const problem = problemOf(error, { supplied: ['p', 'in', 'ms', '5'] });
+    expect(problem.detail).toBe('within the lease safety margin: use 5001');
+    expect(problem.path).toBe('$.input.timeout_ms');
+  });
 });

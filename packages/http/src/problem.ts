@@ -51,13 +51,38 @@ export interface ProblemContext {
   supplied?: readonly string[];
 }
 
-/** Whether `message` quotes any of the strings the request supplied. */
+/**
+ * Whether `message` quotes any of the strings the request supplied: as a whole token, so a
+ * short name (a program called "p") found inside the service's own words ("lease safety
+ * margin", "$.input.timeout_ms") does not cost the user a precise detail and its path.
+ */
 function quotesInput(message: string, supplied: readonly string[] | undefined): boolean {
   if (supplied === undefined) return false;
   for (const value of supplied) {
-    if (value.length > 0 && message.includes(value)) return true;
+    if (value.length === 0) continue;
+    for (let at = message.indexOf(value); at >= 0; at = message.indexOf(value, at + 1)) {
+      if (
+        tokenEdge(message, at - 1, value, 0) &&
+        tokenEdge(message, at + value.length, value, -1)
+      ) {
+        return true;
+      }
+    }
   }
   return false;
+}
+
+const WORD = /[\p{L}\p{N}_]/u;
+
+/**
+ * Whether the quote of `value` may end at `message[index]` (the character just outside it): a
+ * word character there continues a word of the message only if the value's own edge character
+ * (`edge`: 0 its first, -1 its last) is a word character too.
+ */
+function tokenEdge(message: string, index: number, value: string, edge: 0 | -1): boolean {
+  const outside = message[index];
+  if (outside === undefined) return true;
+  return !(WORD.test(outside) && WORD.test(value.at(edge) ?? ''));
 }
 
 /**

@@ -16,6 +16,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { readMigrationFiles } from 'drizzle-orm/migrator';
 import postgres from 'postgres';
+import { firstConnection } from './first-connection.js';
 
 /** Where the committed migrations live: `<package>/drizzle`, from `src/` and `dist/` alike. */
 export const MIGRATIONS_FOLDER: string = fileURLToPath(new URL('../drizzle', import.meta.url));
@@ -55,10 +56,17 @@ export interface MigrateOptions {
   /** The migrations folder (tests); default the committed one. */
   folder?: string;
   /**
-   * Stops waiting for the migration lock (another replica migrating): `migrate` then rejects
-   * with the signal's reason, having changed nothing.
+   * Stops connecting (a URL target: the client is ended) or waiting for the migration lock
+   * (another replica migrating): `migrate` then rejects with the signal's reason, having
+   * changed nothing.
    */
   signal?: AbortSignal;
+  /**
+   * Called once a session with the database is established, before the migration lock is
+   * taken: a rejection before this call is a failure to connect (the server unreachable, not
+   * PostgreSQL, or refusing the user or database), one after it is not.
+   */
+  onConnected?: () => void;
   /**
    * Called once when the migration lock is held by another session, with that session's
    * backend pid when PostgreSQL shows it, before waiting for it.
@@ -104,16 +112,47 @@ function journalTags(folder: string): string[] {
   return journal.entries.map((entry) => entry.tag);
 }
 
+/** The deadline of a URL target's first session (and postgres.js's per-try connect timeout). */
+const CONNECT_TIMEOUT_SECONDS = 10;
+
+/**
+ * Runs `use` with `target`: a client as is, or a short-lived client on a URL, ended afterwards.
+ * The URL's first session has one deadline and bounded tries with backoff (first-connection.ts:
+ * postgres.js alone retried a connection closed before its session at once and forever), and
+ * `signal` abandons it: the client is ended and `withClient` rejects with the signal's reason.
+ */
 async function withClient<T>(
   target: MigrationTarget,
   use: (sql: postgres.Sql) => Promise<T>,
+  signal?: AbortSignal,
 ): Promise<T> {
   if (typeof target !== 'string') return use(target);
-  const sql = postgres(target, { max: 1, onnotice: () => {}, connect_timeout: 10 });
+  const first = firstConnection(CONNECT_TIMEOUT_SECONDS * 1000, signal);
+  // `socket` is a postgres.js option its types do not declare.
+  const options: postgres.Options<Record<string, never>> & { socket: typeof first.socket } = {
+    max: 1,
+    onnotice: () => {},
+    connect_timeout: CONNECT_TIMEOUT_SECONDS,
+    socket: first.socket,
+    onparameter: first.onparameter,
+  };
+  const sql = postgres(target, options);
+  let abandoned = false;
   try {
-    return await use(sql);
+    const using = use(sql);
+    // Rejected with CONNECTION_DESTROYED once an abandoned client is ended below.
+    using.catch(() => {});
+    return await Promise.race([
+      using,
+      first.failure.catch((error: unknown) => {
+        abandoned = true;
+        throw error;
+      }),
+    ]);
   } finally {
-    await sql.end();
+    first.dispose();
+    // An abandoned client still holds its query, which a plain end() would wait for.
+    await sql.end(abandoned ? { timeout: 0 } : {});
   }
 }
 
@@ -129,8 +168,9 @@ const BOOKKEEPING = `
  * migrated it): this build was not written for that schema.
  *
  * @param target a postgres:// URL or a postgres.js client.
- * @param options `folder` overrides the migrations folder (tests); `signal` abandons a wait
- *   for the migration lock; `onWait` learns of such a wait.
+ * @param options `folder` overrides the migrations folder (tests); `signal` abandons the
+ *   connecting or a wait for the migration lock; `onWait` learns of such a wait;
+ *   `onConnected` of the session established.
  * @returns the tags this call applied.
  */
 export async function migrate(
@@ -139,35 +179,39 @@ export async function migrate(
 ): Promise<MigrationResult> {
   const migrations = loadMigrations(options.folder ?? MIGRATIONS_FOLDER);
   options.signal?.throwIfAborted();
-  return withClient(target, (sql) =>
-    sql.begin(async (tx) => {
-      await takeMigrationLock(tx, options);
-      // After the lock: a migrator that ran first has committed its schema and rows by now.
-      await tx.unsafe(BOOKKEEPING);
-      const newer = await unknownMigrations(tx, migrations);
-      if (newer.length > 0) {
-        throw new Error(
-          `The database was migrated by a newer Ledgence: it records ${newer.length} ` +
-            `migration(s) this build does not know (${newer.join('; ')}). Upgrade this server ` +
-            'to that version or later; an older one must not run against the newer schema. ' +
-            "(Should another application's drizzle migrations share drizzle.__drizzle_migrations " +
-            'in this database, give Ledgence a database of its own instead.)',
-        );
-      }
-      const last = await lastApplied(tx);
-      const applied: string[] = [];
-      for (const migration of migrations) {
-        if (last !== null && last >= migration.folderMillis) continue;
-        for (const statement of migration.sql) {
-          if (statement.trim() !== '') await tx.unsafe(statement);
+  return withClient(
+    target,
+    (sql) =>
+      sql.begin(async (tx) => {
+        options.onConnected?.();
+        await takeMigrationLock(tx, options);
+        // After the lock: a migrator that ran first has committed its schema and rows by now.
+        await tx.unsafe(BOOKKEEPING);
+        const newer = await unknownMigrations(tx, migrations);
+        if (newer.length > 0) {
+          throw new Error(
+            `The database was migrated by a newer Ledgence: it records ${newer.length} ` +
+              `migration(s) this build does not know (${newer.join('; ')}). Upgrade this server ` +
+              'to that version or later; an older one must not run against the newer schema. ' +
+              "(Should another application's drizzle migrations share drizzle.__drizzle_migrations " +
+              'in this database, give Ledgence a database of its own instead.)',
+          );
         }
-        await tx`
+        const last = await lastApplied(tx);
+        const applied: string[] = [];
+        for (const migration of migrations) {
+          if (last !== null && last >= migration.folderMillis) continue;
+          for (const statement of migration.sql) {
+            if (statement.trim() !== '') await tx.unsafe(statement);
+          }
+          await tx`
           insert into drizzle.__drizzle_migrations (hash, created_at)
           values (${migration.hash}, ${migration.folderMillis})`;
-        applied.push(migration.tag);
-      }
-      return { applied };
-    }),
+          applied.push(migration.tag);
+        }
+        return { applied };
+      }),
+    options.signal,
   );
 }
 
