@@ -162,8 +162,7 @@ export function renewFailed(lease: LeaseState, error: unknown): LeaseStep {
  * lost — unless the dispatch renew is in flight (see the module rules).
  */
 export function clockTick(lease: LeaseState, now: number): LeaseStep {
-  const awaitingDispatch = !lease.dispatchAnswered && lease.pending?.intent === 'dispatch';
-  if (lease.lost === null && !awaitingDispatch && now >= lease.expiresAtLocal) {
+  if (lease.lost === null && !awaitingDispatch(lease) && now >= lease.expiresAtLocal) {
     return lost(lease, 'expired');
   }
   return { lease, effect: { kind: 'none' } };
@@ -193,7 +192,17 @@ export function renewRetryDelay(
   lease: LeaseState,
   now: number,
 ): number {
-  return Math.min(backoffMs, renewIntervalMs, renewDueIn(lease, now));
+  const due = renewDueIn(lease, now);
+  // Past its local expiry a lease is still held only while its dispatch renew is unanswered
+  // (see clockTick), and then only the server's answer ends it: the due time, 0 from then on,
+  // must not turn the retries into a loop without delay against a server that is down.
+  if (due === 0 && awaitingDispatch(lease)) return Math.min(backoffMs, renewIntervalMs);
+  return Math.min(backoffMs, renewIntervalMs, due);
+}
+
+/** Whether the dispatch renew is sent and not yet answered (the local expiry is not trusted). */
+export function awaitingDispatch(lease: LeaseState): boolean {
+  return !lease.dispatchAnswered && lease.pending?.intent === 'dispatch';
 }
 
 /** Whether a settlement is still worth sending: not when the server said the lease is gone. */

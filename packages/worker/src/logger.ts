@@ -58,7 +58,12 @@ export function safeLogger(logger: Logger): Logger {
     (level: keyof Logger) =>
     (message: string, fields?: LogFields): void => {
       try {
-        logger[level](message, fields);
+        // An async logger type-checks as one returning void; its rejection must not become an
+        // unhandled rejection, which ends a Node process by default.
+        const returned: unknown = logger[level](message, fields);
+        if (typeof (returned as PromiseLike<unknown> | undefined)?.then === 'function') {
+          (returned as PromiseLike<unknown>).then(undefined, () => {});
+        }
       } catch {
         // Logging is best effort by design.
       }

@@ -145,7 +145,9 @@ function describeThrown(error: unknown): string {
  * throw → `failed`, `crashed` and retryable, unless the signal had been
  * aborted, which names why (cancel → `cancelled`, shutdown → `cancelled`
  * retryable, timeout → `timed_out`); still running at the shutdown
- * deadline → `cancelled`, retryable. Never throws, whatever was thrown.
+ * deadline → `cancelled`, retryable; still running past its budget →
+ * `timed_out`, retryable; cancelled and still running → `cancelled`.
+ * Never throws, whatever was thrown.
  */
 export function reportFor(
   identity: ReportIdentity,
@@ -166,6 +168,12 @@ export function reportFor(
           'timed_out',
           'the execution budget ran out and the handler has not returned (it may still run)',
           true,
+        );
+      case 'cancelled':
+        return failureReport(
+          'cancelled',
+          'the task was cancelled and the handler has not returned (it may still run)',
+          false,
         );
       default:
         return failureReport(
@@ -215,7 +223,7 @@ export function settleCommandFor(
     processing_trace: null,
   };
   try {
-    return validateSettleCommand(command);
+    return detached(validateSettleCommand(command));
   } catch (error) {
     if (!(error instanceof ContractError)) throw error;
     return validateSettleCommand({
@@ -227,6 +235,30 @@ export function settleCommandFor(
       ),
     });
   }
+}
+
+/**
+ * The command with its output or error details copied out of the handler's objects, which the
+ * handler (or other code sharing them) may still change after it returned: the settlement is
+ * serialised again for every send, and it must carry the value as it was when the handler
+ * returned, byte for byte on every retry. A value changed in between could otherwise be stored
+ * in its changed form, or become unserialisable and fail its whole request (other attempts'
+ * settlements sharing it included). The copy is checked again: a getter may answer differently
+ * the second time it is read.
+ */
+function detached(command: SettleCommand): SettleCommand {
+  if (command.report.kind !== 'completed') return command;
+  let text: string;
+  try {
+    text = JSON.stringify(command);
+  } catch (error) {
+    throw new ContractError('invalid_input', 'the output could not be serialised as JSON', {
+      reason: 'not_json',
+      path: '$.report.report.outcome',
+      cause: error,
+    });
+  }
+  return validateSettleCommand(JSON.parse(text));
 }
 
 /** What to do after a settle request failed. */

@@ -33,6 +33,7 @@ import {
 import { type HttpOptions, HttpTransport, isProblem, wireWaitMs } from './http.js';
 import { laneSlots, requestLanes } from './lanes.js';
 import {
+  awaitingDispatch,
   clockTick,
   dispatchDecision,
   initialLease,
@@ -193,7 +194,11 @@ interface Held {
   readonly consumerId: number;
   readonly assignment: Assignment;
   lease: LeaseState;
-  inFlight: boolean;
+  /**
+   * The sequence of the renewal in flight, `null` when none is. A reply of an earlier request
+   * still out (sent again, see `#armResend`) is taken when it comes but blocks no later renewal.
+   */
+  inFlight: number | null;
   renewFailures: number;
   readonly abort: AbortController;
   abortCause: AbortCause | null;
@@ -204,12 +209,15 @@ interface Held {
   dispatchRequested: boolean;
   dispatchWaiters: (() => void)[];
   heartbeatWaiters: (() => void)[];
-  forceReport: () => void;
-  readonly forced: Promise<void>;
+  /** Reports the handler as still running: past the end of its budget, or of the shutdown. */
+  forceReport: (why: 'timeout' | 'shutdown') => void;
+  readonly forced: Promise<'timeout' | 'shutdown'>;
   retryTimer: ReturnType<typeof setTimeout> | undefined;
   expiryTimer: ReturnType<typeof setTimeout> | undefined;
   /** Renews this lease early when it would expire before the next periodic heartbeat. */
   dueTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Re-sends an unanswered renewal whose request would outlast half the lease's time left. */
+  resendTimer: ReturnType<typeof setTimeout> | undefined;
   budgetTimer: ReturnType<typeof setTimeout> | undefined;
 }
 
@@ -249,9 +257,9 @@ class Notifier {
   }
 }
 
-function deferred(): { promise: Promise<void>; resolve: () => void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => {
+function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => {
     resolve = r;
   });
   return { promise, resolve };
@@ -316,7 +324,12 @@ export class Worker {
   #sessionValidityMs: number | null = null;
   #sessionOpening: Promise<WorkerSession | null> | null = null;
   #pollNotBefore = 0;
-  #pollFailures = 0;
+  /**
+   * Per slot, the local monotonic time before which it may not poll again: a failed poll backs
+   * off the slots it carried, not the worker (a slot refused as `consumer_busy`, e.g. while the
+   * server holds its attempt for quiescence, must not pause the polls of the others).
+   */
+  #slotNotBefore: number[];
   /** Polls in a row answered all `empty` well before their wait (see {@link #paceEmptyPolls}). */
   #earlyEmpties = 0;
   readonly #pollAborts = new Set<AbortController>();
@@ -324,6 +337,7 @@ export class Worker {
   readonly #executions = new Set<Promise<void>>();
   readonly #held = new Map<string, Held>();
   readonly #renewQueue = new Set<Held>();
+  readonly #resendQueue = new Set<Held>();
   #renewTimer: ReturnType<typeof setInterval> | undefined;
   #extendTimer: ReturnType<typeof setTimeout> | undefined;
   #fatal: unknown;
@@ -367,6 +381,7 @@ export class Worker {
       throw new TypeError('sessionExtendIntervalMs must be positive');
     this.#backoff = checkedBackoff(options.backoff);
     this.#slots = Array.from({ length: this.#concurrency }, (_, i) => initialSlot(i));
+    this.#slotNotBefore = Array.from({ length: this.#concurrency }, () => 0);
     this.#settler = new Settler({
       send: (commands) => this.#api.settleBatch(commands),
       logger: this.#logger,
@@ -392,6 +407,13 @@ export class Worker {
       throw new TypeError('program must be a non-empty name');
     }
     if (typeof handler !== 'function') throw new TypeError('handler must be a function');
+    if (options?.schema !== undefined && !isStandardSchema(options.schema)) {
+      // Found here rather than by every task, each failing inside the SDK and retried.
+      throw new TypeError(
+        'schema must implement Standard Schema v1 (a "~standard" property with a validate ' +
+          'function): valibot ≥ 1, zod ≥ 3.24, arktype ≥ 2',
+      );
+    }
     if (this.#handlers.has(program))
       throw new TypeError(`program "${program}" is already registered`);
     this.#handlers.set(program, {
@@ -580,25 +602,40 @@ export class Worker {
       // Let slots freed in the same tick join one request.
       await new Promise((resolve) => setImmediate(resolve));
       if (this.#state !== 'running') break;
-      const commands = this.#startPolls(this.#session?.id ?? null);
+      const commands = this.#startPolls(this.#session?.id ?? null, monotonicNow());
       if (commands.length === 0) {
-        await this.#notifier.wait();
+        await this.#notifier.wait(this.#nextSlotDueIn());
         continue;
       }
       this.#sendPolls(commands, this.#pollWaitMs);
     }
   }
 
-  /** Starts a poll on every idle slot that can poll; returns their commands. */
-  #startPolls(sessionId: string | null): PollCommand[] {
+  /**
+   * Starts a poll on every idle slot that can poll (at `now`, past its backoff; without `now`,
+   * whatever its backoff: the drain's replay); returns their commands.
+   */
+  #startPolls(sessionId: string | null, now?: number): PollCommand[] {
     const commands: PollCommand[] = [];
     this.#slots = this.#slots.map((slot) => {
+      if (now !== undefined && (this.#slotNotBefore[slot.consumerId] ?? 0) > now) return slot;
       const started = beginPoll(slot, sessionId);
       if (started === null) return slot;
       commands.push(started.command);
       return started.slot;
     });
     return commands;
+  }
+
+  /** How long until the first idle slot's backoff ends; `undefined` when none is backing off. */
+  #nextSlotDueIn(): number | undefined {
+    const now = monotonicNow();
+    let next = Number.POSITIVE_INFINITY;
+    for (const slot of this.#slots) {
+      const notBefore = this.#slotNotBefore[slot.consumerId] ?? 0;
+      if (slot.phase === 'idle' && notBefore > now) next = Math.min(next, notBefore);
+    }
+    return next === Number.POSITIVE_INFINITY ? undefined : next - now;
   }
 
   /**
@@ -640,20 +677,17 @@ export class Worker {
         waitMs,
         controller.signal,
       );
-      let failed = false;
       this.#paceEmptyPolls(replies, waitMs, sentAt);
       replies.forEach((item, index) => {
         const command = commands[index] as PollCommand;
         const slot = this.#slots[command.consumerId] as SlotState;
         if (isProblem(item)) {
           const error = new ProblemError(item);
-          failed = true;
           this.#applySlot(pollFailed(slot, classifyPollError(error), item.detail), sentAt, error);
         } else {
           this.#applySlot(pollReplied(slot, item), sentAt);
         }
       });
-      if (!failed) this.#pollFailures = 0;
     } catch (error) {
       const aborted = controller.signal.aborted;
       if (!aborted) {
@@ -668,6 +702,10 @@ export class Worker {
           error,
         );
       }
+      // One request failed, so its slots wait out one backoff and poll again together: each
+      // slot's own jittered delay would scatter a batch into a request per slot after an outage.
+      const until = Math.max(...commands.map((c) => this.#slotNotBefore[c.consumerId] ?? 0));
+      for (const command of commands) this.#slotNotBefore[command.consumerId] = until;
     } finally {
       this.#pollAborts.delete(controller);
     }
@@ -715,8 +753,8 @@ export class Worker {
         });
         break;
       case 'backoff': {
-        this.#pollFailures = Math.max(this.#pollFailures, effect.failures);
-        this.#pollNotBefore = monotonicNow() + backoffDelay(this.#pollFailures, this.#backoff);
+        this.#slotNotBefore[step.slot.consumerId] =
+          monotonicNow() + backoffDelay(effect.failures, this.#backoff);
         break;
       }
       case 'new_session':
@@ -853,12 +891,12 @@ export class Worker {
   }
 
   #hold(consumerId: number, assignment: Assignment, sentAt: number): Held {
-    const forced = deferred();
+    const forced = deferred<'timeout' | 'shutdown'>();
     const held: Held = {
       consumerId,
       assignment,
       lease: initialLease(assignment, sentAt),
-      inFlight: false,
+      inFlight: null,
       renewFailures: 0,
       abort: new AbortController(),
       abortCause: null,
@@ -872,6 +910,7 @@ export class Worker {
       retryTimer: undefined,
       expiryTimer: undefined,
       dueTimer: undefined,
+      resendTimer: undefined,
       budgetTimer: undefined,
     };
     this.#held.set(assignment.authority.owner.attempt_id, held);
@@ -883,6 +922,7 @@ export class Worker {
     clearTimeout(held.retryTimer);
     clearTimeout(held.expiryTimer);
     clearTimeout(held.dueTimer);
+    clearTimeout(held.resendTimer);
     clearTimeout(held.budgetTimer);
     this.#held.delete(held.lease.owner.attempt_id);
     this.#flushWaiters(held);
@@ -920,7 +960,21 @@ export class Worker {
     );
     const outcome = await Promise.race([
       finished,
-      held.forced.then((): HandlerOutcome => ({ kind: 'abandoned', aborted: held.abortCause })),
+      held.forced.then(
+        (why): HandlerOutcome => ({
+          kind: 'abandoned',
+          // Past its budget: timed out, or cancelled when a cancel came first (and went
+          // unheeded). At shutdown: the shutdown, unless its budget had already run out.
+          aborted:
+            why === 'timeout'
+              ? held.abortCause === 'cancelled'
+                ? 'cancelled'
+                : 'timeout'
+              : held.abortCause === 'timeout'
+                ? 'timeout'
+                : 'shutdown',
+        }),
+      ),
     ]);
     held.handlerRunning = false;
     clearTimeout(held.budgetTimer);
@@ -986,6 +1040,7 @@ export class Worker {
   }
 
   #abortHeld(held: Held, cause: AbortCause): void {
+    if (cause === 'timeout') this.#boundByBudget(held);
     if (held.abort.signal.aborted) return;
     held.abortCause = cause;
     this.#logger.info('aborting task', {
@@ -994,16 +1049,22 @@ export class Worker {
       cause,
     });
     held.abort.abort(new TaskAbortedError(cause));
-    if (cause === 'timeout') {
-      // A handler that ignores the end of its budget is reported as timed out once the abort
-      // grace is over (`unconfirmed`: it may still run; quiescence is confirmed when it
-      // returns). Unreported, its attempt would sit until the authority deadline and end as
-      // `lease_expired`, as if the worker had died, and its late settlement would be refused.
-      const grace = setTimeout(() => {
-        if (held.handlerRunning) held.forceReport();
-      }, timerDelay(this.#abortGraceMs));
-      grace.unref();
-    }
+  }
+
+  /**
+   * A handler that ignores the end of its budget is reported as timed out once the abort
+   * grace is over (`unconfirmed`: it may still run; quiescence is confirmed when it
+   * returns). Unreported, its attempt would sit until the authority deadline and end as
+   * `lease_expired`, as if the worker had died, and its late settlement would be refused.
+   * Armed whatever aborted the signal first: a handler deaf to a cancel (or to a lease lost
+   * locally) is past its budget all the same, and unreported it would hold its slot for as
+   * long as it runs, for ever if it never returns.
+   */
+  #boundByBudget(held: Held): void {
+    const grace = setTimeout(() => {
+      if (held.handlerRunning) held.forceReport('timeout');
+    }, timerDelay(this.#abortGraceMs));
+    grace.unref();
   }
 
   async #settle(
@@ -1056,13 +1117,14 @@ export class Worker {
       // A held assignment renews only once it asked for dispatch: one taken
       // while stopping is handed back without a dispatch renew ever being
       // sent, so it does not count against the task's retries.
-      if (!held.dispatchRequested || held.inFlight) continue;
+      if (!held.dispatchRequested || held.inFlight !== null) continue;
       if (!this.#held.has(held.lease.owner.attempt_id)) continue;
       const next = nextRenew(held.lease, held.lease.dispatchAnswered ? 'keep_alive' : 'dispatch');
       if (next === null) continue;
       held.lease = next.lease;
-      held.inFlight = true;
+      held.inFlight = next.command.sequence;
       clearTimeout(held.retryTimer);
+      this.#armResend(held);
       sending.push(held);
       commands.push(next.command);
     }
@@ -1070,6 +1132,57 @@ export class Worker {
       const group = sending.slice(start, start + MAX_WORKER_BATCH);
       this.#sendRenewals(group, commands.slice(start, start + MAX_WORKER_BATCH)).catch(
         (error: unknown) => this.#logger.error('renewal bookkeeping failed', errorFields(error)),
+      );
+    }
+  }
+
+  /**
+   * A renewal's reply can be lost without its request failing before the request timeout,
+   * which may be longer than the lease has left (a server of short leases): waiting for it
+   * would lose a lease that the server extended. Halfway through the time the lease has left,
+   * an unanswered renewal is sent again, verbatim — the server replays it, so it never extends
+   * twice (DESIGN §5 Renew) — and whichever reply comes first is taken.
+   */
+  #armResend(held: Held): void {
+    clearTimeout(held.resendTimer);
+    const dueIn = renewDueIn(held.lease, monotonicNow());
+    if (dueIn >= this.#http.requestTimeoutMs) return;
+    held.resendTimer = setTimeout(
+      () => {
+        // Leases due together (one batch renewed them) are sent again together.
+        this.#resendQueue.add(held);
+        if (this.#resendQueue.size > 1) return;
+        setImmediate(() => {
+          const helds = [...this.#resendQueue];
+          this.#resendQueue.clear();
+          this.#resend(helds);
+        });
+      },
+      timerDelay(Math.max(dueIn, MIN_RESEND_DELAY_MS)),
+    );
+  }
+
+  /** Sends again, in batches, the renewals of `helds` still unanswered. */
+  #resend(helds: Held[]): void {
+    const sending: Held[] = [];
+    const commands = [];
+    for (const held of helds) {
+      const pending = held.lease.pending;
+      if (pending === null || held.inFlight !== pending.sequence) continue;
+      if (!this.#held.has(held.lease.owner.attempt_id)) continue;
+      const again = nextRenew(held.lease, pending.intent);
+      if (again === null) continue;
+      held.lease = again.lease;
+      this.#armResend(held);
+      sending.push(held);
+      commands.push(again.command);
+    }
+    for (let start = 0; start < commands.length; start += MAX_WORKER_BATCH) {
+      this.#sendRenewals(
+        sending.slice(start, start + MAX_WORKER_BATCH),
+        commands.slice(start, start + MAX_WORKER_BATCH),
+      ).catch((error: unknown) =>
+        this.#logger.error('renewal bookkeeping failed', errorFields(error)),
       );
     }
   }
@@ -1088,10 +1201,18 @@ export class Worker {
       this.#logger.warn('renewal failed', { leases: helds.length, ...errorFields(error) });
     }
     helds.forEach((held, index) => {
-      held.inFlight = false;
+      if (held.inFlight === commands[index]?.sequence) {
+        held.inFlight = null;
+        clearTimeout(held.resendTimer);
+      }
       if (!this.#held.has(held.lease.owner.attempt_id)) return;
+      // A copy of a renewal another copy's reply already acknowledged (see `#armResend`): only
+      // its authority is news. Its failure says nothing — it may even have reached the server
+      // after a later renewal and been refused as `sequence_conflict` — unless the lease is gone.
+      const stale = (commands[index]?.sequence ?? 0) <= held.lease.acknowledged;
       let step: LeaseStep;
       if (results === undefined) {
+        if (stale) return;
         // A whole-request failure leaves every renewal pending: it is re-sent
         // verbatim, and the local expiry decides if the lease is lost.
         step = { lease: held.lease, effect: { kind: 'retry' } };
@@ -1099,6 +1220,7 @@ export class Worker {
         const item = results[index];
         if (isProblem(item)) {
           const error = new ProblemError(item);
+          if (stale && error.code !== 'ownership_lost' && error.code !== 'not_found') return;
           this.#applyLease(held, renewFailed(held.lease, error), error);
           return;
         }
@@ -1140,6 +1262,12 @@ export class Worker {
     }
     held.renewFailures = 0;
     if (effect.kind === 'cancel') this.#abortHeld(held, 'cancelled');
+    if (held.lease.lost !== null) {
+      // A reply that came after the lease was given up (a late renewal): nothing is renewed or
+      // expires any more. Re-arming the expiry would fire at once, and again, every millisecond.
+      this.#flushWaiters(held);
+      return;
+    }
     this.#armExpiry(held);
     if (held.lease.dispatchAnswered) this.#flushWaiters(held);
   }
@@ -1148,7 +1276,13 @@ export class Worker {
     const now = monotonicNow();
     clearTimeout(held.expiryTimer);
     held.expiryTimer = setTimeout(
-      () => this.#applyLease(held, clockTick(held.lease, monotonicNow())),
+      () => {
+        // Past the local expiry with the dispatch renew unanswered the lease is still held
+        // (lease.ts): re-arming here would fire again at once, and again, each time asking
+        // for a renewal due now. The dispatch answer, or its retry, re-arms the timers.
+        if (awaitingDispatch(held.lease)) return;
+        this.#applyLease(held, clockTick(held.lease, monotonicNow()));
+      },
       timerDelay(Math.max(0, held.lease.expiresAtLocal - now) + 1),
     );
     // The periodic heartbeat renews first whenever its period is shorter than
@@ -1206,7 +1340,7 @@ export class Worker {
         if (held.handlerRunning) this.#abortHeld(held, 'shutdown');
       }
       await within(Promise.allSettled([...this.#executions]), this.#abortGraceMs);
-      for (const held of this.#held.values()) held.forceReport();
+      for (const held of this.#held.values()) held.forceReport('shutdown');
       await within(Promise.allSettled([...this.#executions]), this.#http.requestTimeoutMs);
       this.#settler.abandon();
       // Everything left is now settling to `abandoned` or finishing a renewal.
@@ -1223,18 +1357,38 @@ export class Worker {
   }
 }
 
+/** The shortest delay before an unanswered renewal is sent again: no resend storm near expiry. */
+const MIN_RESEND_DELAY_MS = 50;
+
 /** The pacing of polls that find nothing at once (see `Worker.#paceEmptyPolls`). */
 const EMPTY_POLL_PACING = { baseMs: 100, maxMs: 1_000 };
 
 /** An issue message's share of the `invalid_data` details (at most 20 issues are sent). */
 const ISSUE_MESSAGE_MAX_BYTES = 500;
+/**
+ * An issue path's share: a path names keys of the data, which may be long, and 20 issues under
+ * one long key must not make details larger than the server takes (the report would then be a
+ * crash, not `invalid_data`).
+ */
+const ISSUE_PATH_MAX_BYTES = 500;
+
+/** Whether `schema` has the Standard Schema v1 interface (arktype's schemas are functions). */
+function isStandardSchema(schema: unknown): boolean {
+  if ((typeof schema !== 'object' && typeof schema !== 'function') || schema === null) return false;
+  const props: unknown = (schema as { '~standard'?: unknown })['~standard'];
+  return (
+    typeof props === 'object' &&
+    props !== null &&
+    typeof (props as { validate?: unknown }).validate === 'function'
+  );
+}
 
 /** Validates task data with a Standard Schema; invalid data is an `invalid_data` application error. */
 async function validateData(schema: StandardSchemaV1, data: unknown): Promise<unknown> {
   const result = await schema['~standard'].validate(data);
   if (result.issues === undefined) return result.value;
   const issues = result.issues.slice(0, 20).map((issue) => ({
-    path: issuePath(issue),
+    path: fitText(issuePath(issue), ISSUE_PATH_MAX_BYTES),
     message: fitText(String(issue.message), ISSUE_MESSAGE_MAX_BYTES),
   }));
   const first = issues[0];

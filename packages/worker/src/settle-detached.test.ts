@@ -1,0 +1,71 @@
+/**
+ * The settle command is a snapshot of what the handler returned, and a
+ * handler reported while still running says why.
+ */
+import type { LeaseOwner } from '@ledgence/contracts';
+import { describe, expect, it } from 'vitest';
+import { ApplicationError } from './errors.js';
+import { reportFor, settleCommandFor } from './settle.js';
+
+const owner: LeaseOwner = {
+  scope: { tenant_id: 'acme', namespace: 'prod' },
+  task_id: 't1',
+  attempt_id: 'att_1',
+  lease_id: 'l1',
+  generation: 1,
+  worker_session_id: 's1',
+  consumer_id: 0,
+};
+const id = { taskId: 't1', attemptId: 'att_1' };
+const times = { startedAt: 1, finishedAt: 2 };
+
+describe('settleCommandFor', () => {
+  it('keeps the output as it was when built, whatever later happens to the returned object', () => {
+    const out: Record<string, unknown> = { n: 1, list: [1] };
+    const command = settleCommandFor(owner, reportFor(id, { kind: 'returned', value: out }, times));
+    const bytes = JSON.stringify(command);
+    out.n = 2;
+    (out.list as unknown[]).push(10n);
+    expect(JSON.stringify(command)).toBe(bytes);
+  });
+
+  it('keeps application error details as they were when built', () => {
+    const details = { tries: 1 };
+    const error = new ApplicationError('busy', 'busy', { details });
+    const command = settleCommandFor(
+      owner,
+      reportFor(id, { kind: 'threw', error, aborted: null }, times),
+    );
+    const bytes = JSON.stringify(command);
+    details.tries = 2;
+    expect(JSON.stringify(command)).toBe(bytes);
+  });
+
+  it('checks the value it sends, not only the first read of it (a getter answering twice)', () => {
+    let reads = 0;
+    const out = {
+      get n() {
+        reads += 1;
+        return reads === 1 ? 1 : 'lone \ud800';
+      },
+    };
+    const command = settleCommandFor(owner, reportFor(id, { kind: 'returned', value: out }, times));
+    expect(command.report).toMatchObject({
+      kind: 'failed',
+      report: { kind: 'crashed', retryable: false },
+    });
+  });
+});
+
+describe('reportFor a handler still running', () => {
+  it('after a cancel it ignored: cancelled, not a shutdown', () => {
+    expect(reportFor(id, { kind: 'abandoned', aborted: 'cancelled' }, times)).toEqual({
+      kind: 'failed',
+      report: {
+        kind: 'cancelled',
+        message: 'the task was cancelled and the handler has not returned (it may still run)',
+        retryable: false,
+      },
+    });
+  });
+});
