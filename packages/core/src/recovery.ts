@@ -1,6 +1,13 @@
 import type { RecoveryProgress, Timestamp } from '@ledgence/contracts';
+import { DEFAULT_LIFECYCLE_CONFIG } from './config.js';
 import type { AttemptRow, HistoryRow, SettlementDecision, TaskRow } from './rows.js';
-import { applyDecision, attemptsRemain, heldDecision, retryDelayFor } from './settle.js';
+import {
+  applyDecision,
+  heldDecision,
+  type RetryConfig,
+  retriable,
+  retryDelayFor,
+} from './settle.js';
 
 /** How recovering one expired lease ended. */
 export type RecoveryOutcome = 'requeued' | 'failed' | 'cancelled' | 'finalized';
@@ -22,13 +29,15 @@ export interface RecoveryResult {
  * A settled attempt awaiting cleanup takes its recorded decision. Otherwise
  * the attempt is `lost` (`lease_expired`): with cancel requested the task is
  * cancelled; with dispatched attempts at `max_attempts` it fails with
- * `lease_expired`; else it is re-queued after the retry delay. An attempt never
+ * `lease_expired`, as it does when no attempt of it could ever be granted dispatch
+ * (`dispatchPossible`); else it is re-queued after the retry delay. An attempt never
  * granted dispatch did not count against `max_attempts`.
  */
 export function recoverExpiredLease(
   task: TaskRow,
   attempt: AttemptRow,
   now: Timestamp,
+  config: RetryConfig = DEFAULT_LIFECYCLE_CONFIG,
 ): RecoveryResult | null {
   if (
     attempt.state !== 'active' ||
@@ -45,7 +54,7 @@ export function recoverExpiredLease(
   const decision: SettlementDecision =
     task.cancel_requested_at !== null
       ? { kind: 'cancel' }
-      : attemptsRemain(task)
+      : retriable(task, config)
         ? {
             kind: 'retry',
             delay_ms: retryDelayFor(task),

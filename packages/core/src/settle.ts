@@ -10,6 +10,7 @@ import {
   type TaskState,
   type Timestamp,
 } from '@ledgence/contracts';
+import { DEFAULT_LIFECYCLE_CONFIG, type LifecycleConfig } from './config.js';
 import { isRecordedCommand } from './digest.js';
 import { type HistoryEntry, recordHistory } from './history.js';
 import { leaseLive, ownershipLost, requireOwnedAttempt } from './lease.js';
@@ -38,13 +39,35 @@ export function attemptsRemain(task: TaskRow): boolean {
   return task.dispatch_count < task.retry.max_attempts;
 }
 
+/** The part of the lifecycle configuration that decides whether a retry could ever run. */
+export type RetryConfig = Pick<LifecycleConfig, 'leaseSafetyMarginMs'>;
+
+/**
+ * Whether an attempt of `task` can ever be granted dispatch: its whole execution budget must
+ * exceed the lease safety margin (renew.ts). Submit refuses such budgets, but a task stored by an
+ * earlier version, or before the operator raised LEDGENCE_LEASE_SAFETY_MARGIN_MS, has one; its
+ * refused attempts do not count against max_attempts, so retrying it would re-queue it forever.
+ */
+export function dispatchPossible(task: TaskRow, config: RetryConfig): boolean {
+  return task.timeout_ms > config.leaseSafetyMarginMs;
+}
+
+/** Whether a failed or lost attempt is retried: budget left, and a retry that could run. */
+export function retriable(task: TaskRow, config: RetryConfig): boolean {
+  return attemptsRemain(task) && dispatchPossible(task, config);
+}
+
 /**
  * What a report means for the task (DESIGN §5 Settle): a settlement while
  * cancel is requested cancels; success succeeds; an application error or an
  * execution failure retries when `retryable !== false` and attempts remain,
  * and fails otherwise.
  */
-export function decideSettlement(task: TaskRow, report: AttemptReport): SettlementDecision {
+export function decideSettlement(
+  task: TaskRow,
+  report: AttemptReport,
+  config: RetryConfig = DEFAULT_LIFECYCLE_CONFIG,
+): SettlementDecision {
   if (task.cancel_requested_at !== null) return { kind: 'cancel' };
   let failure: TaskFailure;
   let retryable: boolean;
@@ -57,7 +80,7 @@ export function decideSettlement(task: TaskRow, report: AttemptReport): Settleme
     failure = { kind: 'execution', error: report.report };
     retryable = report.report.retryable;
   }
-  if (retryable && attemptsRemain(task)) {
+  if (retryable && retriable(task, config)) {
     return { kind: 'retry', delay_ms: retryDelayFor(task), failure };
   }
   return { kind: 'fail', failure };
@@ -182,6 +205,7 @@ export function settleAttempt(
   loadedAttempt: AttemptRow | null,
   command: SettleCommand,
   now: Timestamp,
+  config: RetryConfig = DEFAULT_LIFECYCLE_CONFIG,
 ): SettleSideResult<SettleReply> {
   const { task, attempt } = requireOwnedAttempt(loadedTask, loadedAttempt, command.owner);
   if (attempt.settlement !== null) {
@@ -217,7 +241,7 @@ export function settleAttempt(
     settlement_digest: null,
     quiescence: command.quiescence,
   };
-  const decision = decideSettlement(task, command.report);
+  const decision = decideSettlement(task, command.report, config);
   const accepted: HistoryEntry = ['report_accepted', attempt.attempt_id];
   if (command.quiescence === 'unconfirmed') {
     const recorded = recordHistory(task, now, [accepted]);

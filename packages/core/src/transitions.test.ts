@@ -637,6 +637,33 @@ describe('recoverExpiredLease', () => {
   });
 });
 
+describe('a task no attempt of which could ever be granted dispatch', () => {
+  // Submit refuses a timeout_ms within the safety margin; one stored earlier, or before the
+  // margin was raised, is failed rather than re-queued forever (its attempts never count).
+  const raised = lifecycleConfig({ ...config, leaseSafetyMarginMs: 60_000 });
+
+  it('fails on a retryable failure settled for an attempt refused dispatch', () => {
+    const claim = claimed(queuedTask({ timeout_ms: 30_000 }));
+    const command = settleCommand(claim.task, claim.attempt, crash(true));
+    expect(settleAttempt(claim.task, claim.attempt, command, T0 + 10, raised).task.state).toBe(
+      'failed',
+    );
+    // Under the margin it was submitted with, the same report retries.
+    expect(settleAttempt(claim.task, claim.attempt, command, T0 + 10, config).task.state).toBe(
+      'queued',
+    );
+  });
+
+  it('fails with lease_expired when its lease is lost', () => {
+    const claim = claimed(queuedTask({ timeout_ms: 30_000 }));
+    const recovered = recoverExpiredLease(claim.task, claim.attempt, T0 + 30_000, raised);
+    expect(recovered?.task.outcome).toEqual({
+      state: 'failed',
+      failure: { kind: 'lease_expired', attempts: 1 },
+    });
+  });
+});
+
 describe('cancelTask', () => {
   it('cancels queued tasks at once, requests it for active ones, and leaves terminal ones', () => {
     const queued = cancelTask(queuedTask(), T0 + 1);

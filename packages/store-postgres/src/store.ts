@@ -1651,7 +1651,7 @@ class PgTaskStore implements PostgresTaskStore {
       commands,
       (c) => c.owner,
       'full',
-      (task, attempt, c, now) => settleAttempt(task, attempt, c, now),
+      (task, attempt, c, now) => settleAttempt(task, attempt, c, now, this.config),
     );
   }
 
@@ -1950,7 +1950,7 @@ class PgTaskStore implements PostgresTaskStore {
         tasks.forEach((task, i) => {
           const attempt = attempts.get(attemptKeyOf(refs[i] as AttemptKeyRef));
           if (attempt === undefined) return;
-          const result = recoverExpiredLease(task, attempt, now);
+          const result = recoverExpiredLease(task, attempt, now, this.config);
           countRecovery(progress, result);
           if (result === null) return; // a late settle or renew won the race
           changes.task(task, result.task);

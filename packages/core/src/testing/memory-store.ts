@@ -453,7 +453,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
   const settle = async (command: SettleCommand): Promise<SettleReply> => {
     const now = clock();
     const { task, attempt } = loadOwned(command.owner);
-    const result = settleAttempt(task, attempt, command, now);
+    const result = settleAttempt(task, attempt, command, now, config);
     if (result.changed) write(result);
     return copy(result.reply);
   };
@@ -486,7 +486,12 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     const batch = expired.slice(0, Math.min(bound, MAX_RECOVERY_BATCH));
     const progress = startRecoveryProgress(batch.length, expired.length > batch.length);
     for (const candidate of batch) {
-      const result = recoverExpiredLease(copy(candidate.task), copy(candidate.attempt), now);
+      const result = recoverExpiredLease(
+        copy(candidate.task),
+        copy(candidate.attempt),
+        now,
+        config,
+      );
       if (result !== null) write(result);
       countRecovery(progress, result);
     }
