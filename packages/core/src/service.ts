@@ -121,6 +121,11 @@ function replies(outcomes: readonly ItemResult<AcquireOutcome>[]): ItemResult<Ac
   return outcomes.map((o) => (o.ok ? { ok: true, value: o.value.reply } : o));
 }
 
+/** The replies of a batch that are not item failures. */
+function okReplies(results: readonly ItemResult<AcquireReply>[]): AcquireReply[] {
+  return results.flatMap((r) => (r.ok ? [r.value] : []));
+}
+
 /** A fresh `empty` that the store did not record: probing again is still a new poll. */
 function unrecordedEmpty(outcome: AcquireOutcome): boolean {
   return !outcome.recorded;
@@ -213,10 +218,50 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     }
   }
 
+  /**
+   * DESIGN §5: a client disconnect ends the wait without consuming a task. The server may learn
+   * of the disconnect only while a claim for the poll runs (a client gone before its request was
+   * looked at), so claims the reply cannot reach are given back, as a worker gives back an
+   * assignment at shutdown: a settlement before any user code ran (never granted dispatch, the
+   * attempt does not count), re-queuing the task after its retry delay instead of leaving it
+   * leased to nobody until the lease expires. Best effort: should it fail, the lease still does.
+   */
+  async function handBackUndelivered(
+    replies: readonly AcquireReply[],
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    if (!signal?.aborted) return;
+    const commands: SettleCommand[] = [];
+    for (const reply of replies) {
+      if (reply.disposition !== 'assigned') continue;
+      const owner = reply.assignment.lease.owner;
+      commands.push({
+        owner,
+        operation_id: `undelivered:${owner.attempt_id}`,
+        report: {
+          kind: 'failed',
+          report: {
+            kind: 'rejected',
+            message: "the poll's client disconnected before its reply: the claim was given back",
+            retryable: true,
+          },
+        },
+        quiescence: 'confirmed',
+        processing_trace: null,
+      });
+    }
+    if (commands.length === 0) return;
+    await store.settleBatch(commands).catch(() => {});
+  }
+
   async function acquire(command: AcquireCommand, wait?: WaitOptions): Promise<AcquireReply> {
     refuseWhileClosing();
     const { deadline, parks } = budget(wait);
-    if (!parks) return (await store.acquire(command, { recordEmpty: true })).reply;
+    if (!parks) {
+      const { reply } = await store.acquire(command, { recordEmpty: true });
+      await handBackUndelivered([reply], wait?.signal);
+      return reply;
+    }
     const topic: WakeTopic = { kind: 'queue', scope: command.scope, queue: command.queue };
     const found = await watching(topic, async (watch) => {
       for (;;) {
@@ -225,7 +270,10 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
         if (!(await park(watch, deadline, wait?.signal))) return undefined;
       }
     });
-    if (found !== undefined) return found;
+    if (found !== undefined) {
+      await handBackUndelivered([found], wait?.signal);
+      return found;
+    }
     // A disconnected client gets nothing and consumes nothing: its retry of the
     // same sequence is still a new poll.
     if (wait?.signal?.aborted) return { disposition: 'empty', sequence: command.sequence };
@@ -240,7 +288,9 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     const { deadline, parks } = budget(wait);
     const first = commands[0];
     if (!parks || first === undefined) {
-      return replies(await store.acquireBatch(commands, { recordEmpty: true }));
+      const answered = replies(await store.acquireBatch(commands, { recordEmpty: true }));
+      await handBackUndelivered(okReplies(answered), wait?.signal);
+      return answered;
     }
     const topic: WakeTopic = { kind: 'queue', scope: first.scope, queue: first.queue };
     const outcomes = await watching(topic, async (watch) => {
@@ -255,9 +305,13 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
       }
       return probed;
     });
-    // Anything already assigned was recorded and will be replayed by a disconnected client's
-    // retry of the same sequences; its unrecorded empties consumed nothing.
-    if (wait?.signal?.aborted) return replies(outcomes);
+    // A disconnected client's assignments are given back; its unrecorded empties consumed
+    // nothing.
+    if (wait?.signal?.aborted) {
+      const answered = replies(outcomes);
+      await handBackUndelivered(okReplies(answered), wait.signal);
+      return answered;
+    }
     // Record the empties this reply reports, so the client's next sequences follow on.
     const unrecorded = outcomes.flatMap((o, i) => (o.ok && unrecordedEmpty(o.value) ? [i] : []));
     if (unrecorded.length > 0) {
