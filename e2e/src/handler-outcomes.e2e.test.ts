@@ -176,9 +176,17 @@ describe('handler throws', () => {
       failure: { kind: 'application', error: { code: 'again', retryable: true } },
     });
     expect(results.appYes?.status.attempt_count).toBe(2);
+    // Only its details cannot be reported: the error is kept, without them, saying why.
     expect(results.appBadDetails?.outcome).toMatchObject({
       state: 'failed',
-      failure: { kind: 'execution', error: { kind: 'crashed', retryable: false } },
+      failure: {
+        kind: 'application',
+        error: {
+          code: 'bd',
+          retryable: false,
+          message: expect.stringContaining('its details could not be reported'),
+        },
+      },
     });
     for (const p of ['str', 'nul', 'undef', 'promise', 'getter', 'rejectsLater']) {
       expect({ p, o: results[p]?.outcome }).toMatchObject({

@@ -159,6 +159,29 @@ describe('reports', () => {
     ).toMatchObject({ report: { kind: 'cancelled', retryable: true } });
   });
 
+  it('keep an application error whose details cannot be reported, with its retry decision', () => {
+    for (const retryable of [true, false]) {
+      const error = new ApplicationError('busy', 'try later', {
+        retryable,
+        details: { at: 1n },
+      });
+      const command = settleCommandFor(
+        owner,
+        reportFor(id, { kind: 'threw', error, aborted: null }, times),
+      );
+      expect(command.report).toMatchObject({
+        kind: 'completed',
+        report: { outcome: { kind: 'application_error', error: { code: 'busy', retryable } } },
+      });
+      const sent = command.report.kind === 'completed' ? command.report.report.outcome : null;
+      expect(sent).not.toHaveProperty('error.details');
+      expect(sent).toHaveProperty(
+        'error.message',
+        expect.stringMatching(/^try later \(its details could not be reported: /),
+      );
+    }
+  });
+
   it("keep messages within the server's byte limit, cut between characters, so a retryable failure stays retryable", () => {
     const emoji = '\u{1F600}';
     const messages = [

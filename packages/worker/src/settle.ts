@@ -226,6 +226,8 @@ export function settleCommandFor(
     return detached(validateSettleCommand(command));
   } catch (error) {
     if (!(error instanceof ContractError)) throw error;
+    const kept = withoutDetails(command, error);
+    if (kept !== undefined) return kept;
     return validateSettleCommand({
       ...command,
       report: failureReport(
@@ -234,6 +236,37 @@ export function settleCommandFor(
         false,
       ),
     });
+  }
+}
+
+/**
+ * An application error whose only fault is its `details` (not plain JSON, too large) is still
+ * the error the handler meant, with its code and retry decision: it is reported without the
+ * details, its message saying why, rather than turned into a non-retryable crash that would
+ * drop the retry the handler asked for. `undefined` when anything else is wrong.
+ */
+function withoutDetails(command: SettleCommand, error: ContractError): SettleCommand | undefined {
+  const { report } = command;
+  if (report.kind !== 'completed' || report.report.outcome.kind !== 'application_error') return;
+  const { details, ...rest } = report.report.outcome.error;
+  if (details === undefined || details === null) return;
+  const note = ` (its details could not be reported: ${error.message})`;
+  const message = fitText(`${rest.message}${note}`, MESSAGE_MAX_BYTES);
+  try {
+    return detached(
+      validateSettleCommand({
+        ...command,
+        report: {
+          kind: 'completed',
+          report: {
+            ...report.report,
+            outcome: { kind: 'application_error', error: { ...rest, message } },
+          },
+        },
+      }),
+    );
+  } catch {
+    return undefined;
   }
 }
 
