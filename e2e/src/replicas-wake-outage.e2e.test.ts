@@ -4,9 +4,9 @@
  * comes back. B's LISTEN connection must come back with it: a submit through replica A then wakes
  * a poll parked on B, whose rescan is far beyond the wait (DESIGN §5).
  */
-import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import type { AcquireReply } from '@ledgence/contracts';
 import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
+import { type PgProxy, startPgProxy } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
 import { NAMESPACE, Stack, sleep, TENANT, until } from './test/harness.js';
@@ -25,52 +25,8 @@ async function call<T>(url: string, path: string, body?: unknown) {
   return { status: response.status, body: (await response.json()) as T };
 }
 
-/** A TCP proxy to PostgreSQL that can go down: open connections are cut, new ones closed. */
-async function startDbProxy(databaseUrl: string) {
-  const target = new URL(databaseUrl);
-  let down = false;
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((client) => {
-    client.on('error', () => {});
-    if (down) {
-      client.destroy();
-      return;
-    }
-    const upstream = createConnection(Number(target.port || 5432), target.hostname);
-    upstream.on('error', () => {});
-    sockets.add(client);
-    sockets.add(upstream);
-    client.pipe(upstream);
-    upstream.pipe(client);
-    const end = () => {
-      sockets.delete(client);
-      sockets.delete(upstream);
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('close', end);
-    upstream.on('close', end);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const url = new URL(databaseUrl);
-  url.hostname = '127.0.0.1';
-  url.port = String((server.address() as { port: number }).port);
-  return {
-    url: url.toString(),
-    setDown(value: boolean) {
-      down = value;
-      if (value) for (const s of sockets) s.destroy();
-    },
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
-}
-
 const stack = new Stack('replicas_wake_outage');
-let proxy: Awaited<ReturnType<typeof startDbProxy>>;
+let proxy: PgProxy;
 let a: ServerProcess;
 let b: ServerProcess;
 let admin: PostgresTaskStore;
@@ -78,7 +34,7 @@ let sql: PostgresTaskStore['sql'];
 
 beforeAll(async () => {
   await stack.open();
-  proxy = await startDbProxy(stack.databaseUrl);
+  proxy = await startPgProxy(stack.databaseUrl);
   admin = createPostgresTaskStore({ url: stack.databaseUrl, max: 1 });
   sql = admin.sql;
   a = await stack.start(ENV);
@@ -126,9 +82,9 @@ async function submitOnA(key: string, queue: string) {
 for (const outageMs of [500, 5_000]) {
   it(`after a ${outageMs} ms database outage of replica B, a submit through A wakes a poll parked on B`, async () => {
     await until(async () => (await wakeCount()) === 2, 30_000, 'both replicas listening');
-    proxy.setDown(true);
+    proxy.refuse(true);
     await sleep(outageMs);
-    proxy.setDown(false);
+    proxy.refuse(false);
     // B answers again (its pool reconnects on demand)...
     await until(
       async () => (await call(b.url, '/readyz').catch(() => ({ status: 0 }))).status === 200,
@@ -152,12 +108,12 @@ it('a poll parked on B across its outage is answered once B is back, for a submi
   const queue = 'during-outage';
   const parked = parkedOnB(queue);
   await sleep(500);
-  proxy.setDown(true);
+  proxy.refuse(true);
   await sleep(200);
   // The hint of this submit is sent while B's LISTEN connection is down: B never sees it.
   await submitOnA('during-outage', queue);
   await sleep(1_000);
-  proxy.setDown(false);
+  proxy.refuse(false);
   const { reply, ms } = await parked;
   expect(reply.disposition).toBe('assigned');
   expect(ms).toBeLessThan(WAIT_MS);

@@ -19,7 +19,7 @@ import {
   submitCommand,
   successCommand,
 } from './testdata/fixtures.js';
-import { startPgProxy } from './testdata/pg-proxy.js';
+import { startPgProxy } from './testing/pg-proxy.js';
 
 let h: Harness;
 beforeAll(async () => {

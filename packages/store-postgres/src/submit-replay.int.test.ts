@@ -7,7 +7,7 @@ import { withGroupCommit } from '@ledgence/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresTaskStore } from './store.js';
 import { CONFIG, type Harness, harness, SCOPE, submitCommand } from './testdata/fixtures.js';
-import { startPgProxy } from './testdata/pg-proxy.js';
+import { startPgProxy } from './testing/pg-proxy.js';
 
 let h: Harness;
 beforeAll(async () => {

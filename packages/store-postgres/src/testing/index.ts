@@ -32,3 +32,4 @@ export {
   type TestDatabase,
 } from './database.js';
 export { createMigratedTestDatabase } from './migrated.js';
+export { type PgProxy, startPgProxy } from './pg-proxy.js';

@@ -8,6 +8,11 @@
  * - {@link PgProxy.holdRequestCarrying}: the first client chunk carrying some text (and all that
  *   follows it on that connection) is held until released, to interleave another session's work
  *   between two statements deterministically.
+ * - {@link PgProxy.failStatementCarrying}: the first client chunk carrying some text is answered
+ *   by the proxy with an error, the connection left open (a server still in recovery refusing a
+ *   LISTEN, say).
+ * - {@link PgProxy.refuse}: the database is down as a client sees it: open connections are
+ *   reset, and new ones reset at once (each attempt timed).
  */
 import net from 'node:net';
 
@@ -23,7 +28,27 @@ export interface PgProxy {
    * function that sends it (and what followed it) on.
    */
   holdRequestCarrying(text: string): Promise<() => void>;
+  /**
+   * Arms an error reply to the first client chunk carrying `text` (a simple query): the proxy
+   * answers it with an ErrorResponse of `sqlstate` and `message` and ReadyForQuery, and forwards
+   * nothing of it; the connection stays open.
+   */
+  failStatementCarrying(text: string, sqlstate: string, message: string): void;
+  /** While `down`, connections are reset: the open ones at once, new ones as they come. */
+  refuse(down: boolean): void;
+  /** When (performance.now()) each connection refused so far was attempted. */
+  readonly refusedAt: readonly number[];
   close(): Promise<void>;
+}
+
+/** An ErrorResponse (severity ERROR) followed by ReadyForQuery (idle), as a server sends them. */
+function errorReply(sqlstate: string, message: string): Buffer {
+  const fields = Buffer.from(`SERROR\0VERROR\0C${sqlstate}\0M${message}\0\0`);
+  const error = Buffer.alloc(5);
+  error.write('E', 0);
+  error.writeInt32BE(4 + fields.length, 1);
+  const ready = Buffer.from([0x5a, 0, 0, 0, 5, 0x49]);
+  return Buffer.concat([error, fields, ready]);
 }
 
 /** Starts a proxy to the database at `databaseUrl` on a free loopback port. */
@@ -32,8 +57,17 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   let lose: Buffer | null = null;
   let lost = 0;
   let hold: { text: Buffer; held: (release: () => void) => void } | null = null;
+  let fail: { text: Buffer; reply: Buffer } | null = null;
+  let down = false;
+  const refusedAt: number[] = [];
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
+    if (down) {
+      refusedAt.push(performance.now());
+      client.on('error', () => {});
+      client.resetAndDestroy();
+      return;
+    }
     const upstream = net.connect(Number(target.port || 5432), target.hostname);
     sockets.add(client);
     sockets.add(upstream);
@@ -41,6 +75,11 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     client.on('data', (chunk: Buffer) => {
       if (queued !== null) {
         queued.push(chunk);
+        return;
+      }
+      if (fail !== null && chunk.includes(fail.text)) {
+        client.write(fail.reply);
+        fail = null;
         return;
       }
       if (hold !== null && chunk.includes(hold.text)) {
@@ -66,6 +105,8 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
       client.write(chunk);
     });
     const end = () => {
+      sockets.delete(client);
+      sockets.delete(upstream);
       client.destroy();
       upstream.destroy();
     };
@@ -90,6 +131,14 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
         hold = { text: Buffer.from(text), held };
       });
     },
+    failStatementCarrying(text, sqlstate, message) {
+      fail = { text: Buffer.from(text), reply: errorReply(sqlstate, message) };
+    },
+    refuse(value) {
+      down = value;
+      if (value) for (const s of sockets) s.resetAndDestroy();
+    },
+    refusedAt,
     async close() {
       for (const s of sockets) s.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
