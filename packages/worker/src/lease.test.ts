@@ -256,6 +256,17 @@ class RenewModel {
   }
 }
 
+describe('renew retry delay', () => {
+  it('never retries an unanswered dispatch renew without delay once the local expiry has passed', () => {
+    const fresh = initialLease({ authority: authority({ remaining_ms: 1_000 }) } as Assignment, 0);
+    const sent = send(fresh, 'dispatch');
+    // Still held past its local expiry: only the server's answer ends it.
+    expect(clockTick(sent.lease, 5_000).lease.lost).toBeNull();
+    expect(renewRetryDelay(150, 250, sent.lease, 5_000)).toBe(150);
+    expect(renewRetryDelay(5_000, 250, sent.lease, 5_000)).toBe(250);
+  });
+});
+
 describe('lease protocol (property)', () => {
   it('never conflicts and extends once per acknowledged renew, whatever is lost', () => {
     fc.assert(
