@@ -17,6 +17,13 @@ import {
   TENANT,
 } from './test/harness.js';
 
+/** How many tasks of the scope `c` lists with `labels`, over every page. */
+async function tasksLabelled(c: Client, labels: Record<string, string>): Promise<number> {
+  let count = 0;
+  for await (const page of c.list({ labels })) count += page.tasks.length;
+  return count;
+}
+
 /** A client of the test scope whose retries back off briefly (10–20 ms). */
 function retryingClient(url: string): Client {
   return new Client({
@@ -176,10 +183,7 @@ describe('Client faults', () => {
       ]);
       expect(bodies).toHaveLength(2);
       expect(bodies[1]).toBe(bodies[0]);
-      let count = 0;
-      for await (const page of c.list({ labels: { case: 'batch-lost' } }))
-        count += page.tasks.length;
-      expect(count).toBe(2);
+      expect(await tasksLabelled(c, { case: 'batch-lost' })).toBe(2);
       expect(results.every((r) => !(r instanceof Error))).toBe(true);
     } finally {
       await observer.close();
@@ -252,10 +256,7 @@ describe('Client faults', () => {
       proxy.dropReplies(1);
       const batch = await c.submitBatch([{ ...input, labels: { case: 'full-lost-batch' } }]);
       expect(batch[0]).not.toBeInstanceOf(Error);
-      let count = 0;
-      for await (const page of c.list({ labels: { case: 'full-lost' } }))
-        count += page.tasks.length;
-      expect(count).toBe(1);
+      expect(await tasksLabelled(c, { case: 'full-lost' })).toBe(1);
       expect(task.state).toBe('queued');
     } finally {
       await proxy.close();
@@ -384,9 +385,7 @@ describe('Client faults', () => {
       expect(new Set(keys).size).toBe(1);
       expect(keys).toHaveLength(3);
       expect(batch[0]).not.toBeInstanceOf(Error);
-      let count = 0;
-      for await (const page of c.list({ labels })) count += page.tasks.length;
-      expect(count).toBe(2);
+      expect(await tasksLabelled(c, labels)).toBe(2);
       expect(task.state).toBe('queued');
     } finally {
       await proxy.close();
@@ -409,9 +408,7 @@ describe('Client faults', () => {
       { queue: 'q-after-commit', program: 'p', data: 1, labels },
       { queue: 'q-after-commit', program: 'p', data: 2, labels },
     ]);
-    let count = 0;
-    for await (const page of c.list({ labels })) count += page.tasks.length;
-    expect(count).toBe(2);
+    expect(await tasksLabelled(c, labels)).toBe(2);
     expect(answers.map((a) => (a instanceof Error ? `${a.name}: ${a.message}` : a.state))).toEqual([
       'queued',
       'queued',

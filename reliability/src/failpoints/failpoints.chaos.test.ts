@@ -13,6 +13,7 @@
 import type {
   AcquireReply,
   Authority,
+  CompletionSubscription,
   SettleBatchReply,
   SettleReply,
   WorkerSession,
@@ -241,33 +242,50 @@ async function subscribeConverges(run: CrashRun, receiver: Receiver): Promise<vo
 }
 
 /**
+ * A task of `queue` run to its end with one subscription (`hooks`, key `once`) delivered once;
+ * `current` reads the subscription as the server has it now.
+ */
+async function deliveredSubscription(run: CrashRun, queue: string) {
+  const task = await run.client.submit({ queue, program: 'echo', data: null });
+  const subscription = await run.client.subscribe(task.task_id, {
+    destination: 'hooks',
+    subscriptionKey: 'once',
+  });
+  run.work(queue);
+  const current = async () => (await run.client.subscriptions(task.task_id))[0];
+  await until(async () => (await current())?.state === 'delivered', 60_000, 'first delivery');
+  return { task, subscription, current };
+}
+
+/** Waits until the subscription `current` reads is delivered at `generation`. */
+async function generationDelivered(
+  current: () => Promise<CompletionSubscription | undefined>,
+  generation: number,
+): Promise<void> {
+  await until(
+    async () => {
+      const now = await current();
+      return now?.generation === generation && now.state === 'delivered';
+    },
+    60_000,
+    `generation ${generation} delivered`,
+  );
+}
+
+/**
  * Redeliver: a delivered subscription is redelivered through the crash; the retried request
  * (naming generation 1) lands on the replacement as the first one or as its replay. Exactly one
  * new generation, delivered, with the subscription's one event id.
  */
 async function redeliverConverges(run: CrashRun, receiver: Receiver): Promise<void> {
-  const task = await run.client.submit({ queue: 'redeliver', program: 'echo', data: null });
-  const subscription = await run.client.subscribe(task.task_id, {
-    destination: 'hooks',
-    subscriptionKey: 'once',
-  });
-  run.work('redeliver');
-  const current = async () => (await run.client.subscriptions(task.task_id))[0];
-  await until(async () => (await current())?.state === 'delivered', 60_000, 'first delivery');
+  const { subscription, current } = await deliveredSubscription(run, 'redeliver');
   const [redelivered] = await Promise.all([
     run.client.redeliver(subscription.id, 1),
     run.crashed(),
   ]);
   expect(redelivered.generation).toBe(2);
   expect((await run.client.redeliver(subscription.id, 1)).generation).toBe(2);
-  await until(
-    async () => {
-      const now = await current();
-      return now?.generation === 2 && now.state === 'delivered';
-    },
-    60_000,
-    'redelivery',
-  );
+  await generationDelivered(current, 2);
   expect((await current())?.generation).toBe(2);
   const ids = receiver.received.map((r) => r.id);
   expect(new Set(ids)).toEqual(new Set([subscription.event_id]));
@@ -637,23 +655,9 @@ const DELIVERY_ERRORS = [
  * a redelivery retried after its commit replays. One subscription, one event id, generation 2.
  */
 async function deliveryErrorsConverge(run: CrashRun, receiver: Receiver): Promise<void> {
-  const task = await run.client.submit({ queue: 'errors', program: 'echo', data: null });
-  const subscription = await run.client.subscribe(task.task_id, {
-    destination: 'hooks',
-    subscriptionKey: 'once',
-  });
-  run.work('errors');
-  const current = async () => (await run.client.subscriptions(task.task_id))[0];
-  await until(async () => (await current())?.state === 'delivered', 60_000, 'first delivery');
+  const { task, subscription, current } = await deliveredSubscription(run, 'errors');
   expect((await run.client.redeliver(subscription.id, 1)).generation).toBe(2);
-  await until(
-    async () => {
-      const now = await current();
-      return now?.generation === 2 && now.state === 'delivered';
-    },
-    60_000,
-    'redelivery',
-  );
+  await generationDelivered(current, 2);
   for (const name of DELIVERY_ERRORS) {
     expect(run.armedStderr()).toContain(`failpoint fired: ${name} (error)`);
   }
