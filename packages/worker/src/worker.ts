@@ -342,6 +342,8 @@ export class Worker {
   #extendTimer: ReturnType<typeof setTimeout> | undefined;
   #fatal: unknown;
   #stopGraceMs: number | undefined;
+  /** Set when stop() came before run(): the one run() that follows resolves at once. */
+  #stoppedBeforeRun = false;
   /** Set when stop()'s grace period has passed: from then on no handler may start. */
   #graceOver = false;
   readonly #stopRequested = deferred();
@@ -426,9 +428,18 @@ export class Worker {
   /**
    * Opens a session and processes tasks until {@link Worker.stop} is called
    * (or an unrecoverable error occurs: a rejected key, a server breaking the
-   * contract), then drains and resolves (or rejects with that error).
+   * contract), then drains and resolves (or rejects with that error). After
+   * a stop() that came before it, resolves at once without contacting the
+   * server. A second run() is a `TypeError`.
    */
   async run(): Promise<void> {
+    if (this.#stoppedBeforeRun) {
+      // stop() came first (a SIGTERM before run() was reached): there is nothing to run or
+      // drain, and it is not an error — run() resolves, as it does after a stop.
+      this.#stoppedBeforeRun = false;
+      this.#logger.info('worker stopped before run(); not starting', {});
+      return;
+    }
     if (this.#state !== 'new') throw new TypeError('run() can be called once per Worker');
     if (this.#handlers.size === 0)
       throw new TypeError('register at least one handler before run()');
@@ -458,6 +469,7 @@ export class Worker {
   stop(options: StopOptions = {}): Promise<void> {
     if (this.#state === 'new') {
       this.#state = 'stopped';
+      this.#stoppedBeforeRun = true;
       this.#stopped.resolve();
       return this.#stopped.promise;
     }
@@ -536,6 +548,9 @@ export class Worker {
 
   #scheduleExtension(): void {
     clearTimeout(this.#extendTimer);
+    // A stopped worker extends nothing: an extension failing after stop() would otherwise arm
+    // a referenced timer of a whole period, keeping the process alive after run() resolved.
+    if (this.#state === 'stopped') return;
     const delay = extensionDelayMs(this.#extendIntervalMs, this.#sessionValidityMs);
     this.#extendTimer = setTimeout(() => this.#extendSession(), timerDelay(delay));
   }
@@ -592,7 +607,13 @@ export class Worker {
 
   async #acquireLoop(): Promise<void> {
     while (this.#state === 'running') {
-      const session = await this.#ensureSession();
+      // A session open is not waited for past stop(): it may take its whole request timeout
+      // (a server that does not answer), and a stopping worker has no use for it; its reply,
+      // if any, comes to a stopping or stopped worker, which takes no task with it. Raced only
+      // when a session must be opened (rarely): each race holds a reaction on the stop promise.
+      const session =
+        this.#session ??
+        (await Promise.race([this.#ensureSession(), this.#stopRequested.promise.then(() => null)]));
       if (session === null || this.#state !== 'running') break;
       const wait = this.#pollNotBefore - monotonicNow();
       if (wait > 0) {
@@ -763,6 +784,13 @@ export class Worker {
           session_id: effect.staleSessionId,
           ...(cause === undefined ? {} : errorFields(cause)),
         });
+        // The first loss moves over at once (a session that expired). A slot losing session
+        // after session without one completed poll (a balancer sending polls to a deployment
+        // that never heard of them) backs off: each move opens a session on the server.
+        if (step.slot.failures > 1) {
+          this.#slotNotBefore[step.slot.consumerId] =
+            monotonicNow() + backoffDelay(step.slot.failures - 1, this.#backoff);
+        }
         this.#retireSession(effect.staleSessionId, problemCode(cause));
         break;
       case 'fatal':

@@ -1,0 +1,429 @@
+/**
+ * The worker's `run()` / `stop()` lifecycle against real server processes:
+ * stop while a request the drain waits on hangs, while a session extension is in flight, while
+ * polls are parked; run() against a deployment whose sessions keep vanishing; a worker process
+ * SIGKILLed in the middle of its stop. Worker processes here never call `process.exit`, so a
+ * test sees whether one ends on its own once `run()` has resolved.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import {
+  request as httpRequest,
+  createServer as httpServer,
+  type IncomingMessage,
+  type ServerResponse,
+} from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Worker } from '@ledgence/worker';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { type ServerProcess, sourceArgs } from './server-process.js';
+import {
+  client,
+  type HttpProxy,
+  historyOf,
+  perAttempt,
+  reasons,
+  Stack,
+  settled,
+  shortWorker,
+  sleep,
+  startHttpProxy,
+  until,
+  watchUnhandledRejections,
+} from './test/harness.js';
+
+const script = join(dirname(fileURLToPath(import.meta.url)), 'testdata', 'stop-worker.ts');
+
+interface Line {
+  event: string;
+  [key: string]: unknown;
+}
+
+interface Child {
+  readonly child: ChildProcess;
+  readonly lines: Line[];
+  readonly exited: Promise<number | string>;
+  readonly stderr: () => string;
+  /** Resolves with the first line `match` accepts (already printed or to come). */
+  line(match: (line: Line) => boolean, ms?: number, what?: string): Promise<Line>;
+}
+
+const children: Child[] = [];
+
+/** Starts `testdata/stop-worker.ts`; resolves once it called run(). */
+async function startChild(env: Record<string, string>): Promise<Child> {
+  const child = spawn(process.execPath, sourceArgs(script), {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: Line[] = [];
+  let stderr = '';
+  let partial = '';
+  const exited = new Promise<number | string>((resolve) => {
+    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
+  });
+  child.stderr?.setEncoding('utf8');
+  child.stderr?.on('data', (chunk: string) => {
+    stderr += chunk;
+  });
+  child.stdout?.setEncoding('utf8');
+  child.stdout?.on('data', (chunk: string) => {
+    partial += chunk;
+    const complete = partial.split('\n');
+    partial = complete.pop() ?? '';
+    for (const text of complete) if (text.trim() !== '') lines.push(JSON.parse(text) as Line);
+  });
+  const handle: Child = {
+    child,
+    lines,
+    exited,
+    stderr: () => stderr,
+    async line(match, ms = 30_000, what = 'a line') {
+      let found: Line | undefined;
+      await until(
+        () => {
+          found = lines.find(match);
+          if (found === undefined && child.exitCode !== null) {
+            throw new Error(`the worker process exited before ${what}:\n${stderr}`);
+          }
+          return found !== undefined;
+        },
+        ms,
+        what,
+      );
+      return found as Line;
+    },
+  };
+  children.push(handle);
+  await handle.line((l) => l.event === 'ready', 60_000, 'ready');
+  return handle;
+}
+
+const stack = new Stack('worker_stop_e2e');
+let server: ServerProcess;
+const unhandled = watchUnhandledRejections();
+const workers: Worker[] = [];
+const proxies: { close(): Promise<void> }[] = [];
+
+beforeAll(async () => {
+  await stack.open();
+  server = await stack.start();
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop({ graceMs: 0 })));
+  await Promise.all(proxies.splice(0).map((p) => p.close()));
+  for (const c of children.splice(0)) {
+    if (c.child.exitCode === null && c.child.signalCode === null) c.child.kill('SIGKILL');
+    await c.exited;
+  }
+  expect(unhandled.seen).toEqual([]);
+});
+afterAll(async () => {
+  unhandled.dispose();
+  await stack.close();
+});
+
+async function proxy(...args: Parameters<typeof startHttpProxy>): Promise<HttpProxy> {
+  const p = await startHttpProxy(...args);
+  proxies.push(p);
+  return p;
+}
+
+/** `promise`'s value, or `'pending'` if it has not settled within `ms` (a termination bound). */
+async function within<T>(promise: Promise<T>, ms: number): Promise<T | 'pending'> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const bound = new Promise<'pending'>((resolve) => {
+    timer = setTimeout(() => resolve('pending'), ms);
+  });
+  try {
+    return await Promise.race([promise, bound]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+describe('stop() and what it leaves running', () => {
+  it('a session extension that fails after stop() re-arms no timer: the process exits on its own', async () => {
+    let extending = false;
+    // The extension is held, and fails (its connection cut) only once stop() has resolved.
+    const p = await proxy(server.url, {
+      hold: ({ path }) => {
+        if (!path.endsWith('/extend')) return undefined;
+        extending = true;
+        return new Promise<void>(() => {});
+      },
+    });
+    const w = await startChild({
+      LEDGENCE_URL: p.url,
+      QUEUE: 'extend-after-stop',
+      EXTEND_MS: '1000',
+      REQUEST_TIMEOUT_MS: '60000',
+      TIMERS_AFTER: 'extending the session failed',
+    });
+    await until(() => extending, 30_000, 'a session extension in flight');
+    w.child.kill('SIGTERM');
+    await w.line((l) => l.event === 'stopped', 30_000, 'stop() resolving');
+    await w.line((l) => l.event === 'run' && l.ok === true, 30_000, 'run() resolving');
+    await p.close();
+    const timers = await w.line((l) => l.event === 'timers', 30_000, 'the failed extension');
+    // A stopped worker must not schedule another extension: that timer (the extension period,
+    // 100 s by default) keeps the process alive after run() resolved.
+    expect(timers.count).toBe(0);
+    expect(await w.exited).toBe(0);
+  });
+
+  it('stop({ graceMs: 0 }) of a worker whose session open hangs resolves without waiting for the request timeout', async () => {
+    let opening = false;
+    const p = await proxy(server.url, {
+      hold: ({ path }) => {
+        if (path !== '/v1/worker/sessions') return undefined;
+        opening = true;
+        return new Promise<void>(() => {});
+      },
+    });
+    const w = shortWorker(p.url, 'open-hangs', { requestTimeoutMs: 60_000 });
+    workers.push(w);
+    w.register('p', () => null);
+    const running = w.run();
+    await until(() => opening, 30_000, 'the session open in flight');
+    // The worker holds nothing: nothing is left to drain, and no grace was given.
+    const stopped = w.stop({ graceMs: 0 }).then(() => 'stopped' as const);
+    expect(await within(stopped, 10_000)).toBe('stopped');
+    await running;
+  });
+
+  it('stop() while polls are parked resolves before their wait ends and claims nothing', async () => {
+    const parked = await stack.start({ LEDGENCE_LONG_POLL_WAIT_MS: '30000' });
+    let polls = 0;
+    const p = await proxy(parked.url, {
+      observe: ({ path }) => {
+        if (path.startsWith('/v1/worker/acquire')) polls += 1;
+        return undefined;
+      },
+    });
+    const c = client(parked.url);
+    const w = shortWorker(p.url, 'parked', { concurrency: 4, pollWaitMs: 30_000 });
+    workers.push(w);
+    w.register('p', () => 'ran');
+    const running = w.run();
+    await until(() => polls >= 1, 30_000, 'a parked poll');
+    await sleep(200);
+    const stopped = w.stop({ graceMs: 10_000 }).then(() => 'stopped' as const);
+    expect(await within(stopped, 10_000)).toBe('stopped');
+    await running;
+    const task = await c.submit({ queue: 'parked', program: 'p', data: null });
+    await sleep(500);
+    expect(reasons(await historyOf(c, task.task_id))).toEqual(['submitted']);
+    await parked.stop('SIGKILL');
+  });
+
+  it('a worker process SIGTERMed while a handler runs finishes it, settles it and exits on its own', async () => {
+    const c = client(server.url);
+    const queue = 'exits-on-its-own';
+    const task = await c.submit({ queue, program: 'job', data: { ms: 300 } });
+    const w = await startChild({ LEDGENCE_URL: server.url, QUEUE: queue, GRACE_MS: '10000' });
+    await w.line((l) => l.event === 'start', 30_000, 'the handler starting');
+    w.child.kill('SIGTERM');
+    await w.line((l) => l.event === 'run' && l.ok === true, 30_000, 'run() resolving');
+    // No process.exit in the child: it ends only if the SDK left nothing referenced.
+    expect(await within(w.exited, 5_000)).toBe(0);
+    expect((await c.status(task.task_id)).state).toBe('succeeded');
+    const events = await historyOf(c, task.task_id);
+    expect([...perAttempt(events, 'report_accepted').values()]).toEqual([1]);
+  });
+
+  it('stop() while a dispatch renewal is in flight: the answer within the grace runs the handler once', async () => {
+    const c = client(server.url);
+    const queue = 'dispatch-in-flight';
+    const task = await c.submit({ queue, program: 'p', data: null });
+    let dispatchSent = false;
+    let answer!: () => void;
+    const answered = new Promise<void>((resolve) => {
+      answer = resolve;
+    });
+    const p = await proxy(server.url, {
+      hold({ path, body }) {
+        if (!path.startsWith('/v1/worker/renew') || !body.includes('"intent":"dispatch"')) {
+          return undefined;
+        }
+        dispatchSent = true;
+        return answered;
+      },
+    });
+    let runs = 0;
+    let abortedAtStart: boolean | undefined;
+    const w = shortWorker(p.url, queue);
+    workers.push(w);
+    w.register('p', (_data, ctx) => {
+      runs += 1;
+      abortedAtStart = ctx.signal.aborted;
+      return 'ran';
+    });
+    const running = w.run();
+    await until(() => dispatchSent, 30_000, 'the dispatch renewal in flight');
+    const stopping = w.stop({ graceMs: 10_000 });
+    answer();
+    await stopping;
+    await running;
+    expect(runs).toBe(1);
+    expect(abortedAtStart).toBe(false);
+    expect((await c.status(task.task_id)).state).toBe('succeeded');
+    expect([...perAttempt(await historyOf(c, task.task_id), 'report_accepted').values()]).toEqual([
+      1,
+    ]);
+  });
+
+  it.each([0, 150])(
+    'a server SIGTERMed while the worker stops (%i ms apart): run() resolves, nothing claimed',
+    async (apart) => {
+      const draining = await stack.start({
+        LEDGENCE_LONG_POLL_WAIT_MS: '30000',
+        LEDGENCE_SHUTDOWN_TIMEOUT_MS: '2000',
+      });
+      const c = client(server.url);
+      const queue = `server-drains-${apart}`;
+      let polls = 0;
+      const p = await proxy(draining.url, {
+        observe: ({ path }) => {
+          if (path.startsWith('/v1/worker/acquire')) polls += 1;
+          return undefined;
+        },
+      });
+      const w = shortWorker(p.url, queue, { concurrency: 4, pollWaitMs: 30_000 });
+      workers.push(w);
+      w.register('p', () => 'ran');
+      const running = w.run().then(
+        () => 'resolved',
+        (error: unknown) => error,
+      );
+      await until(() => polls >= 1, 30_000, 'a parked poll');
+      await sleep(200);
+      const serverExit = draining.stop('SIGTERM');
+      await sleep(apart);
+      await w.stop({ graceMs: 2_000 });
+      expect(await running).toBe('resolved');
+      expect(await serverExit).toBe(0);
+      const task = await c.submit({ queue, program: 'p', data: null });
+      expect(reasons(await historyOf(c, task.task_id))).toEqual(['submitted']);
+    },
+  );
+
+  it('run() called twice: the second rejects, the first runs on and resolves at stop()', async () => {
+    const c = client(server.url);
+    const w = shortWorker(server.url, 'twice');
+    workers.push(w);
+    let runs = 0;
+    w.register('p', () => {
+      runs += 1;
+      return 'ok';
+    });
+    const first = w.run();
+    await expect(w.run()).rejects.toBeInstanceOf(TypeError);
+    const task = await c.submit({ queue: 'twice', program: 'p', data: null });
+    const [result] = await settled(c, [task.task_id]);
+    expect(result?.outcome).toEqual({ state: 'succeeded', output: 'ok' });
+    await w.stop();
+    await first;
+    expect(runs).toBe(1);
+  });
+});
+
+describe('a deployment whose sessions keep vanishing', () => {
+  const other = new Stack('worker_stop_other_e2e');
+  let elsewhere: ServerProcess;
+
+  beforeAll(async () => {
+    await other.open();
+    elsewhere = await other.start();
+  });
+  afterAll(async () => {
+    await other.close();
+  });
+
+  it('a session answered session_not_found at every poll is not re-opened in a hot loop', async () => {
+    // A balancer misrouting between two deployments: sessions are opened on one, polls reach the
+    // other (its own database), which answers every poll session_not_found.
+    let opens = 0;
+    let polls = 0;
+    const router = httpServer((req: IncomingMessage, res: ServerResponse) => {
+      const path = req.url ?? '';
+      const toSessions = path.startsWith('/v1/worker/sessions');
+      if (toSessions && req.method === 'POST' && !path.endsWith('/extend')) opens += 1;
+      if (path.startsWith('/v1/worker/acquire')) polls += 1;
+      const target = new URL(toSessions ? server.url : elsewhere.url);
+      const out = httpRequest(
+        {
+          host: target.hostname,
+          port: target.port,
+          method: req.method,
+          path,
+          headers: req.headers,
+        },
+        (reply) => {
+          res.writeHead(reply.statusCode ?? 502, reply.headers);
+          reply.pipe(res);
+        },
+      );
+      out.on('error', () => res.destroy());
+      req.pipe(out);
+    });
+    await new Promise<void>((resolve) => router.listen(0, '127.0.0.1', resolve));
+    proxies.push({
+      close: () =>
+        new Promise<void>((resolve) => {
+          router.closeAllConnections();
+          router.close(() => resolve());
+        }),
+    });
+    const url = `http://127.0.0.1:${(router.address() as AddressInfo).port}`;
+    const w = shortWorker(url, 'vanishing', { backoff: { baseMs: 100, maxMs: 1_000 } });
+    workers.push(w);
+    w.register('p', () => null);
+    const running = w.run().catch((error: unknown) => error);
+    await sleep(3_000);
+    await w.stop({ graceMs: 0 });
+    const outcome = await running;
+    // With a backoff of at most 1 s, 3 s allow a handful of tries; a hot loop makes hundreds.
+    expect(outcome).toBeUndefined();
+    expect(opens).toBeLessThan(20);
+    expect(polls).toBeLessThan(20);
+  });
+});
+
+describe('a worker process SIGKILLed in the middle of its stop()', () => {
+  it('the task it held comes back after lease expiry and runs once more, settled once', async () => {
+    const c = client(server.url);
+    const queue = 'kill-mid-stop';
+    const task = await c.submit({ queue, program: 'hang', data: null });
+    const w = await startChild({
+      LEDGENCE_URL: server.url,
+      QUEUE: queue,
+      GRACE_MS: '30000',
+      WORKER_LOG: 'debug',
+    });
+    await w.line((l) => l.event === 'start', 30_000, 'the handler starting');
+    w.child.kill('SIGTERM');
+    await w.line((l) => l.event === 'log' && l.message === 'worker stopping', 30_000, 'stopping');
+    w.child.kill('SIGKILL');
+    expect(await w.exited).toBe('SIGKILL');
+    let runs = 0;
+    const survivor = shortWorker(server.url, queue);
+    workers.push(survivor);
+    survivor.register('hang', (_data, ctx) => {
+      runs += 1;
+      return { attempt: ctx.attempt };
+    });
+    const running = survivor.run();
+    const [result] = await settled(c, [task.task_id]);
+    await survivor.stop();
+    await running;
+    expect(result?.outcome).toEqual({ state: 'succeeded', output: { attempt: 2 } });
+    expect(runs).toBe(1);
+    const events = await historyOf(c, task.task_id);
+    expect(reasons(events).filter((r) => r === 'lease_expired')).toHaveLength(1);
+    expect(reasons(events).filter((r) => r === 'claimed')).toHaveLength(2);
+    expect([...perAttempt(events, 'report_accepted').values()]).toEqual([1]);
+    expect(w.lines.filter((l) => l.event === 'start')).toHaveLength(1);
+  });
+});
