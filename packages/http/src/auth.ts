@@ -77,6 +77,9 @@ interface StoredKey {
 const KEY_MAX_CHARS = 4096;
 // RFC 6750 b64token: what a bearer credential may consist of.
 const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
+// A configured key is the b64token alone: the spaces BEARER allows around it in a header are not
+// part of it (and Node trims them from a header value), so a key holding them never matches.
+const BEARER_TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/;
 
 const DEVELOPMENT_PRINCIPAL: Principal = {
   tenant: undefined,
@@ -117,7 +120,7 @@ export function apiKeyProblems(config: ApiKeyConfig): ApiKeyProblem[] {
   const { key, tenant, namespaces, roles } = config as Partial<Record<keyof ApiKeyConfig, unknown>>;
   if (typeof key !== 'string' || key.length === 0) {
     problem('key', 'must be a non-empty string');
-  } else if (key.length > KEY_MAX_CHARS || !BEARER.test(`Bearer ${key}`)) {
+  } else if (key.length > KEY_MAX_CHARS || !BEARER_TOKEN.test(key)) {
     // A key that cannot be sent as `Authorization: Bearer <key>` could never authenticate.
     problem(
       'key',
