@@ -197,7 +197,26 @@ function cursorFor(command: AcquireCommand, assignment: CursorRow['assignment'])
  * written, and fail again on every replay of the same sequences.
  */
 export class AcquireReplyBudget {
-  #used = 0;
+  #used: number;
+
+  /** @param used - bytes the reply already holds (earlier polls of the same batch). */
+  constructor(used = 0) {
+    this.#used = used;
+  }
+
+  /** Bytes of the assignments and replays counted so far. */
+  get used(): number {
+    return this.#used;
+  }
+
+  /**
+   * Counts a reply that must be given whatever its size — a replayed poll answers what it
+   * answered before — so that new claims beside it stop before the batch's reply passes the bound.
+   */
+  count(reply: AcquireReply): void {
+    if (reply.disposition === 'empty') return;
+    this.#used += utf8ByteLength(JSON.stringify(reply));
+  }
 
   /**
    * Whether `reply` fits beside the assignments admitted so far, and if so counts it. The first

@@ -131,6 +131,35 @@ function unrecordedEmpty(outcome: AcquireOutcome): boolean {
   return !outcome.recorded;
 }
 
+/** The slot a poll is for: its scope, session and consumer. */
+function slotOf(command: AcquireCommand): string {
+  const { scope, worker_session_id, consumer_id } = command;
+  return JSON.stringify([scope.tenant_id, scope.namespace, worker_session_id, consumer_id]);
+}
+
+/** Indexes of the first poll of each slot, in request order. */
+function firstPollsOfSlots(commands: readonly AcquireCommand[]): number[] {
+  const seen = new Set<string>();
+  const firsts: number[] = [];
+  commands.forEach((command, index) => {
+    const slot = slotOf(command);
+    if (seen.has(slot)) return;
+    seen.add(slot);
+    firsts.push(index);
+  });
+  return firsts;
+}
+
+/** The distinct queues of a batch's polls, each a wake topic. */
+function queueTopics(commands: readonly AcquireCommand[]): WakeTopic[] {
+  const topics = new Map<string, WakeTopic>();
+  for (const { scope, queue } of commands) {
+    const key = JSON.stringify([scope.tenant_id, scope.namespace, queue]);
+    if (!topics.has(key)) topics.set(key, { kind: 'queue', scope, queue });
+  }
+  return [...topics.values()];
+}
+
 /**
  * Builds the task service over a store and an optional wake source.
  *
@@ -193,16 +222,47 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
   }
 
   /**
-   * Runs `body` with a watch on `topic` taken before its first probe, so no hint is lost
+   * Runs `body` with a watch on `topics` taken before its first probe, so no hint is lost
    * between a probe and the park after it; closes the watch whatever `body` does.
    */
-  async function watching<T>(topic: WakeTopic, body: (watch: WakeWatch) => Promise<T>): Promise<T> {
-    const watch = wake.watch(topic);
+  async function watching<T>(
+    topics: readonly WakeTopic[],
+    body: (watch: WakeWatch) => Promise<T>,
+  ): Promise<T> {
+    const watch = watchEach(topics);
     try {
       return await body(watch);
     } finally {
       watch.close();
     }
+  }
+
+  /**
+   * One watch over several topics (an acquire batch's polls of several queues): its `next` ends
+   * at the first hint of any of them. The others' pending `next` are ended before it resolves,
+   * so each watch still has one `next` at a time.
+   */
+  function watchEach(topics: readonly WakeTopic[]): WakeWatch {
+    const watches = topics.map((t) => wake.watch(t));
+    if (watches.length === 1) return watches[0] as WakeWatch;
+    return {
+      async next(timeoutMs, signal) {
+        const stop = new AbortController();
+        const end = () => stop.abort();
+        signal?.addEventListener('abort', end, { once: true });
+        const pending = watches.map((w) => w.next(timeoutMs, stop.signal));
+        try {
+          await Promise.race(pending);
+        } finally {
+          stop.abort();
+          signal?.removeEventListener('abort', end);
+          await Promise.all(pending);
+        }
+      },
+      close() {
+        for (const w of watches) w.close();
+      },
+    };
   }
 
   /**
@@ -263,7 +323,7 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
       return reply;
     }
     const topic: WakeTopic = { kind: 'queue', scope: command.scope, queue: command.queue };
-    const found = await watching(topic, async (watch) => {
+    const found = await watching([topic], async (watch) => {
       for (;;) {
         const probe = await store.acquire(command, { recordEmpty: false });
         if (!unrecordedEmpty(probe)) return probe.reply;
@@ -292,24 +352,42 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
       await handBackUndelivered(okReplies(answered), wait?.signal);
       return answered;
     }
-    const topic: WakeTopic = { kind: 'queue', scope: first.scope, queue: first.queue };
-    const outcomes = await watching(topic, async (watch) => {
+    // A slot polled twice (sequences n and n+1): the later poll follows the earlier one's
+    // recorded outcome, which a probe (recording no `empty`) does not leave. The probes park on
+    // each slot's first poll; the whole batch is then answered in order, as its polls sent one
+    // after another would be (the first polls that claimed meanwhile replay their claims).
+    const firsts = firstPollsOfSlots(commands);
+    const repeats = firsts.length < commands.length;
+    const probes = repeats ? firsts.map((i) => commands[i] as AcquireCommand) : commands;
+    // Every queue of the batch is watched: a hint for any of its polls' queues ends the park.
+    const outcomes = await watching(queueTopics(probes), async (watch) => {
       // DESIGN §6: the batch parks until a slot is assigned or the wait ends, and an item's
       // error does not fail its neighbours — a slot refused (consumer_busy, say) does not end
       // the wait of the others; a batch with no slot left to fill answers at once.
       const waiting = (batch: ItemResult<AcquireOutcome>[]) =>
         batch.some((o) => o.ok) && batch.every((o) => !o.ok || unrecordedEmpty(o.value));
-      let probed = await store.acquireBatch(commands, { recordEmpty: false });
+      let probed = await store.acquireBatch(probes, { recordEmpty: false });
       while (waiting(probed) && (await park(watch, deadline, wait?.signal))) {
-        probed = await store.acquireBatch(commands, { recordEmpty: false });
+        probed = await store.acquireBatch(probes, { recordEmpty: false });
       }
       return probed;
     });
     // A disconnected client's assignments are given back; its unrecorded empties consumed
-    // nothing.
+    // nothing (a repeated slot's later polls were never run: the reply reaches no one).
     if (wait?.signal?.aborted) {
       const answered = replies(outcomes);
       await handBackUndelivered(okReplies(answered), wait.signal);
+      if (!repeats) return answered;
+      const unanswered: ItemResult<AcquireReply> = {
+        ok: false,
+        error: new ContractError('unavailable', "the poll's client disconnected"),
+      };
+      const byIndex = new Map(firsts.map((index, k) => [index, answered[k]]));
+      return commands.map((_, index) => byIndex.get(index) ?? unanswered);
+    }
+    if (repeats) {
+      const answered = replies(await store.acquireBatch(commands, { recordEmpty: true }));
+      await handBackUndelivered(okReplies(answered), wait?.signal);
       return answered;
     }
     // Record the empties this reply reports, so the client's next sequences follow on.
@@ -330,7 +408,7 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     const { deadline, parks } = budget(wait);
     if (!parks) return store.result(scope, taskId);
     const topic: WakeTopic = { kind: 'task', scope, task_id: taskId };
-    return watching(topic, async (watch) => {
+    return watching([topic], async (watch) => {
       for (;;) {
         const current = await store.result(scope, taskId);
         if (current.outcome.state !== 'pending') return current;

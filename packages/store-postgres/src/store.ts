@@ -1251,13 +1251,21 @@ class PgTaskStore implements PostgresTaskStore {
     commands: readonly AcquireCommand[],
     options: AcquireStoreOptions,
   ): Promise<ItemResult<AcquireOutcome>[]> {
+    // One reply bound (ACQUIRE_BATCH_REPLY_MAX_BYTES) across the transactions of a batch run
+    // poll by poll: what the committed polls before took.
+    const spent = { bytes: 0 };
     const slots = new Set(commands.map(slotKey));
     if (slots.size !== commands.length) {
       // The same slot twice: the second poll depends on the first's claim; run them in order.
       const results: ItemResult<AcquireOutcome>[] = [];
       for (const command of commands) {
         try {
-          results.push({ ok: true, value: await this.acquire(command, options) });
+          const value = await this.single(
+            command,
+            (tx, items, finish) => this.acquireTx(tx, items, options, finish, spent),
+            ACQUIRE_POINT,
+          );
+          results.push({ ok: true, value });
         } catch (error) {
           results.push({ ok: false, error: asContractError(error) });
         }
@@ -1266,7 +1274,15 @@ class PgTaskStore implements PostgresTaskStore {
     }
     return this.batch(
       commands,
-      (tx, items, finish) => this.acquireTx(tx, items, options, finish),
+      // The whole batch starts from nothing; its fallback, poll by poll, shares `spent`.
+      (tx, items, finish) =>
+        this.acquireTx(
+          tx,
+          items,
+          options,
+          finish,
+          items.length < commands.length ? spent : undefined,
+        ),
       ACQUIRE_POINT,
     );
   }
@@ -1276,6 +1292,7 @@ class PgTaskStore implements PostgresTaskStore {
     commands: readonly AcquireCommand[],
     options: AcquireStoreOptions,
     finish: Finish,
+    spent?: { bytes: number },
   ): Promise<ItemResult<AcquireOutcome>[]> {
     // One statement for every slot's session, cursor and the cursor's attempt (slots are unique
     // within a transaction: acquireBatch runs repeated slots one by one), sent with the slot
@@ -1456,6 +1473,10 @@ class PgTaskStore implements PostgresTaskStore {
         attempts.set(attemptKeyOf(attempt), attempt);
       }
     }
+    // A batch's assignments stop before their reply would pass ACQUIRE_BATCH_REPLY_MAX_BYTES:
+    // replays are answered whatever their size and count first; new claims get what is left. A
+    // task won past that stays queued, and is given back below with those of rejected polls.
+    const budget = new AcquireReplyBudget(spent?.bytes ?? 0);
     for (const { index, cursor, command } of replays) {
       const task = cursor.assignment
         ? (replayTasks.get(
@@ -1463,6 +1484,7 @@ class PgTaskStore implements PostgresTaskStore {
           ) ?? null)
         : null;
       const reply = replayPoll(cursor, task, slotAttempt(command, cursor), decidedAt);
+      budget.count(reply);
       results[index] = { ok: true, value: { reply, recorded: true } };
     }
 
@@ -1473,9 +1495,6 @@ class PgTaskStore implements PostgresTaskStore {
       }
       results[index] = { ok: true, value: { reply: empty.reply, recorded: options.recordEmpty } };
     };
-    // A batch's assignments stop before their reply would pass ACQUIRE_BATCH_REPLY_MAX_BYTES; a
-    // task won past that stays queued, and is given back below with those of rejected polls.
-    const budget = new AcquireReplyBudget();
     for (const [group, polls] of fresh) {
       const queue = winners.get(group) ?? [];
       const passedOver: TaskRow[] = [];
@@ -1511,6 +1530,7 @@ class PgTaskStore implements PostgresTaskStore {
       }
     }
     await this.flush(tx, changes, finish);
+    if (spent !== undefined) spent.bytes = budget.used;
     return results.map((r) => r ?? { ok: false, error: unavailable(new Error('unanswered poll')) });
   }
 

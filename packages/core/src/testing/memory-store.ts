@@ -418,6 +418,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
       const ref = poll.cursor.assignment;
       const task = ref === null ? null : loadTask(command.scope, ref.task_id);
       const reply = replayPoll(poll.cursor, task, slotAttempt, now);
+      budget?.count(reply);
       return { reply: copy(reply), recorded: true };
     }
     const candidate = selectEligible(command, now);
