@@ -175,10 +175,13 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
   const longPollMaxMs = options.longPollMaxMs ?? LONG_POLL_WAIT_MS;
   const rescanMs = options.rescanIntervalMs ?? DEFAULT_RESCAN_INTERVAL_MS;
 
-  /** The wait budget of a request: its preference clamped to the maximum, as a deadline. */
+  /**
+   * The wait budget of a request: its preference clamped to the maximum, as a deadline on the
+   * monotonic clock — a wall clock stepped by NTP mid-wait would stretch or cut the wait.
+   */
   function budget(wait: WaitOptions | undefined): { deadline: number; parks: boolean } {
     const waitMs = Math.min(Math.max(wait?.waitMs ?? 0, 0), longPollMaxMs);
-    return { deadline: Date.now() + waitMs, parks: waitMs > 0 };
+    return { deadline: performance.now() + waitMs, parks: waitMs > 0 };
   }
 
   const closing = options.closing;
@@ -202,7 +205,7 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
    * next rescan, the deadline, an abort or shutdown; true while time remains.
    */
   async function park(watch: WakeWatch, deadline: number, signal?: AbortSignal): Promise<boolean> {
-    const remaining = deadline - Date.now();
+    const remaining = deadline - performance.now();
     if (remaining <= 0 || signal?.aborted || closing?.aborted) return false;
     if (closing === undefined) {
       await watch.next(Math.min(remaining, rescanMs), signal);
@@ -218,7 +221,7 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
         signal?.removeEventListener('abort', end);
       }
     }
-    return !signal?.aborted && !closing?.aborted && deadline - Date.now() > 0;
+    return !signal?.aborted && !closing?.aborted && deadline - performance.now() > 0;
   }
 
   /**
