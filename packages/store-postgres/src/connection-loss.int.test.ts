@@ -7,11 +7,14 @@
  * outlived its connection; `patches/postgres@3.4.9.patch` fixes the driver, these tests hold it
  * to that (they fail, hang or crash without the patch).
  */
+import { createServer, type Socket } from 'node:net';
 import { ContractError } from '@ledgence/contracts';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createPostgresTaskStore } from './store.js';
 import {
   acquireCommand,
+  CONFIG,
   type Harness,
   harness,
   SCOPE,
@@ -198,3 +201,44 @@ it('store operations under repeated backend terminations all answer or fail as u
     select task_id from tasks where task_id in ${h.sql([...submitted])}`;
   expect(rows.length).toBe(submitted.size);
 }, 60_000);
+
+it('an endpoint that accepts and closes before a session: operations answer unavailable, connects wait the backoff', async () => {
+  // What a store meets behind a proxy whose database is down, or at a port that is not
+  // PostgreSQL's. Unpatched, postgres.js reconnected at once and without end (~700
+  // connections a second) while the operation waited for ever.
+  let connections = 0;
+  const sockets = new Set<Socket>();
+  const endpoint = createServer((socket) => {
+    connections += 1;
+    sockets.add(socket);
+    socket.once('data', () => socket.destroy());
+  });
+  await new Promise<void>((resolve) => endpoint.listen(0, '127.0.0.1', resolve));
+  const { port } = endpoint.address() as { port: number };
+  const store = createPostgresTaskStore({
+    url: `postgres://ledgence@127.0.0.1:${port}/ledgence`,
+    config: CONFIG,
+    max: 2,
+  });
+  try {
+    const outcomes: unknown[] = [];
+    const started = performance.now();
+    while (performance.now() - started < 3_000) {
+      outcomes.push(await within(store.submit(submitCommand(`closed-${outcomes.length}`)), 5_000));
+    }
+    expect(outcomes.filter((outcome) => outcome === 'hung')).toEqual([]);
+    expect(
+      outcomes.filter(
+        (outcome) => !(outcome instanceof ContractError && outcome.code === 'unavailable'),
+      ),
+    ).toEqual([]);
+    // The store's backoff (reconnect.ts: growing to 1–2 s) paces the connects: a
+    // handful in 3 s, against thousands unpatched.
+    expect(connections).toBeGreaterThan(0);
+    expect(connections).toBeLessThan(40);
+  } finally {
+    await store.close();
+    for (const socket of sockets) socket.destroy();
+    endpoint.close();
+  }
+}, 30_000);

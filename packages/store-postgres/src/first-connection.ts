@@ -2,16 +2,18 @@
  * The first connection of a short-lived client (the migrator's): a bounded number of tries with
  * backoff, one deadline, and an abort signal, until a PostgreSQL session is established.
  *
- * postgres.js tries again at once, and without end, when a connection closes before its session
- * is ready (`closed()`: `if (initial) return reconnect()`, no delay, the connect timer restarting
- * each try). A DATABASE_URL that reaches another kind of server (an HTTP server, which closes
- * the connection on the startup message) made the start hang with no output while it opened
- * tens of thousands of connections a minute to that server. Given as postgres.js's `socket`
- * option, {@link FirstConnection.socket} opens each socket itself, so every try passes here:
- * tries after the first wait (backoff), and once {@link MAX_TRIES} sockets closed before a
- * session, or the deadline passed, the next try fails the query waiting for the connection.
- * Once a session was established (`onparameter`: PostgreSQL reports its settings after the
- * startup succeeded), sockets (a cancel request, a reconnect) are opened at once, as upstream.
+ * A DATABASE_URL that reaches another kind of server (an HTTP server, which closes the
+ * connection on the startup message) made the start hang with no output while postgres.js
+ * opened tens of thousands of connections a minute to that server. Our postgres.js patch now
+ * rejects the waiting query when a connection closes before its session (as a refused connect
+ * is), and delays the next connect by the client's backoff; this gate turns that into a few
+ * tries for the migrator's client: given as postgres.js's `socket` option,
+ * {@link FirstConnection.socket} opens each socket itself, so every try passes here. Tries
+ * after the first wait (backoff); the caller sends its query again while
+ * {@link FirstConnection.retryable} says so; once {@link MAX_TRIES} sockets closed before a
+ * session, or the deadline passed, the next try fails. Once a session was established
+ * (`onparameter`: PostgreSQL reports its settings after the startup succeeded), sockets (a
+ * cancel request, a reconnect) are opened at once, as upstream.
  */
 import { createConnection, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -41,6 +43,11 @@ export interface FirstConnection {
    * signal's reason when it aborts first; never settles otherwise. The caller ends the client.
    */
   readonly failure: Promise<never>;
+  /**
+   * Whether a query that failed with `error` may be sent again: the connection closed before a
+   * session began (so nothing of the query ran), and this gate has tries and time left.
+   */
+  retryable(error: unknown): boolean;
   /** Stops the deadline and the signal's listener (the client is done). */
   dispose(): void;
 }
@@ -57,10 +64,14 @@ export function firstConnection(connectTimeoutMs: number, signal?: AbortSignal):
   const deadline = performance.now() + connectTimeoutMs;
   let ready = false;
   let tries = 0;
+  let gaveUp = false;
   let where = 'the database';
   let fail: (error: unknown) => void = () => {};
   const failure = new Promise<never>((_, reject) => {
-    fail = reject;
+    fail = (error) => {
+      gaveUp = true;
+      reject(error);
+    };
   });
   failure.catch(() => {}); // observed by the caller's race; never an unhandled rejection
   const timer = setTimeout(
@@ -86,44 +97,62 @@ export function firstConnection(connectTimeoutMs: number, signal?: AbortSignal):
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
     },
+    retryable(error) {
+      return (
+        !ready &&
+        !gaveUp &&
+        (error as { code?: unknown } | null)?.code === 'CONNECTION_CLOSED' &&
+        performance.now() < deadline
+      );
+    },
     dispose() {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
     },
     async socket(target) {
       if (ready) return open(target, 0, connectTimeoutMs);
-      signal?.throwIfAborted();
-      const previous = tries;
-      tries += 1;
-      where = describe(target, previous);
-      if (previous >= MAX_TRIES) {
-        throw connectError(
-          'CONNECTION_CLOSED',
-          `${where} closed the connection ${previous} times before a PostgreSQL session began: ` +
-            'is a PostgreSQL server listening there?',
-        );
+      try {
+        return await nextTry(target);
+      } catch (error) {
+        gaveUp = true;
+        throw error;
       }
-      if (previous > 0) {
-        const backoff = FIRST_BACKOFF_MS * 2 ** (previous - 1) * (0.5 + Math.random() / 2);
-        try {
-          await sleep(Math.min(backoff, Math.max(0, deadline - performance.now())), undefined, {
-            signal,
-          });
-        } catch (error) {
-          throw signal?.aborted ? signal.reason : error;
-        }
-      }
-      const remaining = deadline - performance.now();
-      if (remaining <= 0) {
-        throw connectError(
-          'CONNECT_TIMEOUT',
-          `no PostgreSQL session with ${where} within ${connectTimeoutMs} ms (${plural(previous, 'try', 'tries')})`,
-        );
-      }
-      // Each try starts at the next host, as postgres.js rotates hosts between tries.
-      return open(target, previous, remaining, signal);
     },
   };
+
+  /** The next socket before a session: refused past the tries or the deadline, after a backoff. */
+  async function nextTry(target: SocketTarget): Promise<Socket> {
+    signal?.throwIfAborted();
+    const previous = tries;
+    tries += 1;
+    where = describe(target, previous);
+    if (previous >= MAX_TRIES) {
+      throw connectError(
+        'CONNECTION_CLOSED',
+        `${where} closed the connection ${previous} times before a PostgreSQL session began: ` +
+          'is a PostgreSQL server listening there?',
+      );
+    }
+    if (previous > 0) {
+      const backoff = FIRST_BACKOFF_MS * 2 ** (previous - 1) * (0.5 + Math.random() / 2);
+      try {
+        await sleep(Math.min(backoff, Math.max(0, deadline - performance.now())), undefined, {
+          signal,
+        });
+      } catch (error) {
+        throw signal?.aborted ? signal.reason : error;
+      }
+    }
+    const remaining = deadline - performance.now();
+    if (remaining <= 0) {
+      throw connectError(
+        'CONNECT_TIMEOUT',
+        `no PostgreSQL session with ${where} within ${connectTimeoutMs} ms (${plural(previous, 'try', 'tries')})`,
+      );
+    }
+    // Each try starts at the next host, as postgres.js rotates hosts between tries.
+    return open(target, previous, remaining, signal);
+  }
 }
 
 /** `host:port` (or the socket path) a try starting at host `index` connects to first. */

@@ -118,8 +118,9 @@ const CONNECT_TIMEOUT_SECONDS = 10;
 /**
  * Runs `use` with `target`: a client as is, or a short-lived client on a URL, ended afterwards.
  * The URL's first session has one deadline and bounded tries with backoff (first-connection.ts:
- * postgres.js alone retried a connection closed before its session at once and forever), and
- * `signal` abandons it: the client is ended and `withClient` rejects with the signal's reason.
+ * a connection closed before its session fails the query, which is sent again while the gate
+ * allows), and `signal` abandons it: the client is ended and `withClient` rejects with the
+ * signal's reason.
  */
 async function withClient<T>(
   target: MigrationTarget,
@@ -133,22 +134,30 @@ async function withClient<T>(
     max: 1,
     onnotice: () => {},
     connect_timeout: CONNECT_TIMEOUT_SECONDS,
+    // The gate's socket waits the backoff between tries; postgres.js's own would add to it.
+    backoff: () => 0,
     socket: first.socket,
     onparameter: first.onparameter,
   };
   const sql = postgres(target, options);
   let abandoned = false;
+  const abandon = first.failure.catch((error: unknown) => {
+    abandoned = true;
+    throw error;
+  });
   try {
-    const using = use(sql);
-    // Rejected with CONNECTION_DESTROYED once an abandoned client is ended below.
-    using.catch(() => {});
-    return await Promise.race([
-      using,
-      first.failure.catch((error: unknown) => {
-        abandoned = true;
-        throw error;
-      }),
-    ]);
+    for (;;) {
+      const using = use(sql);
+      // Rejected with CONNECTION_DESTROYED once an abandoned client is ended below.
+      using.catch(() => {});
+      try {
+        return await Promise.race([using, abandon]);
+      } catch (error) {
+        // A connection closed before its session: nothing of `use` ran, so it is sent again
+        // (the gate's next socket waits its backoff) until the gate's tries or deadline run out.
+        if (abandoned || !first.retryable(error)) throw error;
+      }
+    }
   } finally {
     first.dispose();
     // An abandoned client still holds its query, which a plain end() would wait for.
