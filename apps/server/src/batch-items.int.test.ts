@@ -14,11 +14,8 @@ import {
   type TaskSnapshot,
   type WorkerSession,
 } from '@ledgence/contracts';
-import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
-import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from './config.js';
-import { type RunningServer, startServer } from './server.js';
+import { describe, expect, it } from 'vitest';
+import { keyedServer } from './testdata/keyed-server.js';
 
 const KEYS = {
   star: 'rb-acme-star-key-000000001',
@@ -37,61 +34,15 @@ const G: Scope = { tenant_id: 'globex', namespace: 'a' };
 /** Long enough that only a wake hint (never the rescan) ends a park within a test's wait. */
 const RESCAN_MS = 60_000;
 
-let db: TestDatabase;
-let server: RunningServer;
-
-beforeAll(async () => {
-  db = await createTestDatabase({ prefix: 'batch_items' });
-  const config = loadConfig(
-    {
-      DATABASE_URL: db.url,
-      PORT: '0',
-      LEDGENCE_API_KEYS: JSON.stringify(KEY_CONFIG),
-      LEDGENCE_LEASE_DURATION_MS: '600000',
-      LEDGENCE_CLEANUP_GRACE_MS: '600000',
-      LEDGENCE_RESCAN_INTERVAL_MS: String(RESCAN_MS),
-    },
-    (path) => {
-      throw new Error(`no file ${path}`);
-    },
-  );
-  server = await startServer(config, { logger: pino({ level: 'silent' }) });
-}, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
+const server = keyedServer('batch_items', {
+  LEDGENCE_API_KEYS: JSON.stringify(KEY_CONFIG),
+  LEDGENCE_LEASE_DURATION_MS: '600000',
+  LEDGENCE_CLEANUP_GRACE_MS: '600000',
+  LEDGENCE_RESCAN_INTERVAL_MS: String(RESCAN_MS),
 });
-
+const call = server.call;
 // biome-ignore lint/suspicious/noExplicitAny: replies are read loosely, problem or value
 type Loose = any;
-
-interface Reply<T = Loose> {
-  status: number;
-  bytes: number;
-  body: T;
-}
-
-async function call<T = Loose>(
-  key: string,
-  method: string,
-  path: string,
-  json?: unknown,
-): Promise<Reply<T>> {
-  const headers: Record<string, string> = { authorization: `Bearer ${key}` };
-  let body: string | undefined;
-  if (json !== undefined) {
-    headers['content-type'] = 'application/json';
-    body = JSON.stringify(json);
-  }
-  const res = await fetch(`${server.url}${path}`, { method, headers, body });
-  const text = await res.text();
-  return {
-    status: res.status,
-    bytes: Buffer.byteLength(text),
-    body: text.length === 0 ? undefined : JSON.parse(text),
-  };
-}
 
 const scopePath = (s: Scope) =>
   `/v1/tenants/${encodeURIComponent(s.tenant_id)}/namespaces/${encodeURIComponent(s.namespace)}`;

@@ -14,11 +14,8 @@ import type {
   TaskSnapshot,
   WorkerSession,
 } from '@ledgence/contracts';
-import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
-import pino from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from './config.js';
-import { type RunningServer, startServer } from './server.js';
+import { describe, expect, it } from 'vitest';
+import { keyedServer, type KeyedReply as Reply } from './testdata/keyed-server.js';
 
 const KEYS = {
   star: 'rt-acme-star-key-000000001',
@@ -57,56 +54,13 @@ const A: Scope = { tenant_id: 'acme', namespace: 'a' };
 const B: Scope = { tenant_id: 'acme', namespace: 'b' };
 const G: Scope = { tenant_id: 'globex', namespace: 'a' };
 
-let db: TestDatabase;
-let server: RunningServer;
-
-beforeAll(async () => {
-  db = await createTestDatabase({ prefix: 'tenancy' });
-  const config = loadConfig(
-    {
-      DATABASE_URL: db.url,
-      PORT: '0',
-      LEDGENCE_API_KEYS: JSON.stringify(KEY_CONFIG),
-      LEDGENCE_CALLBACK_DESTINATIONS: DESTINATIONS,
-      LEDGENCE_LEASE_DURATION_MS: '600000',
-      LEDGENCE_CLEANUP_GRACE_MS: '600000',
-    },
-    (path) => {
-      throw new Error(`no file ${path}`);
-    },
-  );
-  server = await startServer(config, { logger: pino({ level: 'silent' }) });
-}, 60_000);
-
-afterAll(async () => {
-  await server?.stop();
-  await db?.drop();
+const server = keyedServer('tenancy', {
+  LEDGENCE_API_KEYS: JSON.stringify(KEY_CONFIG),
+  LEDGENCE_CALLBACK_DESTINATIONS: DESTINATIONS,
+  LEDGENCE_LEASE_DURATION_MS: '600000',
+  LEDGENCE_CLEANUP_GRACE_MS: '600000',
 });
-
-// biome-ignore lint/suspicious/noExplicitAny: replies are read loosely, problem or value
-type Loose = any;
-
-interface Reply<T = Loose> {
-  status: number;
-  body: T;
-}
-
-async function call<T = Loose>(
-  key: string,
-  method: string,
-  path: string,
-  json?: unknown,
-): Promise<Reply<T>> {
-  const headers: Record<string, string> = { authorization: `Bearer ${key}` };
-  let body: string | undefined;
-  if (json !== undefined) {
-    headers['content-type'] = 'application/json';
-    body = JSON.stringify(json);
-  }
-  const res = await fetch(`${server.url}${path}`, { method, headers, body });
-  const text = await res.text();
-  return { status: res.status, body: text.length === 0 ? undefined : JSON.parse(text) };
-}
+const call = server.call;
 
 /** A request whose path is sent byte for byte (no client-side dot-segment removal). */
 function raw(key: string, path: string): Promise<Reply> {
@@ -127,6 +81,7 @@ function raw(key: string, path: string): Promise<Reply> {
           const text = Buffer.concat(chunks).toString('utf8');
           resolve({
             status: res.statusCode ?? 0,
+            bytes: Buffer.byteLength(text),
             body: text.length === 0 ? undefined : JSON.parse(text),
           });
         });

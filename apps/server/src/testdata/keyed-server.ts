@@ -1,0 +1,75 @@
+/**
+ * The real server (`startServer`, real sockets) over a test database of its own, configured by
+ * environment variables as `main.ts` would be, for test files that send requests as several API
+ * keys. The database and the server are made before the file's tests and stopped after them.
+ */
+import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
+import pino from 'pino';
+import { afterAll, beforeAll } from 'vitest';
+import { loadConfig } from '../config.js';
+import { type RunningServer, startServer } from '../server.js';
+
+// biome-ignore lint/suspicious/noExplicitAny: replies are read loosely, problem or value
+type Loose = any;
+
+/** A reply: its status, its body's byte length, and its body parsed (undefined when empty). */
+export interface KeyedReply<T = Loose> {
+  status: number;
+  bytes: number;
+  body: T;
+}
+
+/** The file's server: its URL, and one request sent as `key` (a POST of `json` when given). */
+export interface KeyedServer {
+  readonly url: string;
+  call<T = Loose>(
+    key: string,
+    method: string,
+    path: string,
+    json?: unknown,
+  ): Promise<KeyedReply<T>>;
+}
+
+/**
+ * Registers the file's database and server (`beforeAll`/`afterAll`). `prefix` names the test
+ * database; `env` is the server's environment beside `DATABASE_URL` and `PORT`.
+ */
+export function keyedServer(prefix: string, env: Record<string, string>): KeyedServer {
+  let db: TestDatabase | undefined;
+  let server: RunningServer | undefined;
+  beforeAll(async () => {
+    db = await createTestDatabase({ prefix });
+    const config = loadConfig({ ...env, DATABASE_URL: db.url, PORT: '0' }, (path) => {
+      throw new Error(`no file ${path}`);
+    });
+    server = await startServer(config, { logger: pino({ level: 'silent' }) });
+  }, 60_000);
+  afterAll(async () => {
+    await server?.stop();
+    await db?.drop();
+  });
+  const started = (): RunningServer => {
+    if (server === undefined) throw new Error('the server starts in beforeAll');
+    return server;
+  };
+  return {
+    get url() {
+      return started().url;
+    },
+    async call(key, method, path, json) {
+      const headers: Record<string, string> = { authorization: `Bearer ${key}` };
+      let body: string | undefined;
+      if (json !== undefined) {
+        headers['content-type'] = 'application/json';
+        body = JSON.stringify(json);
+      }
+      const res = await fetch(`${started().url}${path}`, { method, headers, body });
+      const text = await res.text();
+      return {
+        status: res.status,
+        bytes: Buffer.byteLength(text),
+        body: text.length === 0 ? undefined : JSON.parse(text),
+      };
+    },
+  };
+}
