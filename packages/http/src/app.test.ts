@@ -134,9 +134,13 @@ describe('POST {scope}/tasks', () => {
   it('answers 401 with WWW-Authenticate for a missing or unknown key', async () => {
     const h = createHarness();
     const none = await h.call(TASKS, { json: submitBody(ACME_PROD, 'x') });
-    expect(none.headers.get('www-authenticate')).toMatch(/^Bearer/);
+    // RFC 6750 §3.1: no error code without a credential, invalid_token for a refused one.
+    expect(none.headers.get('www-authenticate')).toBe('Bearer realm="ledgence"');
     await expectProblem(none, 'unauthorized');
     const wrong = await h.call(TASKS, { key: 'not-a-key', json: submitBody(ACME_PROD, 'x') });
+    expect(wrong.headers.get('www-authenticate')).toBe(
+      'Bearer realm="ledgence", error="invalid_token"',
+    );
     await expectProblem(wrong, 'unauthorized');
     const basic = await h.call(TASKS, {
       headers: { authorization: 'Basic YTpi', 'content-type': 'application/json' },

@@ -459,7 +459,14 @@ function routePattern(c: AppContext): string | null {
 
 function problemResponse(c: AppContext, problem: Problem): Response {
   if (problem.code === 'unauthorized') {
-    c.header('WWW-Authenticate', 'Bearer realm="ledgence"');
+    // RFC 6750 §3.1: a presented credential that is refused is `invalid_token`; a request that
+    // presented none gets the challenge alone.
+    c.header(
+      'WWW-Authenticate',
+      problem.reason === 'invalid_credentials'
+        ? 'Bearer realm="ledgence", error="invalid_token"'
+        : 'Bearer realm="ledgence"',
+    );
   } else if (problem.reason === 'content_encoding') {
     // RFC 9110 §15.5.16: name the content codings that would have been accepted.
     c.header('Accept-Encoding', 'identity');
