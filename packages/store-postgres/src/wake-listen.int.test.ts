@@ -100,3 +100,35 @@ it('a LISTEN that fails on an open connection is tried again: hints reach the wa
     await failing.close();
   }
 }, 120_000);
+
+it('a LISTEN connection gone silent (its peer vanished without a word) is replaced: hints reach the waiters again', async () => {
+  // Without the check, nothing notices such a connection before TCP keepalive gives up (~10 min
+  // on Linux): the replica's waiters see no hint, only the rescan.
+  const silent = await startPgProxy(h.db.url);
+  const source = createPostgresWakeSource({ url: silent.url, pingIntervalMs: 300 });
+  await source.ready();
+  /** Whether a submit on `queue` wakes a watch within 1 s. */
+  const hinted = async (queue: string, key: string) => {
+    const watch = source.watch({ kind: 'queue', scope: SCOPE, queue });
+    try {
+      const started = performance.now();
+      await h.store.submit(submitCommand(key, { queue }));
+      await watch.next(1_000);
+      return performance.now() - started < 1_000;
+    } finally {
+      watch.close();
+    }
+  };
+  try {
+    expect(await hinted('silent', 'silent-before')).toBe(true);
+    silent.silenceOpen();
+    // A few checks' time: the silent connection is found out and replaced (its new LISTEN wakes
+    // every waiter once, so the probe comes after it).
+    await sleep(2_000);
+    expect(await hinted('silent', 'silent-after')).toBe(true);
+    expect(await hinted('silent', 'silent-after-again')).toBe(true);
+  } finally {
+    await source.close();
+    await silent.close();
+  }
+}, 60_000);

@@ -21,6 +21,14 @@ export interface PostgresWakeSourceOptions {
    * memory stays bounded.
    */
   maxWaiters?: number;
+  /**
+   * How often the LISTEN connection is checked with a `select 1` (default 10 000 ms). One not
+   * answered by the next check means the connection died without a word — the database's address
+   * moved at a failover, a NAT or firewall forgot the flow — and it is replaced: TCP alone would
+   * notice only after its keepalive probes give up (~10 min on Linux), and until then this
+   * replica's waiters would see no hint, only the rescan.
+   */
+  pingIntervalMs?: number;
 }
 
 /** A {@link WakeSource} on LISTEN/NOTIFY, with a way to close its connection. */
@@ -167,39 +175,50 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
       if (channel === WAKE_CHANNEL) onNotify(payload);
     },
   } as object;
-  const sql = postgres(options.url, {
-    max: 1,
-    onnotice: () => {},
-    connect_timeout: 10,
-    // The store pool's reconnect schedule: the LISTEN connection reconnects on its own schedule
-    // (nothing else asks it to), and postgres.js's would leave this replica's waiters without a
-    // hint for up to 20 s after a restart.
-    backoff: reconnectBackoffSeconds,
-    // One long-lived connection: never closed for being idle or old.
-    idle_timeout: 0,
-    max_lifetime: null,
-    fetch_types: false,
-    connection: { application_name: 'ledgence-wake' },
-    ...notifications,
-    // The connection is gone, and its LISTEN with it (a failed connect attempt comes here too).
-    onclose: () => listen(),
-  });
+  /** A client of one connection; only the current one's close issues the next LISTEN. */
+  const connect = (): postgres.Sql => {
+    const client = postgres(options.url, {
+      max: 1,
+      onnotice: () => {},
+      connect_timeout: 10,
+      // The store pool's reconnect schedule: the LISTEN connection reconnects on its own schedule
+      // (nothing else asks it to), and postgres.js's would leave this replica's waiters without a
+      // hint for up to 20 s after a restart.
+      backoff: reconnectBackoffSeconds,
+      // One long-lived connection: never closed for being idle or old.
+      idle_timeout: 0,
+      max_lifetime: null,
+      fetch_types: false,
+      connection: { application_name: 'ledgence-wake' },
+      ...notifications,
+      // The connection is gone, and its LISTEN with it (a failed connect attempt comes here too).
+      onclose: () => {
+        if (client === sql) listen();
+      },
+    });
+    return client;
+  };
+  let sql = connect();
   /**
    * Issues the LISTEN unless one is in flight or a retry is pending. Once it is in place, every
    * waiter rescans: hints sent while no LISTEN was in place are lost. A failure is retried after
-   * the backoff; meanwhile waiters fall back to their timeouts (the periodic rescan).
+   * the backoff; meanwhile waiters fall back to their timeouts (the periodic rescan). The outcome
+   * of a LISTEN sent on a client since replaced is ignored.
    */
   function listen(): void {
     if (closed || inFlight || retry !== undefined) return;
     inFlight = true;
-    sql.unsafe(`listen "${WAKE_CHANNEL.replace(/"/g, '""')}"`).then(
+    const client = sql;
+    client.unsafe(`listen "${WAKE_CHANNEL.replace(/"/g, '""')}"`).then(
       () => {
+        if (client !== sql) return;
         inFlight = false;
         attempt = 0;
         wakeAll();
         tried();
       },
       () => {
+        if (client !== sql) return;
         inFlight = false;
         tried();
         if (closed) return;
@@ -212,6 +231,44 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
     );
   }
   listen();
+
+  // The connection is checked every `pingIntervalMs`: a `select 1` that has not come back when
+  // the next check is due, or a LISTEN still unanswered at two checks in a row, means it died
+  // without a word, and a new client takes its place (postgres.js cannot drop one connection of
+  // a client); the old one is ended without waiting, failing what it still holds.
+  let pinging = false;
+  let listenStalled = false;
+  const replace = () => {
+    const dead = sql;
+    sql = connect();
+    inFlight = false;
+    pinging = false;
+    listenStalled = false;
+    dead.end({ timeout: 0 }).catch(() => {});
+    listen();
+  };
+  const ping = setInterval(() => {
+    if (closed || retry !== undefined) return;
+    if (inFlight) {
+      if (listenStalled) replace();
+      else listenStalled = true;
+      return;
+    }
+    listenStalled = false;
+    if (pinging) return replace();
+    pinging = true;
+    const client = sql;
+    client`select 1`.then(
+      () => {
+        if (client === sql) pinging = false;
+      },
+      () => {
+        // A check failed by a close: the close issues the next LISTEN.
+        if (client === sql) pinging = false;
+      },
+    );
+  }, options.pingIntervalMs ?? 10_000);
+  ping.unref();
 
   return {
     ready: () => listening,
@@ -242,6 +299,7 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
       if (closed) return;
       closed = true;
       clearTimeout(retry);
+      clearInterval(ping);
       wakeAll();
       await listening;
       // Nothing to drain on this connection: a LISTEN still waiting for a connect is dropped.

@@ -13,6 +13,8 @@
  *   LISTEN, say).
  * - {@link PgProxy.refuse}: the database is down as a client sees it: open connections are
  *   reset, and new ones reset at once (each attempt timed).
+ * - {@link PgProxy.silenceOpen}: the connections open now go silent both ways, never closed (a
+ *   peer gone without a FIN or a reset); new ones are forwarded.
  */
 import net from 'node:net';
 
@@ -34,6 +36,12 @@ export interface PgProxy {
    * nothing of it; the connection stays open.
    */
   failStatementCarrying(text: string, sqlstate: string, message: string): void;
+  /**
+   * The connections open now drop everything from then on, both ways, and stay open: what a
+   * client sees when the database's address moved at a failover, or a NAT or firewall forgot the
+   * flow. Connections made later are forwarded as usual.
+   */
+  silenceOpen(): void;
   /** While `down`, connections are reset: the open ones at once, new ones as they come. */
   refuse(down: boolean): void;
   /** When (performance.now()) each connection refused so far was attempted. */
@@ -61,6 +69,8 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   let down = false;
   const refusedAt: number[] = [];
   const sockets = new Set<net.Socket>();
+  /** Silences each connection open now (see silenceOpen). */
+  const silencers = new Set<() => void>();
   const server = net.createServer((client) => {
     if (down) {
       refusedAt.push(performance.now());
@@ -72,7 +82,13 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     sockets.add(client);
     sockets.add(upstream);
     let queued: Buffer[] | null = null;
+    let silent = false;
+    const silence = () => {
+      silent = true;
+    };
+    silencers.add(silence);
     client.on('data', (chunk: Buffer) => {
+      if (silent) return;
       if (queued !== null) {
         queued.push(chunk);
         return;
@@ -95,6 +111,7 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
       upstream.write(chunk);
     });
     upstream.on('data', (chunk: Buffer) => {
+      if (silent) return;
       if (lose !== null && chunk.includes(lose)) {
         lose = null;
         lost += 1;
@@ -105,6 +122,7 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
       client.write(chunk);
     });
     const end = () => {
+      silencers.delete(silence);
       sockets.delete(client);
       sockets.delete(upstream);
       client.destroy();
@@ -133,6 +151,9 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     },
     failStatementCarrying(text, sqlstate, message) {
       fail = { text: Buffer.from(text), reply: errorReply(sqlstate, message) };
+    },
+    silenceOpen() {
+      for (const silence of silencers) silence();
     },
     refuse(value) {
       down = value;
