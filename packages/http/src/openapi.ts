@@ -243,7 +243,10 @@ interface RouteDoc {
   query?: QueryParameter[];
   headers?: QueryParameter[];
   /** Success replies by status. */
-  success: Record<number, { description: string; schema?: JsonSchema; contentType?: string }>;
+  success: Record<
+    number,
+    { description: string; schema?: JsonSchema; contentType?: string; headers?: JsonSchema }
+  >;
   /** Error codes the service (or the route) may answer, besides the common ones. */
   errors: ErrorCode[];
 }
@@ -255,6 +258,12 @@ const WAIT_MS: QueryParameter = {
 };
 
 const json = (schema: JsonSchema, description: string) => ({ description, schema });
+
+/**
+ * A query parameter the server reads as an integer in 0..2^53−1 (a timestamp or a sequence):
+ * larger values are refused as `invalid_input` (query.ts), so the document bounds them too.
+ */
+const SAFE_COUNTER: JsonSchema = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER };
 
 /** Every route the app registers, by operation id. */
 const ROUTES = {
@@ -284,7 +293,15 @@ const ROUTES = {
       },
     ],
     success: {
-      201: json(ref('TaskSnapshot'), 'The task was created.'),
+      201: {
+        ...json(ref('TaskSnapshot'), 'The task was created.'),
+        headers: {
+          Location: {
+            description: "The new task's path (its status route).",
+            schema: { type: 'string' },
+          },
+        },
+      },
       200: json(ref('TaskSnapshot'), 'The same submission already exists.'),
     },
     errors: ['conflict'],
@@ -318,12 +335,12 @@ const ROUTES = {
       {
         name: 'submitted_from',
         description: 'Inclusive lower bound of submitted_at (UTC ms).',
-        schema: { type: 'integer', minimum: 0 },
+        schema: SAFE_COUNTER,
       },
       {
         name: 'submitted_until',
         description: 'Exclusive upper bound of submitted_at (UTC ms).',
-        schema: { type: 'integer', minimum: 0 },
+        schema: SAFE_COUNTER,
       },
       {
         name: 'workflow_id',
@@ -382,7 +399,7 @@ const ROUTES = {
       {
         name: 'after_sequence',
         description: 'Return records after this sequence (default 0).',
-        schema: { type: 'integer', minimum: 0 },
+        schema: SAFE_COUNTER,
       },
     ],
     success: { 200: json(ref('TaskHistory'), 'At most 100 records, in order.') },
@@ -511,11 +528,15 @@ const ROUTES = {
   },
   renew: {
     summary: 'Renew a lease',
+    description:
+      'The last sequence again returns the current authority without extending twice; the last ' +
+      'sequence with another `intent` is 409 `conflict`; any sequence but the last and the next ' +
+      'is 409 `sequence_conflict`.',
     tags: ['worker'],
     access: 'worker',
     body: { schema: ref('RenewCommand'), required: true },
     success: { 200: json(ref('Authority'), 'The current authority.') },
-    errors: ['not_found', 'sequence_conflict', 'ownership_lost'],
+    errors: ['not_found', 'conflict', 'sequence_conflict', 'ownership_lost'],
   },
   renewBatch: {
     summary: 'Renew many leases',
@@ -605,13 +626,19 @@ const COMMON_ERRORS: readonly ErrorCode[] = [
   'forbidden',
   'unavailable',
 ];
+/**
+ * The error codes of a public route: in development mode (no API keys) the server answers every
+ * route, these included, 403 `forbidden` (reason `host_not_loopback`) when the request names a
+ * host that is not loopback (app.ts, against DNS rebinding).
+ */
+const PUBLIC_ERRORS: readonly ErrorCode[] = ['forbidden'];
 /** The error codes of reading a body. */
 const BODY_ERRORS: readonly ErrorCode[] = ['payload_too_large', 'unsupported_media_type'];
 
 /** The error codes a route may answer, in status order. */
 export function routeErrors(id: OperationId): ErrorCode[] {
   const doc: RouteDoc = ROUTES[id];
-  const codes = new Set<ErrorCode>(doc.access === 'public' ? [] : COMMON_ERRORS);
+  const codes = new Set<ErrorCode>(doc.access === 'public' ? PUBLIC_ERRORS : COMMON_ERRORS);
   if (doc.body !== undefined) for (const code of BODY_ERRORS) codes.add(code);
   for (const code of doc.errors) codes.add(code);
   return [...codes].sort((a, b) => ERROR_STATUS[a] - ERROR_STATUS[b] || a.localeCompare(b));
@@ -649,6 +676,7 @@ function describeOptions(id: OperationId): DescribeRouteOptions {
   for (const [status, reply] of Object.entries(doc.success)) {
     responses[status] = {
       description: reply.description,
+      ...(reply.headers === undefined ? {} : { headers: reply.headers }),
       ...(reply.schema === undefined
         ? {}
         : { content: { [reply.contentType ?? 'application/json']: { schema: reply.schema } } }),
