@@ -7,17 +7,12 @@
  * sessions expire, retention keeps what is young and callbacks are redelivered on the store's
  * schedule, with two replicas whose clocks disagree by three hours.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
 import type { WorkerSession } from '@ledgence/contracts';
 import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
 import { ApplicationError, type Worker } from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { ServerProcess } from './server-process.js';
 import {
   client,
   historyOf,
@@ -28,60 +23,13 @@ import {
   TENANT,
   until,
 } from './test/harness.js';
+import { skewedClocks } from './test/skewed-clock.js';
 
 const HOUR = 3_600_000;
 const scope = { tenant_id: TENANT, namespace: NAMESPACE };
 const base = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
 
-/**
- * The preloaded module: `Date` and `Date.now` read the real clock plus SKEW_CLOCK_OFFSET_MS,
- * and each SIGUSR2 adds SKEW_CLOCK_STEP_MS to the offset (a clock stepped while running), then
- * says so on stderr. Timers and `performance.now()` are monotonic and untouched, as on a real
- * machine whose wall clock is stepped.
- */
-const SKEW_MODULE = `
-const Real = globalThis.Date;
-const realNow = Real.now.bind(Real);
-let offset = Number(process.env.SKEW_CLOCK_OFFSET_MS ?? '0');
-const step = Number(process.env.SKEW_CLOCK_STEP_MS ?? '0');
-function Skewed(...args) {
-  if (new.target === undefined) return new Real(realNow() + offset).toString();
-  return args.length === 0 ? new Real(realNow() + offset) : new Real(...args);
-}
-Skewed.prototype = Real.prototype;
-Skewed.now = () => realNow() + offset;
-Skewed.parse = Real.parse;
-Skewed.UTC = Real.UTC;
-globalThis.Date = Skewed;
-process.stderr.write('skewed-clock: process clock reads ' + Date.now() + '\\n');
-process.on('SIGUSR2', () => {
-  offset += step;
-  process.stderr.write('skewed-clock: offset now ' + offset + '\\n');
-});
-`;
-
-let skewUrl = '';
-let skewDir = '';
-
-/** Environment that preloads the skew module with `offsetMs` and a SIGUSR2 step of `stepMs`. */
-function skewed(offsetMs: number, stepMs = 0): Record<string, string> {
-  return {
-    NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${skewUrl}`.trim(),
-    SKEW_CLOCK_OFFSET_MS: String(offsetMs),
-    SKEW_CLOCK_STEP_MS: String(stepMs),
-  };
-}
-
-/** Steps the server's process clock by its SKEW_CLOCK_STEP_MS and waits until it has. */
-async function stepClock(server: ServerProcess): Promise<void> {
-  const seen = (server.stderr().match(/skewed-clock: offset now/g) ?? []).length;
-  server.child.kill('SIGUSR2');
-  await until(
-    () => (server.stderr().match(/skewed-clock: offset now/g) ?? []).length > seen,
-    10_000,
-    'the clock step',
-  );
-}
+const clocks = skewedClocks();
 
 interface Reply {
   status: number;
@@ -129,10 +77,6 @@ const workers: Worker[] = [];
 let db: PostgresTaskStore;
 
 beforeAll(async () => {
-  skewDir = mkdtempSync(join(tmpdir(), 'ledgence-clock-skew-'));
-  const file = join(skewDir, 'skew.mjs');
-  writeFileSync(file, SKEW_MODULE);
-  skewUrl = pathToFileURL(file).href;
   await stack.open();
   db = createPostgresTaskStore({ url: stack.databaseUrl, max: 1 });
 });
@@ -143,7 +87,6 @@ afterEach(async () => {
 afterAll(async () => {
   await db?.close();
   await stack.close();
-  if (skewDir !== '') rmSync(skewDir, { recursive: true, force: true });
 });
 
 /** The database's clock, in ms since the epoch. */
@@ -159,7 +102,7 @@ describe('a process clock stepped while a wait is parked', () => {
   };
 
   it('an acquire long poll still ends when its wait_ms is over, answered empty', async () => {
-    const server = await stack.start({ ...timings, ...skewed(0, -HOUR) });
+    const server = await stack.start({ ...timings, ...clocks.env(0, -HOUR) });
     const session = await openSession(server.url, 'step-acquire');
     const parked = call(
       server.url,
@@ -171,13 +114,13 @@ describe('a process clock stepped while a wait is parked', () => {
     parked.catch(() => undefined);
     // The poll is parked (nothing is queued) when the clock steps back an hour.
     await new Promise((resolve) => setTimeout(resolve, 300));
-    await stepClock(server);
+    await clocks.step(server);
     const reply = await Promise.race([parked, overdue(WAIT_MS + 10_000, 'the long poll')]);
     expect(reply).toEqual({ status: 200, body: { disposition: 'empty', sequence: 1 } });
   });
 
   it('a clock stepped forward does not end an acquire long poll before its wait_ms', async () => {
-    const server = await stack.start({ ...timings, ...skewed(0, HOUR) });
+    const server = await stack.start({ ...timings, ...clocks.env(0, HOUR) });
     const session = await openSession(server.url, 'step-forward');
     const began = performance.now();
     const parked = call(
@@ -188,7 +131,7 @@ describe('a process clock stepped while a wait is parked', () => {
     );
     parked.catch(() => undefined);
     await new Promise((resolve) => setTimeout(resolve, 300));
-    await stepClock(server);
+    await clocks.step(server);
     const reply = await parked;
     const waited = performance.now() - began;
     expect(reply).toEqual({ status: 200, body: { disposition: 'empty', sequence: 1 } });
@@ -197,7 +140,7 @@ describe('a process clock stepped while a wait is parked', () => {
   });
 
   it('a result wait still ends when its wait_ms is over, answered pending', async () => {
-    const server = await stack.start({ ...timings, ...skewed(0, -HOUR) });
+    const server = await stack.start({ ...timings, ...clocks.env(0, -HOUR) });
     const c = client(server.url);
     const task = await c.submit({ queue: 'step-result', program: 'noop', data: {} });
     const parked = call(
@@ -207,7 +150,7 @@ describe('a process clock stepped while a wait is parked', () => {
     );
     parked.catch(() => undefined);
     await new Promise((resolve) => setTimeout(resolve, 300));
-    await stepClock(server);
+    await clocks.step(server);
     const reply = await Promise.race([parked, overdue(WAIT_MS + 10_000, 'the result wait')]);
     expect(reply.status).toBe(200);
     expect(reply.body.outcome).toEqual({ state: 'pending' });
@@ -266,14 +209,12 @@ describe('two replicas whose process clocks are 3 hours apart (+2 h and −1 h)'
       LEDGENCE_COMPLETION_RETRY_BASE_MS: '200',
     };
     try {
-      const fast = await stack.start({ ...env, ...skewed(2 * HOUR) });
-      const slow = await stack.start({ ...env, ...skewed(-HOUR) });
+      const fast = await stack.start({ ...env, ...clocks.env(2 * HOUR) });
+      const slow = await stack.start({ ...env, ...clocks.env(-HOUR) });
       // The skew is in effect in each server process.
-      const reading = (server: ServerProcess) =>
-        Number(/skewed-clock: process clock reads (\d+)/.exec(server.stderr())?.[1]);
       const now = await storeNow();
-      expect(Math.abs(reading(fast) - 2 * HOUR - now)).toBeLessThan(120_000);
-      expect(Math.abs(reading(slow) + HOUR - now)).toBeLessThan(120_000);
+      expect(Math.abs(clocks.reading(fast) - 2 * HOUR - now)).toBeLessThan(120_000);
+      expect(Math.abs(clocks.reading(slow) + HOUR - now)).toBeLessThan(120_000);
       const cf = client(fast.url);
       const cs = client(slow.url);
       const began = await storeNow();
@@ -353,13 +294,13 @@ describe('two replicas whose process clocks are 3 hours apart (+2 h and −1 h)'
       );
       expect(receiver.posts).toHaveLength(2);
 
-      // Retention on both replicas walked the namespace (its terminal tasks) and kept both:
-      // they are seconds old in store time, under the 1 h retention.
-      const roundsBefore = await counter(fast.url, 'ledgence_retention_transactions_total');
+      // Retention rounds on both replicas ran and kept both terminal tasks: they are seconds old
+      // in store time, under the 1 h retention (a round with nothing due commits nothing).
+      const roundsBefore = await counter(fast.url, 'ledgence_retention_rounds_total');
       await until(
         async () =>
-          (await counter(fast.url, 'ledgence_retention_transactions_total')) >= roundsBefore + 5 &&
-          (await counter(slow.url, 'ledgence_retention_transactions_total')) >= 5,
+          (await counter(fast.url, 'ledgence_retention_rounds_total')) >= roundsBefore + 5 &&
+          (await counter(slow.url, 'ledgence_retention_rounds_total')) >= 5,
         30_000,
         'retention rounds on both replicas',
       );

@@ -134,7 +134,14 @@ const RETENTION_SCOPES_PAGE = 100;
 
 /** Options of {@link startRetentionLoop} and {@link collectRetention}. */
 export interface RetentionLoopOptions {
-  store: Pick<RetentionStore, 'retentionScopes' | 'collectRetired'>;
+  store: Pick<RetentionStore, 'retentionScopes' | 'collectRetired'> & {
+    /**
+     * The walk's namespaces that have something due now (the PostgreSQL store's
+     * `dueRetentionScopes`); when present the round walks these instead of `retentionScopes`,
+     * so namespaces holding only young terminal tasks cost no collection transaction.
+     */
+    dueRetentionScopes?: RetentionStore['retentionScopes'];
+  };
   /** Pause between rounds (`LEDGENCE_RETENTION_INTERVAL_MS`). */
   intervalMs: number;
   logger: Logger;
@@ -142,12 +149,17 @@ export interface RetentionLoopOptions {
   batchSize?: number;
   /** Called with each transaction's progress (metrics). */
   onProgress?: (scope: Scope, progress: RetentionProgress) => void;
+  /** Called after each completed round, whether or not anything was due (metrics). */
+  onRound?: () => void;
 }
 
 /**
  * One retention round: walks every namespace that holds terminal tasks or
  * expired worker sessions and collects its retired records in bounded
- * transactions, repeated while a transaction was full. Logs each namespace's
+ * transactions, repeated while a transaction was full. With a store that
+ * answers `dueRetentionScopes`, only namespaces with something due are
+ * collected: a round where nothing is due is a few reads, however many
+ * namespaces hold terminal tasks. Logs each namespace's
  * totals when it removed anything. A namespace whose collection fails is
  * logged (one line per round) and left to a later round; the walk goes on to
  * the next one. Returns the tasks removed.
@@ -161,7 +173,10 @@ export async function collectRetention(
   let removed = 0;
   let after: Scope | undefined;
   for (;;) {
-    const scopes = await store.retentionScopes(after, RETENTION_SCOPES_PAGE);
+    const scopes =
+      store.dueRetentionScopes !== undefined
+        ? await store.dueRetentionScopes(after, RETENTION_SCOPES_PAGE)
+        : await store.retentionScopes(after, RETENTION_SCOPES_PAGE);
     for (const scope of scopes) {
       const totals = { tasks: 0, sessions: 0, transactions: 0 };
       try {
@@ -203,6 +218,7 @@ export function startRetentionLoop(options: RetentionLoopOptions): Maintenance {
     logger: options.logger,
     round: async (stopping) => {
       await collectRetention(options, stopping);
+      options.onRound?.();
     },
   });
 }

@@ -83,6 +83,8 @@ export interface ServerMetrics {
   recordDelivery(observation: DeliveryObservation): void;
   /** Counts one retention transaction's removals (pass as the retention loop's `onProgress`). */
   recordRetention(progress: RetentionProgress): void;
+  /** Counts one completed retention round (pass as the retention loop's `onRound`). */
+  recordRetentionRound(): void;
   /**
    * The service with `acquire`/`acquireBatch` timed and counted and `settle`/`settleBatch`
    * counted; every other method is the service's own.
@@ -276,6 +278,12 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
     help: 'Bounded retention transactions committed.',
     registers,
   });
+  // Rounds apart from transactions: a round with nothing due commits none, yet shows the loop runs.
+  const retentionRounds = new Counter({
+    name: 'ledgence_retention_rounds_total',
+    help: 'Retention rounds completed (a round where nothing is due commits no transaction).',
+    registers,
+  });
   const backlogErrors = new Counter({
     name: 'ledgence_callback_backlog_errors_total',
     help: 'Scrapes whose due-backlog read failed (the gauge is then empty for that scrape).',
@@ -385,6 +393,10 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
       const label = DELIVERY_OUTCOMES.has(outcome) ? outcome : 'other';
       deliveries.inc({ destination, outcome: label });
       deliveryDuration.observe({ outcome: label }, Math.max(0, durationMs) / 1000);
+    },
+
+    recordRetentionRound() {
+      retentionRounds.inc();
     },
 
     recordRetention(progress) {

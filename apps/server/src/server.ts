@@ -246,6 +246,7 @@ export async function startServer(
       intervalMs: settings.retentionIntervalMs,
       logger,
       onProgress: (_, progress) => metrics.recordRetention(progress),
+      onRound: () => metrics.recordRetentionRound(),
     });
     cleanups.push(() => retention.stop());
     // Every replica sends: leases are SKIP LOCKED, so replicas share the due deliveries.

@@ -114,13 +114,12 @@ export async function countCandidates(
 
 /**
  * Namespaces holding terminal tasks or worker sessions that expired before `expiredBefore`, in
- * (tenant, namespace) byte order after `after` (exclusive), at most `limit`: a loose index scan —
- * a recursive CTE whose every step is one descent of `tasks_retention` and one of
- * `worker_sessions_retention` to the next distinct (tenant, namespace), the lesser of the two
- * taken — so its cost is about `limit` descents, not the number of rows. Sessions count: a
- * namespace whose tasks are all gone (or never ended) still collects its expired sessions.
- * Without `after`, the walk starts past ('', ''), below every valid scope (scope text is never
- * empty). No locks (a read).
+ * (tenant, namespace) byte order after `after` (exclusive), at most `limit`: over
+ * {@link retentionWalk}, each walked namespace kept when the oldest of its terminal tasks or of
+ * its sessions (one descent of `tasks_retention`, one of `worker_sessions_retention`) qualifies.
+ * Each probe is a scalar subquery for the oldest row ({@link oldestTerminal}).
+ * Sessions count: a namespace whose tasks are all gone (or never ended) still collects its
+ * expired sessions. No locks (a read).
  */
 export async function selectRetentionScopes(
   tx: Tx,
@@ -129,24 +128,107 @@ export async function selectRetentionScopes(
   expiredBefore: number,
 ): Promise<Scope[]> {
   const rows = await tx`
-    with recursive walk(tenant_id, namespace) as (
-      (select n.tenant_id, n.namespace from (
-        select ${after?.tenant_id ?? ''}::text collate "C" as tenant_id,
-          ${after?.namespace ?? ''}::text collate "C" as namespace) as w
-       cross join lateral (${nextRetentionScope(tx, expiredBefore)}) as n)
-      union all
-      (select n.tenant_id, n.namespace from walk w
-       cross join lateral (${nextRetentionScope(tx, expiredBefore)}) as n)
-    )
-    select tenant_id, namespace from walk limit ${limit}`;
+    ${retentionWalk(tx, after)}
+    select w.tenant_id, w.namespace from walk w
+    where (${oldestTerminal(tx)}) is not null
+      or (${oldestSession(tx)}) < ${expiredBefore}::bigint
+    limit ${limit}`;
   return rows.map((row) => ({
     tenant_id: String(row.tenant_id),
     namespace: String(row.namespace),
   }));
 }
 
-/** One step of {@link selectRetentionScopes}: the next scope after `w`'s, from either index. */
-function nextRetentionScope(tx: Tx, expiredBefore: number) {
+/**
+ * The namespaces of the retention walk that have something to collect at store time `now`: a
+ * terminal task older than the namespace's cutoff, or a worker session that expired before it —
+ * the cutoff being core `retentionCutoff`, `greatest(now − retention_ms, retiring_before)` with
+ * the namespace's policy row or `defaultRetentionMs`, as `collectRetired` computes it (so the
+ * retiring floor of a lengthened policy still makes its namespace due). The walk goes on past
+ * namespaces with nothing due within this one statement, until `limit` due ones are found or the
+ * walk ends: a round over thousands of namespaces of young terminal tasks is one read, not a
+ * collection transaction per namespace. Each walked namespace costs the walk's step, a probe of
+ * the `retention_policies` primary key and one descent of `tasks_retention` and of
+ * `worker_sessions_retention` (their oldest row compared with the cutoff). Subscriptions are not
+ * consulted: a namespace whose only candidates are protected is still listed, and its
+ * collection decides. No locks (a read).
+ */
+export async function selectDueRetentionScopes(
+  tx: Tx,
+  after: Scope | undefined,
+  limit: number,
+  now: number,
+  defaultRetentionMs: number,
+): Promise<Scope[]> {
+  const rows = await tx`
+    ${retentionWalk(tx, after)}
+    select w.tenant_id, w.namespace from walk w
+    cross join lateral (
+      select greatest(${now}::bigint - coalesce(p.retention_ms, ${defaultRetentionMs}::bigint),
+        p.retiring_before) as cutoff
+      from (select 1) as one
+      left join retention_policies p on p.tenant_id = w.tenant_id collate "default"
+        and p.namespace = w.namespace collate "default"
+    ) as c
+    where (${oldestTerminal(tx)}) < c.cutoff or (${oldestSession(tx)}) < c.cutoff
+    limit ${limit}`;
+  return rows.map((row) => ({
+    tenant_id: String(row.tenant_id),
+    namespace: String(row.namespace),
+  }));
+}
+
+/**
+ * The oldest terminal time of the walked namespace `w`: one descent of `tasks_retention`. A
+ * scalar subquery ordered by the index's third column, not an EXISTS: PostgreSQL drops an
+ * EXISTS's ORDER BY and LIMIT, and plans a namespace of mostly terminal tasks as a sequential
+ * scan of tasks expected to stop early.
+ */
+function oldestTerminal(tx: Tx) {
+  return tx`
+    select t.terminal_at from tasks t
+    where t.tenant_id collate "C" = w.tenant_id and t.namespace collate "C" = w.namespace
+      and t.terminal_at is not null
+    order by t.terminal_at
+    limit 1`;
+}
+
+/** The earliest session expiry of the walked namespace `w`: one descent of `worker_sessions_retention`. */
+function oldestSession(tx: Tx) {
+  return tx`
+    select s.expires_at from worker_sessions s
+    where s.tenant_id collate "C" = w.tenant_id and s.namespace collate "C" = w.namespace
+    order by s.expires_at
+    limit 1`;
+}
+
+/**
+ * The retention walk, a `with recursive walk(tenant_id, namespace)` clause for a select to
+ * filter: every namespace holding a terminal task or a worker session, in (tenant, namespace)
+ * byte order after `after` (exclusive) — a loose index scan, a recursive CTE whose every step is
+ * one descent of `tasks_retention` and one of `worker_sessions_retention` to the next distinct
+ * (tenant, namespace), the lesser of the two taken — so its cost is one step per namespace
+ * walked, not the number of rows. The session step names no expiry bound: a bound on
+ * `expires_at` (the index's third column) is no part of the descent, so each step would read
+ * every later namespace's live sessions until an expired one — quadratic in namespaces and
+ * sessions. A select evaluates the walk lazily, so a `limit` on it ends the walk. Without
+ * `after`, the walk starts past ('', ''), below every valid scope (scope text is never empty).
+ */
+function retentionWalk(tx: Tx, after: Scope | undefined) {
+  return tx`
+    with recursive walk(tenant_id, namespace) as (
+      (select n.tenant_id, n.namespace from (
+        select ${after?.tenant_id ?? ''}::text collate "C" as tenant_id,
+          ${after?.namespace ?? ''}::text collate "C" as namespace) as w
+       cross join lateral (${nextRetentionScope(tx)}) as n)
+      union all
+      (select n.tenant_id, n.namespace from walk w
+       cross join lateral (${nextRetentionScope(tx)}) as n)
+    )`;
+}
+
+/** One step of {@link retentionWalk}: the next scope after `w`'s, from either index. */
+function nextRetentionScope(tx: Tx) {
   return tx`
     select c.tenant_id, c.namespace from (
       (select t.tenant_id collate "C" as tenant_id, t.namespace collate "C" as namespace
@@ -159,7 +241,6 @@ function nextRetentionScope(tx: Tx, expiredBefore: number) {
       (select s.tenant_id collate "C", s.namespace collate "C"
        from worker_sessions s
        where (s.tenant_id collate "C", s.namespace collate "C") > (w.tenant_id, w.namespace)
-         and s.expires_at < ${expiredBefore}::bigint
        order by 1, 2
        limit 1)
     ) as c

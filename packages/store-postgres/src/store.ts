@@ -176,6 +176,7 @@ import {
   countCandidates,
   loadPolicyAt,
   lockRetiredTasks,
+  selectDueRetentionScopes,
   selectRetentionScopes,
   upsertPolicy,
 } from './retention-sql.js';
@@ -264,6 +265,14 @@ export interface PostgresTaskStore extends TaskStore, CompletionStore, Retention
    * read.
    */
   analyzeGrowingTables(): Promise<string[]>;
+  /**
+   * The retention walk's namespaces (as `retentionScopes`: byte order, after `after`, at most
+   * `limit`) that have something to collect now — a terminal task older than the namespace's
+   * cutoff (its policy, or the default, and its retiring floor) or a worker session that expired
+   * before it — passing over the others within one read: the server's retention round, so a
+   * round over many namespaces with nothing due costs no transaction per namespace.
+   */
+  dueRetentionScopes(after: Scope | undefined, limit: number): Promise<Scope[]>;
 }
 
 /** One row of {@link PostgresTaskStore.queueDepths}. */
@@ -2147,6 +2156,14 @@ class PgTaskStore implements PostgresTaskStore {
       // policy's cutoff): sessions expired after that cannot be collected anywhere yet.
       const expiredBefore = retentionCutoff(await this.time(tx), MIN_RETENTION_MS);
       return selectRetentionScopes(tx, after, limit, expiredBefore);
+    }, 'read only');
+  }
+
+  async dueRetentionScopes(after: Scope | undefined, limit: number): Promise<Scope[]> {
+    requireIntegerArgument(limit, 1, MAX_RETENTION_BATCH, '$.limit');
+    return this.transact(async (tx) => {
+      const now = await this.time(tx);
+      return selectDueRetentionScopes(tx, after, limit, now, this.config.terminalRetentionMs);
     }, 'read only');
   }
 

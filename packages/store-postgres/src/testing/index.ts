@@ -32,4 +32,4 @@ export {
   type TestDatabase,
 } from './database.js';
 export { createMigratedTestDatabase } from './migrated.js';
-export { type PgProxy, startPgProxy } from './pg-proxy.js';
+export { type PgProxy, type ProxyCounts, startPgProxy } from './pg-proxy.js';

@@ -15,6 +15,9 @@
  *   reset, and new ones reset at once (each attempt timed).
  * - {@link PgProxy.silenceOpen}: the connections open now go silent both ways, never closed (a
  *   peer gone without a FIN or a reset); new ones are forwarded.
+ * - {@link PgProxy.takeCounts}: every statement and transaction the clients sent, read from the
+ *   frontend protocol, so a test counts exactly what a process asks of the database
+ *   (`pg_stat_database` lags by up to the statistics flush interval).
  */
 import net from 'node:net';
 
@@ -42,6 +45,8 @@ export interface PgProxy {
    * flow. Connections made later are forwarded as usual.
    */
   silenceOpen(): void;
+  /** The statements and transactions sent since the last take (counting starts afresh). */
+  takeCounts(): ProxyCounts;
   /** While `down`, connections are reset: the open ones at once, new ones as they come. */
   refuse(down: boolean): void;
   /** When (performance.now()) each connection refused so far was attempted. */
@@ -59,6 +64,68 @@ function errorReply(sqlstate: string, message: string): Buffer {
   return Buffer.concat([error, fields, ready]);
 }
 
+/** What the clients of a proxy sent: each statement's text, and the transactions. */
+export interface ProxyCounts {
+  statements: string[];
+  /** BEGIN … COMMIT/ROLLBACK, or a statement outside one. */
+  transactions: number;
+}
+
+/**
+ * Reads one connection's frontend messages as they pass: simple queries (Q) and executions (E)
+ * of bound statements (P names a statement's text, B binds it) are statements.
+ */
+function frontendReader(counts: () => ProxyCounts): (chunk: Buffer) => void {
+  let pending = Buffer.alloc(0);
+  let startup = true;
+  let inTransaction = false;
+  const named = new Map<string, string>();
+  let bound = '';
+  const statement = (text: string) => {
+    const into = counts();
+    const word = text.trim().split(/\s+/)[0]?.toLowerCase() ?? '';
+    into.statements.push(text.replace(/\s+/g, ' ').trim());
+    if (word === 'begin') inTransaction = true;
+    else if (word === 'commit' || word === 'rollback') {
+      if (inTransaction) into.transactions += 1;
+      inTransaction = false;
+    } else if (!inTransaction) into.transactions += 1;
+  };
+  const cstring = (buf: Buffer, at: number): [string, number] => {
+    const end = buf.indexOf(0, at);
+    return [buf.toString('utf8', at, end), end + 1];
+  };
+  return (chunk) => {
+    pending = Buffer.concat([pending, chunk]);
+    for (;;) {
+      if (startup) {
+        // StartupMessage, SSLRequest (80877103) or GSSENCRequest (80877104): no type byte.
+        if (pending.length < 8) return;
+        const len = pending.readInt32BE(0);
+        if (pending.length < len) return;
+        const code = pending.readInt32BE(4);
+        pending = pending.subarray(len);
+        if (code !== 80877103 && code !== 80877104) startup = false;
+        continue;
+      }
+      if (pending.length < 5) return;
+      const len = pending.readInt32BE(1);
+      if (pending.length < 1 + len) return;
+      const type = String.fromCharCode(pending[0] as number);
+      const body = pending.subarray(5, 1 + len);
+      pending = pending.subarray(1 + len);
+      if (type === 'Q') statement(cstring(body, 0)[0]);
+      else if (type === 'P') {
+        const [name, at] = cstring(body, 0);
+        named.set(name, cstring(body, at)[0]);
+      } else if (type === 'B') {
+        const [, at] = cstring(body, 0);
+        bound = named.get(cstring(body, at)[0]) ?? '?';
+      } else if (type === 'E') statement(bound);
+    }
+  };
+}
+
 /** Starts a proxy to the database at `databaseUrl` on a free loopback port. */
 export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   const target = new URL(databaseUrl);
@@ -69,6 +136,7 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
   let down = false;
   const refusedAt: number[] = [];
   const sockets = new Set<net.Socket>();
+  let counts: ProxyCounts = { statements: [], transactions: 0 };
   /** Silences each connection open now (see silenceOpen). */
   const silencers = new Set<() => void>();
   const server = net.createServer((client) => {
@@ -87,8 +155,10 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
       silent = true;
     };
     silencers.add(silence);
+    const read = frontendReader(() => counts);
     client.on('data', (chunk: Buffer) => {
       if (silent) return;
+      read(chunk);
       if (queued !== null) {
         queued.push(chunk);
         return;
@@ -151,6 +221,11 @@ export async function startPgProxy(databaseUrl: string): Promise<PgProxy> {
     },
     failStatementCarrying(text, sqlstate, message) {
       fail = { text: Buffer.from(text), reply: errorReply(sqlstate, message) };
+    },
+    takeCounts() {
+      const taken = counts;
+      counts = { statements: [], transactions: 0 };
+      return taken;
     },
     silenceOpen() {
       for (const silence of silencers) silence();
