@@ -40,8 +40,12 @@ const KEY = Buffer.alloc(32, 0x5a);
 const SECRET_TEXT = `whsec_${KEY.toString('base64')}`;
 /** Conditions are polled, not timed: generous for a loaded CI machine, quick when all is well. */
 const WAIT = { timeout: 5_000, interval: 10 };
-/** Store time stands still unless a test advances it, so due times are exact. */
-const T0 = Date.UTC(2026, 10, 29, 12);
+/**
+ * Store time stands still unless a test advances it, so due times are exact. It stands at this
+ * run's start: the sender signs with store time, and `verified` checks the timestamp against
+ * this process's clock, as a receiver does.
+ */
+const T0 = Math.floor(Date.now() / 1000) * 1000;
 
 let store: MemoryTaskStore;
 let scope: Scope;
@@ -553,7 +557,33 @@ describe('a failing store', () => {
     }, WAIT);
   });
 
-  it('is logged when a report fails, and the try is made again when its lease runs out', async () => {
+  it('is tried again within its lease when a report fails: the 2xx is recorded, posted once', async () => {
+    const r = await receiver((res) => res.end());
+    let failures = 2;
+    const logger = captureLogger();
+    const s = sender({
+      destinations: destinations({ billing: r }),
+      logger,
+      store: {
+        leaseDeliveries: (limit, leaseMs) => store.leaseDeliveries(limit, leaseMs),
+        reportDelivery: (report) =>
+          failures-- > 0
+            ? Promise.reject(new Error('database down'))
+            : store.reportDelivery(report),
+      },
+    });
+    const subscription = await dueDelivery('billing');
+
+    expect((await s.runOnce()).records).toMatchObject([{ outcome: 'delivered', status: 200 }]);
+    expect(await subscriptionOf(store, scope, subscription)).toMatchObject({
+      state: 'delivered',
+      attempts: 1,
+    });
+    expect(r.requests).toHaveLength(1);
+    expect(logger.lines.filter((line) => line.level === 'warn')).toHaveLength(2);
+  });
+
+  it('is logged when a report fails until stop, and the try is made again when its lease runs out', async () => {
     const r = await receiver((res) => res.end());
     let down = true;
     const logger = captureLogger();
@@ -568,7 +598,11 @@ describe('a failing store', () => {
     });
     const subscription = await dueDelivery('billing');
 
-    expect((await s.runOnce()).records).toMatchObject([{ outcome: 'unreported', status: 200 }]);
+    const pass = s.runOnce();
+    // The report is retried within the lease; a stop gives it up (as a crash would).
+    await vi.waitFor(() => expect(logger.lines.some((l) => l.level === 'warn')).toBe(true), WAIT);
+    await s.stop();
+    expect((await pass).records).toMatchObject([{ outcome: 'unreported', status: 200 }]);
     expect(logger.lines).toContainEqual(
       expect.objectContaining({
         level: 'error',
@@ -579,7 +613,8 @@ describe('a failing store', () => {
 
     down = false;
     store.advance(COMPLETION_LEASE_MS + 1);
-    expect((await s.runOnce()).records).toMatchObject([{ outcome: 'delivered', attempt: 2 }]);
+    const again = sender({ destinations: destinations({ billing: r }) });
+    expect((await again.runOnce()).records).toMatchObject([{ outcome: 'delivered', attempt: 2 }]);
     // At least once: the receiver saw the event twice and dedupes by webhook id.
     expect(r.requests.map((request) => request.headers['webhook-id'])).toEqual([
       subscription.event_id,

@@ -62,6 +62,12 @@ export const DEFAULT_IDLE_INTERVAL_MS = 250;
  */
 export const REPORT_MARGIN_MS = 5_000;
 
+/** The first pause before a failed report is sent again; it doubles up to REPORT_RETRY_MAX_MS. */
+const REPORT_RETRY_MIN_MS = 100;
+
+/** The longest pause between tries of one report: a recovered database records it within it. */
+const REPORT_RETRY_MAX_MS = 1_000;
+
 /** The longest pause after consecutive store failures: a recovered database is used within it. */
 const STORE_RETRY_MAX_MS = 5_000;
 
@@ -85,9 +91,10 @@ export interface SenderLogger {
  * recorded it as `delivered`, `retry` (due again after a backoff), `gone`
  * (the receiver answered 410; the delivery is exhausted) or `exhausted` (the
  * generation's last try failed, or the event cannot be built); or the store
- * refused the report as `stale` (the lease ran out and the row moved on), or
- * the report failed and the try is `unreported` (the row is tried again when
- * its lease runs out).
+ * refused the report as `stale` (the lease ran out and the row moved on, or
+ * an unseen earlier copy of the report was recorded), or the report failed
+ * until its lease ran out or the sender stopped and the try is `unreported`
+ * (the row is tried again when its lease runs out).
  */
 export type DeliveryRecordOutcome =
   | 'delivered'
@@ -258,25 +265,29 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
   let stopping = false;
   let stopped: Promise<void> | undefined;
   let interrupt: (() => void) | undefined;
+  // Reports waiting to be tried again; stop() ends their waits (and their retries).
+  const reportWaits = new Set<() => void>();
 
   /** Waits `ms`, or less if {@link stop} is called meanwhile. */
-  function pause(ms: number): Promise<void> {
+  function pause(ms: number, waits?: Set<() => void>): Promise<void> {
     if (stopping) return Promise.resolve();
     return new Promise((resolve) => {
       const done = (): void => {
         clearTimeout(timer);
-        interrupt = undefined;
+        if (waits === undefined) interrupt = undefined;
+        else waits.delete(done);
         resolve();
       };
       // Unref'd like the server's other loops: the sender alone never keeps a process alive.
       const timer = setTimeout(done, ms).unref();
-      interrupt = done;
+      if (waits === undefined) interrupt = done;
+      else waits.add(done);
     });
   }
 
   /** Starts one try; the promise never rejects and leaves the window when it settles. */
-  function dispatch(lease: CompletionLease): Promise<DeliveryRecord> {
-    const running = tryDelivery(lease).catch((error: unknown): DeliveryRecord => {
+  function dispatch(lease: CompletionLease, clock: () => number): Promise<DeliveryRecord> {
+    const running = tryDelivery(lease, clock).catch((error: unknown): DeliveryRecord => {
       // Unreachable by design (every step above catches its own failures); kept so
       // that a bug costs one try, recovered when its lease runs out, never the loop.
       logger.error(
@@ -290,9 +301,9 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     return running;
   }
 
-  async function tryDelivery(lease: CompletionLease): Promise<DeliveryRecord> {
+  async function tryDelivery(lease: CompletionLease, clock: () => number): Promise<DeliveryRecord> {
     const started = performance.now();
-    const decided = await decide(lease);
+    const decided = await decide(lease, clock);
     const durationMs = Math.round(performance.now() - started);
     const report: DeliveryReport = {
       scope: lease.scope,
@@ -310,7 +321,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
       // Between the receiver's answer and the report: the receiver has the event, the store
       // does not know yet, so the lease running out must lead to a redelivery of the same id.
       if (failpoints.enabled) failpoints.hit('delivery.after_send');
-      if (!(await store.reportDelivery(report))) outcome = 'stale';
+      if (!(await reportWithinLease(report, lease, clock))) outcome = 'stale';
       if (failpoints.enabled) failpoints.hit('delivery.after_report');
     } catch (error) {
       outcome = 'unreported';
@@ -332,8 +343,39 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     return record;
   }
 
+  /**
+   * Records a try's outcome, trying again while the lease lasts (by store time) when the store
+   * fails: the row is still this sender's, and a report given up would leave it to its lease
+   * running out, so an event the receiver acknowledged would be posted again (DESIGN §8: 2xx =
+   * delivered). The report is fenced by generation and try, so a second copy after a first
+   * that committed unseen changes nothing (it answers stale). Not retried once stopping: a
+   * shutdown leaves the row to its lease, as a crash does. Rejects with the last failure.
+   */
+  async function reportWithinLease(
+    report: DeliveryReport,
+    lease: CompletionLease,
+    clock: () => number,
+  ): Promise<boolean> {
+    let delayMs = REPORT_RETRY_MIN_MS;
+    for (;;) {
+      try {
+        return await store.reportDelivery(report);
+      } catch (error) {
+        if (stopping || lease.lease_expires_at - clock() <= delayMs + REPORT_RETRY_MIN_MS) {
+          throw error;
+        }
+        logger.warn(
+          { err: error, event_id: lease.event_id, retry_in_ms: delayMs },
+          'recording a completion delivery failed; retrying within its lease',
+        );
+        await pause(delayMs, reportWaits);
+        delayMs = Math.min(delayMs * 2, REPORT_RETRY_MAX_MS);
+      }
+    }
+  }
+
   /** Makes the try and decides what the subscription becomes; never rejects. */
-  async function decide(lease: CompletionLease): Promise<Decision> {
+  async function decide(lease: CompletionLease, clock: () => number): Promise<Decision> {
     const destination = destinations.get(lease.destination);
     if (destination === undefined) {
       return failedBeforeSending(lease, 'unconfigured', 'destination not configured');
@@ -354,7 +396,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     try {
       // Leased (the try already counts), nothing sent: a crash here must cost one try, no event.
       if (failpoints.enabled) failpoints.hit('delivery.before_send');
-      delivery = await deliverEvent({ destination, event, signal: tries.signal });
+      delivery = await deliverEvent({ destination, event, signal: tries.signal, now: clock });
     } catch (error) {
       // deliverEvent rejects only for a destination it cannot use at all (its own
       // messages name no URL); retried, so fixing the configuration resumes delivery.
@@ -430,8 +472,10 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
         continue;
       }
       let leases: CompletionLease[];
+      let leasedAt: number;
       try {
         leases = await store.leaseDeliveries(free, leaseMs);
+        leasedAt = performance.now();
         failures = 0;
       } catch (error) {
         failures += 1;
@@ -444,7 +488,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
         continue;
       }
       // Leased rows are tried even if stop() came meanwhile: their leases are taken.
-      for (const lease of leases) dispatch(lease);
+      for (const lease of leases) dispatch(lease, leaseClock(lease, leaseMs, leasedAt));
       if (leases.length < free) await pause(idleIntervalMs);
     }
   }
@@ -465,6 +509,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
       stopped ??= (async () => {
         stopping = true;
         interrupt?.();
+        for (const wake of [...reportWaits]) wake();
         await loop;
         // A runOnce may be between its lease and its tries: wait for both to drain.
         while (leasing.size + inFlight.size > 0) {
@@ -486,7 +531,10 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
       } finally {
         leasing.delete(call);
       }
-      const records = await Promise.all(leases.map(dispatch));
+      const leasedAt = performance.now();
+      const records = await Promise.all(
+        leases.map((lease) => dispatch(lease, leaseClock(lease, leaseMs, leasedAt))),
+      );
       return { leased: leases.length, records };
     },
   };
@@ -553,6 +601,19 @@ export function encodeLeaseEvent(lease: CompletionLease): EncodedEvent {
       time: lease.terminal_at,
     }),
   );
+}
+
+/**
+ * Store time for a leased try (DESIGN §1.2: store time is the clock), for `webhook-timestamp`
+ * and an HTTP-date `Retry-After`: the store's time when it leased the delivery (its lease ends
+ * `leaseMs` after it), advanced by the monotonic clock since the lease call answered
+ * (`leasedAt`, a `performance.now()` reading). A receiver refuses a timestamp more than a few
+ * minutes from its own clock (Standard Webhooks allows 5), so a replica whose process clock is
+ * wrong must not sign with it: every try would be refused until the delivery exhausts.
+ */
+function leaseClock(lease: CompletionLease, leaseMs: number, leasedAt: number): () => number {
+  const storeNow = lease.lease_expires_at - leaseMs;
+  return () => storeNow + Math.max(0, Math.round(performance.now() - leasedAt));
 }
 
 function messageOf(error: unknown): string {
