@@ -1,11 +1,3 @@
-/**
- * The worker's `run()` / `stop()` lifecycle against real server processes:
- * stop while a request the drain waits on hangs, while a session extension is in flight, while
- * polls are parked; run() against a deployment whose sessions keep vanishing; a worker process
- * SIGKILLed in the middle of its stop. Worker processes here never call `process.exit`, so a
- * test sees whether one ends on its own once `run()` has resolved.
- */
-import { type ChildProcess, spawn } from 'node:child_process';
 import {
   request as httpRequest,
   createServer as httpServer,
@@ -13,11 +5,9 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { Worker } from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type ServerProcess, sourceArgs } from './server-process.js';
+import type { ServerProcess } from './server-process.js';
 import {
   client,
   type HttpProxy,
@@ -32,73 +22,7 @@ import {
   until,
   watchUnhandledRejections,
 } from './test/harness.js';
-
-const script = join(dirname(fileURLToPath(import.meta.url)), 'testdata', 'stop-worker.ts');
-
-interface Line {
-  event: string;
-  [key: string]: unknown;
-}
-
-interface Child {
-  readonly child: ChildProcess;
-  readonly lines: Line[];
-  readonly exited: Promise<number | string>;
-  readonly stderr: () => string;
-  /** Resolves with the first line `match` accepts (already printed or to come). */
-  line(match: (line: Line) => boolean, ms?: number, what?: string): Promise<Line>;
-}
-
-const children: Child[] = [];
-
-/** Starts `testdata/stop-worker.ts`; resolves once it called run(). */
-async function startChild(env: Record<string, string>): Promise<Child> {
-  const child = spawn(process.execPath, sourceArgs(script), {
-    env: { ...process.env, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const lines: Line[] = [];
-  let stderr = '';
-  let partial = '';
-  const exited = new Promise<number | string>((resolve) => {
-    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
-  });
-  child.stderr?.setEncoding('utf8');
-  child.stderr?.on('data', (chunk: string) => {
-    stderr += chunk;
-  });
-  child.stdout?.setEncoding('utf8');
-  child.stdout?.on('data', (chunk: string) => {
-    partial += chunk;
-    const complete = partial.split('\n');
-    partial = complete.pop() ?? '';
-    for (const text of complete) if (text.trim() !== '') lines.push(JSON.parse(text) as Line);
-  });
-  const handle: Child = {
-    child,
-    lines,
-    exited,
-    stderr: () => stderr,
-    async line(match, ms = 30_000, what = 'a line') {
-      let found: Line | undefined;
-      await until(
-        () => {
-          found = lines.find(match);
-          if (found === undefined && child.exitCode !== null) {
-            throw new Error(`the worker process exited before ${what}:\n${stderr}`);
-          }
-          return found !== undefined;
-        },
-        ms,
-        what,
-      );
-      return found as Line;
-    },
-  };
-  children.push(handle);
-  await handle.line((l) => l.event === 'ready', 60_000, 'ready');
-  return handle;
-}
+import { killStopWorkers, startStopWorker } from './test/stop-worker-process.js';
 
 const stack = new Stack('worker_stop_e2e');
 let server: ServerProcess;
@@ -113,10 +37,7 @@ beforeAll(async () => {
 afterEach(async () => {
   await Promise.all(workers.splice(0).map((w) => w.stop({ graceMs: 0 })));
   await Promise.all(proxies.splice(0).map((p) => p.close()));
-  for (const c of children.splice(0)) {
-    if (c.child.exitCode === null && c.child.signalCode === null) c.child.kill('SIGKILL');
-    await c.exited;
-  }
+  await killStopWorkers();
   expect(unhandled.seen).toEqual([]);
 });
 afterAll(async () => {
@@ -154,7 +75,7 @@ describe('stop() and what it leaves running', () => {
         return new Promise<void>(() => {});
       },
     });
-    const w = await startChild({
+    const w = await startStopWorker({
       LEDGENCE_URL: p.url,
       QUEUE: 'extend-after-stop',
       EXTEND_MS: '1000',
@@ -222,7 +143,7 @@ describe('stop() and what it leaves running', () => {
     const c = client(server.url);
     const queue = 'exits-on-its-own';
     const task = await c.submit({ queue, program: 'job', data: { ms: 300 } });
-    const w = await startChild({ LEDGENCE_URL: server.url, QUEUE: queue, GRACE_MS: '10000' });
+    const w = await startStopWorker({ LEDGENCE_URL: server.url, QUEUE: queue, GRACE_MS: '10000' });
     await w.line((l) => l.event === 'start', 30_000, 'the handler starting');
     w.child.kill('SIGTERM');
     await w.line((l) => l.event === 'run' && l.ok === true, 30_000, 'run() resolving');
@@ -396,7 +317,7 @@ describe('a worker process SIGKILLed in the middle of its stop()', () => {
     const c = client(server.url);
     const queue = 'kill-mid-stop';
     const task = await c.submit({ queue, program: 'hang', data: null });
-    const w = await startChild({
+    const w = await startStopWorker({
       LEDGENCE_URL: server.url,
       QUEUE: queue,
       GRACE_MS: '30000',

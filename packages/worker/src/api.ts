@@ -48,8 +48,8 @@ export class WorkerApi {
     this.#http = http;
   }
 
-  /** `POST /v1/worker/sessions`. */
-  async openSession(command: OpenSessionCommand): Promise<SessionReply> {
+  /** `POST /v1/worker/sessions`; `signal` aborts it (a stopping worker has no use for it). */
+  async openSession(command: OpenSessionCommand, signal?: AbortSignal): Promise<SessionReply> {
     const reply = await this.#http.request({
       method: 'POST',
       path: '/v1/worker/sessions',
@@ -57,6 +57,7 @@ export class WorkerApi {
       schema: WorkerSessionSchema,
       maxBytes: REPLY_LIMITS.control,
       okStatus: [200, 201],
+      signal,
     });
     return { session: reply.body, date: reply.date };
   }
@@ -64,15 +65,20 @@ export class WorkerApi {
   /**
    * `POST /v1/worker/sessions/{id}/extend` with body `{scope}`: the path names
    * no scope, and a key bound to several namespaces (or development mode)
-   * cannot infer it.
+   * cannot infer it. `signal` aborts it (a stopped worker has no use for it).
    */
-  async extendSession(sessionId: string, scope: Scope): Promise<SessionReply> {
+  async extendSession(
+    sessionId: string,
+    scope: Scope,
+    signal?: AbortSignal,
+  ): Promise<SessionReply> {
     const reply = await this.#http.request({
       method: 'POST',
       path: `/v1/worker/sessions/${pathSegment(sessionId)}/extend`,
       body: { scope },
       schema: WorkerSessionSchema,
       maxBytes: REPLY_LIMITS.control,
+      signal,
     });
     return { session: reply.body, date: reply.date };
   }

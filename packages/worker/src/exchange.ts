@@ -129,7 +129,10 @@ async function readLimited(response: Response, maxBytes: number): Promise<Uint8A
 
 /** A {@link Exchange} on `node:http`/`node:https`, with a way to close its idle connections. */
 export interface NodeExchange extends Exchange {
-  /** Closes the idle kept-alive connections (requests in flight finish on theirs). */
+  /**
+   * Closes the kept-alive connections: `Agent#destroy` destroys those in use too, so a request
+   * still in flight fails (a `socket hang up`); later requests open new connections.
+   */
   close(): void;
 }
 

@@ -286,7 +286,10 @@ export class HttpTransport {
     }
   }
 
-  /** Closes idle kept-alive connections (requests in flight finish); later requests open new ones. */
+  /**
+   * Closes the default exchange's kept-alive connections, in use ones too (a request still in
+   * flight fails); later requests open new ones. A caller's `fetch` is not reached.
+   */
   closeIdle(): void {
     this.#owned?.close();
   }

@@ -9,6 +9,7 @@ import {
   type AcquireReply,
   type Assignment,
   type CloudEvent,
+  CONTROL_REQUEST_TIMEOUT_MS,
   fitText,
   LedgenceError,
   LONG_POLL_WAIT_MS,
@@ -107,7 +108,11 @@ export interface WorkerOptions extends HttpOptions {
 
 /** Options of {@link Worker.stop}. */
 export interface StopOptions {
-  /** How long in-flight tasks may run before their signal is aborted; the worker's `shutdownGraceMs` by default. */
+  /**
+   * How long in-flight tasks may run before their signal is aborted; the worker's
+   * `shutdownGraceMs` by default. A later stop() with a shorter grace brings the deadline
+   * forward. Negative is 0; `NaN` or a non-number is warned about and the default is used.
+   */
   graceMs?: number;
 }
 
@@ -341,7 +346,21 @@ export class Worker {
   #renewTimer: ReturnType<typeof setInterval> | undefined;
   #extendTimer: ReturnType<typeof setTimeout> | undefined;
   #fatal: unknown;
-  #stopGraceMs: number | undefined;
+  /**
+   * Local monotonic time at which stop()'s grace ends; set by the first stop(), brought forward
+   * by a later stop() with a shorter grace (a second SIGTERM), never pushed back.
+   */
+  #graceDeadline = Number.POSITIVE_INFINITY;
+  /** Resolved (and replaced) whenever a later stop() brings the grace deadline forward. */
+  #graceShortened = deferred();
+  /** Aborts a session open in flight at stop(): the stopping worker takes no task with it. */
+  readonly #openAbort = new AbortController();
+  /**
+   * Aborts a session extension in flight when the drain ends: left running, it would hold a
+   * socket and a timer of the request timeout after run() resolved (with a `fetch` of the
+   * caller's, which `closeIdle` does not reach).
+   */
+  readonly #stoppedAbort = new AbortController();
   /** Set when stop() came before run(): the one run() that follows resolves at once. */
   #stoppedBeforeRun = false;
   /** Set when stop()'s grace period has passed: from then on no handler may start. */
@@ -454,7 +473,7 @@ export class Worker {
     );
     const loop = this.#acquireLoop().catch((error: unknown) => this.#fail(error));
     await this.#stopRequested.promise;
-    await this.#drain(loop, this.#stopGraceMs ?? this.#shutdownGraceMs);
+    await this.#drain(loop);
     if (this.#fatal !== undefined) throw this.#fatal;
   }
 
@@ -463,8 +482,11 @@ export class Worker {
    * aborts their signals, reports those still running as `cancelled`
    * (retryable), and resolves once every settlement is accepted, rejected or
    * given up. No handler starts after `graceMs`: a task whose dispatch is
-   * answered later is handed back without running. Never rejects; safe to
-   * call more than once.
+   * answered later is handed back without running. Never rejects or throws;
+   * safe to call more than once: a later call with a shorter `graceMs` (a
+   * second SIGTERM) brings the deadline forward, a longer one never extends it.
+   * A negative `graceMs` is 0; one that is not a number (`NaN`, a string) is
+   * logged as a warning and the worker's `shutdownGraceMs` is used instead.
    */
   stop(options: StopOptions = {}): Promise<void> {
     if (this.#state === 'new') {
@@ -473,15 +495,73 @@ export class Worker {
       this.#stopped.resolve();
       return this.#stopped.promise;
     }
+    if (this.#state === 'stopped') return this.#stopped.promise;
+    const requested = (options as StopOptions | null | undefined)?.graceMs;
     if (this.#state === 'running') {
-      this.#stopGraceMs = options.graceMs;
+      this.#graceDeadline = monotonicNow() + this.#graceOf(requested);
       this.#state = 'stopping';
       this.#logger.info('worker stopping', { in_flight: this.#held.size });
+      this.#openAbort.abort(new TaskAbortedError('shutdown'));
       for (const controller of this.#pollAborts) controller.abort();
       this.#stopRequested.resolve();
       this.#notifier.notify();
+    } else if (requested !== undefined) {
+      // Stopping already: only an explicit, shorter grace changes anything (a second SIGTERM
+      // asking to be quick). The default grace, or an internal stop on an error, changes nothing.
+      const deadline = monotonicNow() + this.#graceOf(requested);
+      if (deadline < this.#graceDeadline) {
+        this.#graceDeadline = deadline;
+        this.#logger.info('shutdown grace shortened', {
+          grace_ms_left: Math.max(0, deadline - monotonicNow()),
+        });
+        const shortened = this.#graceShortened;
+        this.#graceShortened = deferred();
+        shortened.resolve();
+      }
     }
     return this.#stopped.promise;
+  }
+
+  /**
+   * stop()'s `graceMs` as a number of milliseconds ≥ 0. stop() cannot throw (it is called from
+   * signal handlers, where a throw ends the process with nothing drained), so a grace that is not
+   * a number — `NaN` from `Number()` of an unset variable, a string passed from `process.env` as
+   * is, which would otherwise be concatenated into the deadline and make it a grace of ~0 — is
+   * replaced by the worker's `shutdownGraceMs`, with a warning. A negative grace is "no time
+   * left": 0. `Infinity` waits as long as a timer holds.
+   */
+  #graceOf(graceMs: unknown): number {
+    if (graceMs === undefined) return this.#shutdownGraceMs;
+    if (typeof graceMs === 'number' && !Number.isNaN(graceMs)) return Math.max(0, graceMs);
+    this.#logger.warn('stop() graceMs must be a number ≥ 0; using shutdownGraceMs instead', {
+      grace_ms: typeof graceMs === 'string' ? graceMs : String(graceMs),
+      shutdown_grace_ms: this.#shutdownGraceMs,
+    });
+    return this.#shutdownGraceMs;
+  }
+
+  /**
+   * Resolves once `promise` settles or stop()'s grace deadline passes, following the deadline
+   * when a later stop() brings it forward. Never rejects.
+   */
+  async #withinGrace(promise: Promise<unknown>): Promise<void> {
+    let done = false;
+    const settled = promise.then(
+      () => {
+        done = true;
+      },
+      () => {
+        done = true;
+      },
+    );
+    while (!done) {
+      const shortened = this.#graceShortened.promise;
+      let moved = false;
+      const left = this.#graceDeadline - monotonicNow();
+      if (left <= 0) return;
+      await within(Promise.race([settled, shortened.then(() => (moved = true))]), left);
+      if (!moved) return;
+    }
   }
 
   /** The number of tasks this worker holds right now. */
@@ -506,17 +586,22 @@ export class Worker {
     while (this.#state === 'running') {
       try {
         const sentAt = monotonicNow();
-        const reply = await this.#api.openSession({
-          scope: this.#scope,
-          queue: this.#queue,
-          concurrency: this.#concurrency,
-        });
+        const reply = await this.#api.openSession(
+          {
+            scope: this.#scope,
+            queue: this.#queue,
+            concurrency: this.#concurrency,
+          },
+          this.#openAbort.signal,
+        );
         const { session } = reply;
         this.#sessionRefreshed(reply, sentAt);
         this.#logger.info('session opened', { session_id: session.id });
         this.#notifier.notify();
         return session;
       } catch (error) {
+        // Aborted by stop(), or failed once stop() had come: nothing waits for this session.
+        if (this.#state !== 'running') return null;
         if (!isRetryable(error)) {
           this.#fail(error);
           return null;
@@ -559,7 +644,7 @@ export class Worker {
     const session = this.#session;
     if (session === null || this.#state === 'stopped') return;
     const sentAt = monotonicNow();
-    this.#api.extendSession(session.id, this.#scope).then(
+    this.#api.extendSession(session.id, this.#scope, this.#stoppedAbort.signal).then(
       (reply) => {
         if (this.#session?.id === reply.session.id) this.#sessionRefreshed(reply, sentAt);
       },
@@ -1347,18 +1432,24 @@ export class Worker {
     void this.stop();
   }
 
-  async #drain(loop: Promise<void>, graceMs: number): Promise<void> {
-    const deadline = monotonicNow() + graceMs;
+  async #drain(loop: Promise<void>): Promise<void> {
     await loop;
     await Promise.allSettled([...this.#polls]);
     // Polls cut short may have claimed a task whose reply never came: replay
-    // each once without waiting, and hand back what it held.
+    // each once without waiting, and hand back what it held. The replies are
+    // waited for even past the grace (a hand-back runs no user code): a replay
+    // given up on (its socket destroyed below) would leave its task leased until
+    // its lease expires instead of claimable now. Past the grace, for at most a
+    // control request's timeout: a server that does not answer cannot hold a
+    // stop({ graceMs: 0 }) for a long requestTimeoutMs.
     const replays = this.#startPolls(null);
     if (replays.length > 0) {
       this.#sendPolls(replays, 0);
-      await within(Promise.allSettled([...this.#polls]), deadline - monotonicNow());
+      const replied = Promise.allSettled([...this.#polls]);
+      await within(replied, Math.min(this.#http.requestTimeoutMs, CONTROL_REQUEST_TIMEOUT_MS));
+      await this.#withinGrace(replied);
     }
-    await within(Promise.allSettled([...this.#executions]), deadline - monotonicNow());
+    await this.#withinGrace(Promise.allSettled([...this.#executions]));
     if (this.#executions.size > 0) {
       this.#graceOver = true;
       this.#logger.info('shutdown grace period over; aborting running handlers', {
@@ -1377,6 +1468,7 @@ export class Worker {
     this.#settler.abandon();
     clearInterval(this.#renewTimer);
     clearTimeout(this.#extendTimer);
+    this.#stoppedAbort.abort(new TaskAbortedError('shutdown'));
     for (const held of this.#held.values()) this.#drop(held);
     this.#http.closeIdle();
     this.#state = 'stopped';
