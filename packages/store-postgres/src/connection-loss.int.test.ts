@@ -21,6 +21,7 @@ import {
   submitCommand,
   successCommand,
 } from './testdata/fixtures.js';
+import { startPgProxy } from './testing/pg-proxy.js';
 
 let h: Harness;
 beforeAll(async () => {
@@ -242,3 +243,39 @@ it('an endpoint that accepts and closes before a session: operations answer unav
     endpoint.close();
   }
 }, 30_000);
+
+it('a connection gone silent (its peer vanished without a word) fails its operation as unavailable at the wire timeout, and the next is served', async () => {
+  // A failover that moves the database's address, or a NAT that forgets the flow, leaves a
+  // connection that neither answers nor closes. Unpatched, its operation waited until TCP's
+  // retransmissions gave up (~15 minutes).
+  const proxy = await startPgProxy(h.db.url);
+  const store = createPostgresTaskStore({
+    url: proxy.url,
+    config: CONFIG,
+    max: 1,
+    wireTimeoutMs: 1_000,
+  });
+  try {
+    await store.submit(submitCommand('silent-before'));
+    proxy.silenceOpen();
+    const started = performance.now();
+    const outcome = await within(store.submit(submitCommand('silent-cut')), 15_000);
+    expect(outcome).toBeInstanceOf(ContractError);
+    expect((outcome as ContractError).code).toBe('unavailable');
+    expect(performance.now() - started).toBeLessThan(10_000);
+    // The pool's one connection is replaced: operations are answered again. One sent before
+    // the destroyed socket's close was read may still fail on it, as any operation in flight at
+    // a connection loss may (unavailable, retryable).
+    let after: unknown;
+    for (let attempt = 0; attempt < 3; attempt += 1) {
+      after = await within(store.submit(submitCommand('silent-after')), 15_000);
+      if (!(after instanceof ContractError && after.code === 'unavailable')) break;
+    }
+    expect((after as { snapshot?: { task_id: string } }).snapshot?.task_id).toEqual(
+      expect.any(String),
+    );
+  } finally {
+    await store.close();
+    await proxy.close();
+  }
+}, 60_000);

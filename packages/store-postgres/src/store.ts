@@ -205,6 +205,15 @@ export interface PostgresTaskStoreOptions {
    */
   idleInTransactionTimeoutMs?: number;
   /**
+   * How long a connection of the store's own pool that awaits a reply may receive nothing
+   * before it is destroyed and what it holds fails as `unavailable` (default 60 000; our
+   * postgres.js patch's `wire_timeout`). A database whose address moved at a failover, or a NAT
+   * that forgot the flow, leaves a connection that neither answers nor closes: without this its
+   * operations hung until TCP's retransmissions gave up, ~15 minutes. Far above any statement
+   * the store runs (lock waits end at `lockTimeoutMs`).
+   */
+  wireTimeoutMs?: number;
+  /**
    * TEST ONLY: milliseconds added to store time, read at every operation, so tests can move
    * time forward (lease expiry, retry delays) without sleeping. Never set it in production:
    * store time must be the database clock (DESIGN §1.2).
@@ -653,11 +662,14 @@ class PgTaskStore implements PostgresTaskStore {
       this.sql = options.sql;
       this.owned = false;
     } else if (options.url !== undefined) {
+      // `wire_timeout` is our postgres.js patch's: its type declarations leave it out.
+      const wire = { wire_timeout: (options.wireTimeoutMs ?? 60_000) / 1000 } as object;
       this.sql = postgres(options.url, {
         max: options.max ?? 10,
         onnotice: () => {},
         connect_timeout: 10,
         backoff: reconnectBackoffSeconds,
+        ...wire,
         connection: {
           application_name: 'ledgence-store',
           lock_timeout: options.lockTimeoutMs ?? 5_000,
