@@ -22,11 +22,20 @@ export interface CreateTestDatabaseOptions {
    * the migrated schema; nobody may be connected to it while copies are made.
    */
   template?: string;
+  /**
+   * A login role of the database's own, with this password, owning it: `url` connects as that
+   * role, so a test knows the password its DATABASE_URL carries whatever the server's
+   * authentication (trust, or the embedded server's fixed password). `drop()` drops the role too.
+   * Letters, digits and `_` only.
+   */
+  password?: string;
 }
 
 const PREFIX = /^[a-z0-9_]{1,24}$/;
 // Plain lower-case identifiers only: they need no quoting rules beyond the double quotes below.
 const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
+// A password quoted as a literal with no escaping needed.
+const PASSWORD = /^[A-Za-z0-9_]{1,64}$/;
 
 /**
  * Creates a uniquely named, empty database on the test server that the int/e2e global setup
@@ -42,7 +51,7 @@ const IDENTIFIER = /^[a-z_][a-z0-9_]{0,62}$/;
  * afterAll(() => db.drop());
  * ```
  *
- * @param options a readable prefix for the name, and the template to copy.
+ * @param options a readable prefix for the name, the template to copy, and a password of its own.
  * @returns the database's URL and name, and a way to drop it.
  */
 export async function createTestDatabase(
@@ -56,17 +65,32 @@ export async function createTestDatabase(
   if (template !== undefined && !IDENTIFIER.test(template)) {
     throw new TypeError(`template must match ${IDENTIFIER}, got ${JSON.stringify(template)}`);
   }
+  const { password } = options;
+  if (password !== undefined && !PASSWORD.test(password)) {
+    throw new TypeError(`password must match ${PASSWORD}`);
+  }
   const adminUrl = adminDatabaseUrl();
   const name = `${TEST_DATABASE_PREFIX}${prefix}_${randomBytes(6).toString('hex')}`;
   const from = template === undefined ? '' : ` template ${quote(template)}`;
-  await withAdmin(adminUrl, (sql) => sql.unsafe(`create database ${quote(name)}${from}`));
-  const url = databaseUrl(adminUrl, name);
+  const owner = password === undefined ? '' : ` owner ${quote(name)}`;
+  await withAdmin(adminUrl, async (sql) => {
+    if (password !== undefined) {
+      await sql.unsafe(`create role ${quote(name)} login password '${password}'`);
+    }
+    await sql.unsafe(`create database ${quote(name)}${from}${owner}`);
+  });
+  const url = databaseUrl(
+    adminUrl,
+    name,
+    password === undefined ? undefined : { user: name, password },
+  );
 
   let dropping: Promise<void> | undefined;
   const drop = (): Promise<void> => {
     dropping ??= withAdmin(adminUrl, async (sql) => {
       // FORCE terminates the database's sessions first (PostgreSQL 13+).
       await sql.unsafe(`drop database if exists ${quote(name)} with (force)`);
+      if (password !== undefined) await sql.unsafe(`drop role if exists ${quote(name)}`);
     }).catch((error: unknown) => {
       dropping = undefined; // let a later call try again
       throw error;
@@ -98,9 +122,17 @@ async function withAdmin<T>(adminUrl: string, use: (sql: postgres.Sql) => Promis
 }
 
 /** The admin URL with its database swapped; credentials and query parameters are kept. */
-function databaseUrl(adminUrl: string, database: string): string {
+function databaseUrl(
+  adminUrl: string,
+  database: string,
+  login?: { user: string; password: string },
+): string {
   const url = new URL(adminUrl);
   url.pathname = `/${database}`;
+  if (login !== undefined) {
+    url.username = login.user;
+    url.password = login.password;
+  }
   return url.toString();
 }
 
