@@ -263,9 +263,10 @@ export function settleAttempt(
 /**
  * Confirms that required cleanup is done for a settled attempt whose report
  * said `unconfirmed`, applying its decision (`cleanup_confirmed`). Confirming
- * again, or an attempt that finished otherwise, answers the task's state and
+ * again, or an attempt settled `confirmed`, answers the task's state and
  * changes nothing; confirming before any settlement is `409 conflict`, and
- * after the authority deadline `409 ownership_lost` (recovery applies it).
+ * after the authority deadline `409 ownership_lost` (recovery applies it),
+ * before recovery ran and after.
  */
 export function confirmQuiescence(
   loadedTask: TaskRow | null,
@@ -281,6 +282,13 @@ export function confirmQuiescence(
         'conflict',
         `attempt ${attempt.attempt_id} has no settlement to confirm; settle it first`,
       );
+    }
+    // Settled `unconfirmed` and no longer held: recovery applied the outcome at the authority
+    // deadline, unconfirmed. A confirmation now is as late as one that came before recovery ran
+    // (below), and is answered the same, whichever ran first; answering the task's state would
+    // read as taken, and be the state of a later attempt once the task was claimed again.
+    if (attempt.quiescence === 'unconfirmed') {
+      throw ownershipLost(owner, 'held its cleanup past the deadline');
     }
     return { changed: false, task, attempt, history: [], reply: task.state };
   }

@@ -285,6 +285,43 @@ async function within(promise: Promise<unknown>, ms: number): Promise<void> {
   clearTimeout(timer);
 }
 
+/**
+ * Settles as `promise` does, or with `null` once `signal` aborts, whichever is first. The
+ * listener goes when either happens: `signal` (the worker's, aborted at stop()) outlives many
+ * such races, and must not keep one per race.
+ */
+function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T | null> {
+  if (signal.aborted) return Promise.resolve(null);
+  return new Promise<T | null>((resolve, reject) => {
+    const onAbort = () => resolve(null);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error);
+      },
+    );
+  });
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts; leaves no timer or listener behind. */
+function pauseUnlessAborted(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, timerDelay(ms));
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
 function positive(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isFinite(value) || value < 0) throw new TypeError(`${name} must be a number ≥ 0`);
@@ -340,6 +377,8 @@ export class Worker {
   readonly #pollAborts = new Set<AbortController>();
   readonly #polls = new Set<Promise<void>>();
   readonly #executions = new Set<Promise<void>>();
+  /** Quiescence confirmations under way (sent, or waiting to be sent again). */
+  readonly #confirmations = new Set<Promise<void>>();
   readonly #held = new Map<string, Held>();
   readonly #renewQueue = new Set<Held>();
   readonly #resendQueue = new Set<Held>();
@@ -353,7 +392,10 @@ export class Worker {
   #graceDeadline = Number.POSITIVE_INFINITY;
   /** Resolved (and replaced) whenever a later stop() brings the grace deadline forward. */
   #graceShortened = deferred();
-  /** Aborts a session open in flight at stop(): the stopping worker takes no task with it. */
+  /**
+   * Aborted at stop(): a session open in flight (the stopping worker takes no task with it), the
+   * wait for it, and an open's backoff.
+   */
   readonly #openAbort = new AbortController();
   /**
    * Aborts a session extension in flight when the drain ends: left running, it would hold a
@@ -612,8 +654,9 @@ export class Worker {
           delay_ms: delay,
           ...errorFields(error),
         });
-        // Only stop cuts the backoff short: other wake-ups must not hammer the server.
-        await within(this.#stopRequested.promise, delay);
+        // Only stop cuts the backoff short: other wake-ups must not hammer the server. Not a
+        // reaction on the stop promise: one per failed open would stay for the worker's life.
+        await pauseUnlessAborted(delay, this.#openAbort.signal);
       }
     }
     return null;
@@ -694,11 +737,12 @@ export class Worker {
     while (this.#state === 'running') {
       // A session open is not waited for past stop(): it may take its whole request timeout
       // (a server that does not answer), and a stopping worker has no use for it; its reply,
-      // if any, comes to a stopping or stopped worker, which takes no task with it. Raced only
-      // when a session must be opened (rarely): each race holds a reaction on the stop promise.
+      // if any, comes to a stopping or stopped worker, which takes no task with it. Raced with
+      // the signal stop() aborts, whose listener goes once the open ends: a reaction on the
+      // stop promise would stay, with the session it raced, for the worker's life, one more at
+      // every session lost and re-opened.
       const session =
-        this.#session ??
-        (await Promise.race([this.#ensureSession(), this.#stopRequested.promise.then(() => null)]));
+        this.#session ?? (await unlessAborted(this.#ensureSession(), this.#openAbort.signal));
       if (session === null || this.#state !== 'running') break;
       const wait = this.#pollNotBefore - monotonicNow();
       if (wait > 0) {
@@ -965,7 +1009,7 @@ export class Worker {
         await this.#handBack(held);
         return;
       }
-      const { outcome, startedAt } = await this.#runHandler(held, registration);
+      const { outcome, startedAt, finished } = await this.#runHandler(held, registration);
       const report = reportFor(
         {
           taskId: owner.task_id,
@@ -979,7 +1023,17 @@ export class Worker {
         this.#logger.warn('lease lost; the outcome is not reported', fields);
         return;
       }
-      await this.#settle(held, report, outcome.kind === 'abandoned' ? 'unconfirmed' : 'confirmed');
+      if (outcome.kind !== 'abandoned') {
+        await this.#settle(held, report, 'confirmed');
+        return;
+      }
+      const settled = await this.#settle(held, report, 'unconfirmed');
+      // Reported as `unconfirmed`: the code may still run. Quiescence is confirmed when it ends
+      // (if this process is still alive by then), and only once the report is in: a
+      // confirmation reaching the server before it is refused for good (409 conflict), and the
+      // task would be held to its authority deadline although the handler had ended. A report
+      // abandoned at shutdown may have been taken all the same: confirming it costs one request.
+      if (settled.kind !== 'rejected') void finished.then(() => this.#confirmQuiescence(held));
     } catch (error) {
       // Defensive: every step above handles its own errors.
       this.#logger.error('task execution failed unexpectedly', {
@@ -1053,7 +1107,7 @@ export class Worker {
   async #runHandler(
     held: Held,
     registration: Registration,
-  ): Promise<{ outcome: HandlerOutcome; startedAt: number }> {
+  ): Promise<{ outcome: HandlerOutcome; startedAt: number; finished: Promise<unknown> }> {
     const assignment = held.assignment;
     const startedAt = Date.now();
     held.budgetTimer = setTimeout(
@@ -1091,22 +1145,26 @@ export class Worker {
     ]);
     held.handlerRunning = false;
     clearTimeout(held.budgetTimer);
-    if (outcome.kind === 'abandoned') {
-      // Reported as `unconfirmed`: the code may still run. Confirm quiescence
-      // when it ends, if this process is still alive by then.
-      void finished.then(() => this.#confirmQuiescence(held));
-    }
-    return { outcome, startedAt };
+    return { outcome, startedAt, finished };
   }
 
   /**
    * Tells the server an abandoned handler has ended, retrying what may succeed later (a
    * transport failure, `unavailable`): until it is told, the server holds the task until its
-   * authority deadline (DESIGN §5), hours for a long timeout. Runs on after `stop()`, like the
-   * handler it reports on; an answer that cannot change (`ownership_lost`: the deadline passed)
-   * ends it.
+   * authority deadline (DESIGN §5), hours for a long timeout. Sent only once the `unconfirmed`
+   * report is in (see `#execute`). Runs on after `stop()`, like the handler it reports on; the
+   * drain waits for one under way before it closes the connections (`#drain`). An answer that
+   * cannot change (`ownership_lost`: the deadline passed) ends it.
    */
-  async #confirmQuiescence(held: Held): Promise<void> {
+  #confirmQuiescence(held: Held): Promise<void> {
+    const confirming = this.#confirmUntilAnswered(held).finally(() =>
+      this.#confirmations.delete(confirming),
+    );
+    this.#confirmations.add(confirming);
+    return confirming;
+  }
+
+  async #confirmUntilAnswered(held: Held): Promise<void> {
     for (let failures = 1; ; failures += 1) {
       try {
         await this.#api.confirmQuiescence(held.lease.owner);
@@ -1470,6 +1528,16 @@ export class Worker {
     clearTimeout(this.#extendTimer);
     this.#stoppedAbort.abort(new TaskAbortedError('shutdown'));
     for (const held of this.#held.values()) this.#drop(held);
+    // closeIdle destroys requests in flight: a quiescence confirmation on the wire would be cut
+    // and left to a retry on an unreferenced timer, lost when the process then exits (the task
+    // held to its authority deadline although its handler had ended). Like the hand-backs, it
+    // runs no user code: it is waited for, within a control request's timeout, also past the
+    // grace (those begun meanwhile too: a handler may end while another is answered).
+    const confirmEnd =
+      monotonicNow() + Math.min(this.#http.requestTimeoutMs, CONTROL_REQUEST_TIMEOUT_MS);
+    while (this.#confirmations.size > 0 && monotonicNow() < confirmEnd) {
+      await within(Promise.allSettled([...this.#confirmations]), confirmEnd - monotonicNow());
+    }
     this.#http.closeIdle();
     this.#state = 'stopped';
     this.#logger.info('worker stopped', {});
