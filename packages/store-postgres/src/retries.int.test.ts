@@ -296,8 +296,11 @@ describe('cleanup grace and quiescence', () => {
     const res = await h.store.result(SCOPE, snapshot.task_id);
     expect(res.status.state).toBe('failed');
     expect(res.outcome).toMatchObject({ state: 'failed', failure: { kind: 'execution' } });
-    // a late confirmation changes nothing
-    expect(await h.store.confirmQuiescence(a.lease.owner)).toBe('failed');
+    // A late confirmation is refused as it is before recovery ran, and changes nothing.
+    await expect(h.store.confirmQuiescence(a.lease.owner)).rejects.toMatchObject({
+      code: 'ownership_lost',
+    });
+    expect((await h.store.status(SCOPE, snapshot.task_id)).state).toBe('failed');
   });
 });
 
