@@ -46,11 +46,15 @@ afterAll(async () => {
   await proxy.close();
 });
 
+/**
+ * Replicas whose LISTEN is in place: a wake connection's last statement is its LISTEN, or the
+ * `select 1` health check it sends only once the LISTEN holds (wake.ts).
+ */
 async function wakeCount(): Promise<number> {
   const [row] = await sql<{ n: number }[]>`
     select count(*)::int as n from pg_stat_activity
     where datname = current_database() and application_name = 'ledgence-wake'
-      and query ilike 'listen%'`;
+      and (query ilike 'listen%' or query = 'select 1')`;
   return row?.n ?? 0;
 }
 
