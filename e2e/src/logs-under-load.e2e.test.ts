@@ -2,57 +2,20 @@
  * Under concurrent load with misbehaving clients, the server logs one line per
  * request with its request id (DESIGN §11), and never an API key.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { Agent, request as httpRequest } from 'node:http';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sourceArgs } from './server-process.js';
+import { type ServerProcess, startServerProcess } from './server-process.js';
 
-const main = join(
-  dirname(fileURLToPath(import.meta.url)),
-  '..',
-  '..',
-  'apps',
-  'server',
-  'src',
-  'main.ts',
-);
 const KEY = 'lgk_loglines_SECRET_0123456789ab';
 const WRONG = 'lgk_wrong_SECRET_fedcba9876543210';
 const scope = { tenant_id: 'acme', namespace: 'logs' };
 const base = '/v1/tenants/acme/namespaces/logs';
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 
-interface Running {
-  url: string;
-  child: ChildProcess;
-  stdout: () => string;
-  exited: Promise<number | string>;
-}
-
-function startLogged(env: Record<string, string>): Promise<Running> {
-  const child = spawn(process.execPath, sourceArgs(main), {
-    env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'info', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.setEncoding('utf8').on('data', (c: string) => {
-    stdout += c;
-  });
-  const exited = new Promise<number | string>((resolve) =>
-    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
-  );
-  return new Promise((resolve, reject) => {
-    child.stderr?.setEncoding('utf8').on('data', (c: string) => {
-      stderr += c;
-      const match = /listening on (http:\/\/\S+)/.exec(stderr);
-      if (match?.[1] !== undefined) resolve({ url: match[1], child, stdout: () => stdout, exited });
-    });
-    void exited.then((code) => reject(new Error(`exited ${code}: ${stderr}`)));
-  });
+/** The server at info level, its JSON logs (stdout) kept. */
+function startLogged(env: Record<string, string>): Promise<ServerProcess> {
+  return startServerProcess({ LEDGENCE_LOG_LEVEL: 'info', ...env }, { captureStdout: true });
 }
 
 function call(

@@ -7,13 +7,10 @@
  * bytes), the DATABASE_URL password and the webhook signatures it sent. The deliveries are
  * checked against Standard Webhooks by an independent verifier (node:crypto only).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import { type AddressInfo, connect } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { inspect } from 'node:util';
 import {
   createTestDatabase,
@@ -23,18 +20,8 @@ import {
 } from '@ledgence/store-postgres/testing';
 import { Client, silentLogger, Worker } from '@ledgence/worker';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sourceArgs } from './server-process.js';
+import { type ServerProcess, ServerStartError, startServerProcess } from './server-process.js';
 import { until } from './test/harness.js';
-
-const main = join(
-  dirname(fileURLToPath(import.meta.url)),
-  '..',
-  '..',
-  'apps',
-  'server',
-  'src',
-  'main.ts',
-);
 
 const KEY = 'lgk_secrets_KEYTEXT_0123456789abcdef';
 const WRONG = 'lgk_secrets_WRONGKEY_fedcba987654321';
@@ -114,35 +101,13 @@ function verifyStandardWebhook(secret: string, headers: IncomingHttpHeaders, bod
   });
 }
 
-interface Running {
-  url: string;
-  child: ChildProcess;
-  output: () => string;
-  exited: Promise<number | string>;
+/** The server at trace level, its JSON logs (stdout) kept. */
+function startServer(env: Record<string, string>): Promise<ServerProcess> {
+  return startServerProcess({ LEDGENCE_LOG_LEVEL: 'trace', ...env }, { captureStdout: true });
 }
 
-/** The server process with stdout (its JSON logs) and stderr captured together. */
-function startServer(env: Record<string, string>): Promise<Running> {
-  const child = spawn(process.execPath, sourceArgs(main), {
-    env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'trace', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  const exited = new Promise<number | string>((resolve) =>
-    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
-  );
-  child.stdout?.setEncoding('utf8').on('data', (c: string) => {
-    output += c;
-  });
-  return new Promise((resolve, reject) => {
-    child.stderr?.setEncoding('utf8').on('data', (c: string) => {
-      output += c;
-      const match = /listening on (http:\/\/\S+)/.exec(output);
-      if (match?.[1] !== undefined) resolve({ url: match[1], child, output: () => output, exited });
-    });
-    void exited.then((code) => reject(new Error(`exited ${code}: ${output}`)));
-  });
-}
+/** Everything a server wrote: its JSON logs, then its human-readable lines. */
+const outputOf = (server: ServerProcess): string => server.stdout() + server.stderr();
 
 /**
  * Runs the server to its exit (a start failure) and returns everything it wrote. A server that
@@ -153,29 +118,19 @@ async function failedStart(
   env: Record<string, string>,
   probe?: (url: string) => Promise<string>,
 ): Promise<{ code: unknown; output: string }> {
-  const child = spawn(process.execPath, sourceArgs(main), {
-    env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'trace', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout?.setEncoding('utf8').on('data', (c: string) => {
-    output += c;
-  });
-  let started: Promise<void> | undefined;
-  child.stderr?.setEncoding('utf8').on('data', (c: string) => {
-    output += c;
-    const url = /listening on (http:\/\/\S+)/.exec(output)?.[1];
-    if (url !== undefined && started === undefined) {
-      started = (probe?.(url) ?? Promise.resolve('started'))
-        .then((said) => {
-          output += `\n${said}\n`;
-        })
-        .finally(() => child.kill('SIGKILL'));
-    }
-  });
-  const code = await new Promise((resolve) => child.once('exit', (c, s) => resolve(c ?? s)));
-  await started;
-  return { code: started === undefined ? code : 'started', output };
+  let server: ServerProcess;
+  try {
+    server = await startServer(env);
+  } catch (error) {
+    if (error instanceof ServerStartError) return { code: error.code, output: error.output };
+    throw error;
+  }
+  try {
+    const said = await (probe?.(server.url) ?? Promise.resolve('started'));
+    return { code: 'started', output: `${outputOf(server)}\n${said}\n` };
+  } finally {
+    await server.stop('SIGKILL');
+  }
 }
 
 /** One raw HTTP/1.1 exchange, so headers go out exactly as written (repeated lines included). */
@@ -227,7 +182,7 @@ describe('secrets never leave the server', () => {
   let database: TestDatabase;
   let receiver: Receiver;
   let elsewhere: Receiver;
-  let server: Running;
+  let server: ServerProcess;
   let databaseUrl: string;
   let proxy: PgProxy;
   const replies: string[] = [];
@@ -447,7 +402,7 @@ describe('secrets never leave the server', () => {
   it('writes no secret to its logs at trace level, through a database outage and a graceful stop', async () => {
     expect(new URL(proxy.url).password).toBe(PASSWORD);
     // The database away: requests fail, the loops log their failures; then it is back.
-    const before = server.output().length;
+    const before = server.stdout().length;
     proxy.refuse(true);
     const during = await fetch(new URL(`${SCOPE_PATH}/tasks?limit=1`, server.url), {
       headers: { authorization: `Bearer ${KEY}` },
@@ -455,7 +410,7 @@ describe('secrets never leave the server', () => {
     replies.push(await during.text());
     expect(during.status).toBe(503);
     await until(
-      () => /"level":(40|50)/.test(server.output().slice(before)),
+      () => /"level":(40|50)/.test(server.stdout().slice(before)),
       10_000,
       'a store failure logged',
     );
@@ -467,7 +422,7 @@ describe('secrets never leave the server', () => {
     );
     server.child.kill('SIGTERM');
     expect(await server.exited).toBe(0);
-    const output = server.output();
+    const output = outputOf(server);
     // The log is not empty: request lines and delivery lines were written.
     expect(output).toMatch(/"msg":"request"/);
     expect(output).toMatch(/completion delivered/);

@@ -27,22 +27,54 @@ export interface ServerProcess {
   readonly child: ChildProcess;
   /** Everything the process wrote to stderr (its human-readable start and stop lines). */
   readonly stderr: () => string;
+  /** Everything it wrote to stdout (its JSON log lines) with `captureStdout`; '' without. */
+  readonly stdout: () => string;
   /** Resolves with the exit code (or the signal name) once the process has exited. */
   readonly exited: Promise<number | string>;
   /** Sends `signal` (default SIGTERM) and waits for the exit. */
   stop(signal?: NodeJS.Signals): Promise<number | string>;
 }
 
+/** How {@link startServerProcess} runs the server. */
+export interface ServerProcessOptions {
+  /**
+   * Keep stdout for {@link ServerProcess.stdout}: the tests that read the server's logs. Off by
+   * default, so a long test at a verbose level does not hold every line in memory.
+   */
+  captureStdout?: boolean;
+}
+
+/** The server exited before it printed its URL: its exit code and everything it wrote. */
+export class ServerStartError extends Error {
+  constructor(
+    readonly code: number | string,
+    /** stderr, after stdout when it was captured. */
+    readonly output: string,
+  ) {
+    super(`server exited (${code}) before listening:\n${output}`);
+    this.name = 'ServerStartError';
+  }
+}
+
 /**
  * Starts a server process with `env` added to this process's environment
- * (`PORT=0` unless given) and resolves once it prints its URL.
+ * (`PORT=0` unless given) and resolves once it prints its URL; rejects with
+ * {@link ServerStartError} if it exits first.
  */
-export function startServerProcess(env: Record<string, string>): Promise<ServerProcess> {
+export function startServerProcess(
+  env: Record<string, string>,
+  options: ServerProcessOptions = {},
+): Promise<ServerProcess> {
   const child = spawn(process.execPath, sourceArgs(main), {
     env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
-    stdio: ['ignore', 'ignore', 'pipe'],
+    stdio: ['ignore', options.captureStdout ? 'pipe' : 'ignore', 'pipe'],
   });
   let stderr = '';
+  let stdout = '';
+  child.stdout?.setEncoding('utf8');
+  child.stdout?.on('data', (chunk: string) => {
+    stdout += chunk;
+  });
   const exited = new Promise<number | string>((resolve) => {
     child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
   });
@@ -62,6 +94,7 @@ export function startServerProcess(env: Record<string, string>): Promise<ServerP
           url: match[1],
           child,
           stderr: () => stderr,
+          stdout: () => stdout,
           exited,
           stop: (signal = 'SIGTERM') => {
             child.kill(signal);
@@ -70,10 +103,11 @@ export function startServerProcess(env: Record<string, string>): Promise<ServerP
         });
       }
     });
-    void exited.then((code) => {
+    // 'close', not 'exit': only then has everything the process wrote been read.
+    child.once('close', (code, signal) => {
       if (timer.hasRef()) {
         clearTimeout(timer);
-        reject(new Error(`server exited (${code}) before listening:\n${stderr}`));
+        reject(new ServerStartError(code ?? signal ?? 'unknown', stdout + stderr));
       }
     });
   });
