@@ -268,6 +268,75 @@ describe('EXPLAIN of the hot statements', () => {
     }
   });
 
+  it('a poll reads the due part of its queue, however many of its tasks are delayed', async () => {
+    // 20 000 tasks delayed far ahead in queue `later`, a quarter of them at a higher priority
+    // than the one due task. One range over the queue is ordered by priority first, so
+    // `available_at <= now` could only filter it, entry by entry: ~330 pages read by every
+    // poll on PostgreSQL 15–17 (18's skip scan avoided it), and more with every delayed task.
+    await sql`
+      insert into tasks (tenant_id, namespace, task_id, run_id, idempotency_key,
+        command_digest, input, queue, program, retry, timeout_ms, priority, labels, state,
+        submitted_at, available_at, attempt_count, dispatch_count, history_sequence)
+      select 'acme', 'prod', 'tsk_later_' || lpad(g::text, 8, '0'), 'run_l' || g,
+        'later-' || g, 'x', '{}', 'later', '{"name":"p"}', '{"max_attempts":3,"delay_ms":1000}',
+        300000, case when g % 4 = 0 then 5 else 0 end, '{}', 'queued', 300000 + g,
+        9000000000000 + g, 0, 0, 1
+      from generate_series(1, 20000) as g`;
+    await sql`
+      insert into task_payloads (tenant_id, namespace, task_id, data)
+      select tenant_id, namespace, task_id, 'null' from tasks where queue = 'later'`;
+    await sql`analyze tasks`;
+    const session = await store.openSession({ scope: SCOPE, queue: 'later', concurrency: 2 });
+    /** Pages the claim select of one empty poll of `later` reads, by EXPLAIN ANALYZE, rolled back. */
+    const pagesOfPoll = async (consumer: number, sequence: number): Promise<number> => {
+      const start = captured.length;
+      capturing = true;
+      // A probe: an empty poll left unrecorded, so the statement asks for a task again when
+      // explained (the poll's cursor has not moved).
+      const { reply } = await store.acquire(
+        acquireCommand(session.id, consumer, sequence, 'later'),
+        { recordEmpty: false },
+      );
+      expect(reply.disposition).toBe('empty');
+      capturing = false;
+      const claim = captured.slice(start).find((c) => /skip locked/i.test(c.query));
+      if (claim === undefined) throw new Error('the claim select was not captured');
+      let pages = -1;
+      await sql
+        .begin(async (tx) => {
+          const rows = await tx.unsafe(
+            `explain (analyze, buffers, format json) ${claim.query}`,
+            claim.params as postgres.ParameterOrJSON<never>[],
+          );
+          const [explained] = rows[0]?.['QUERY PLAN'] as { Plan: Record<string, number> }[];
+          const plan = explained?.Plan ?? {};
+          pages = (plan['Shared Hit Blocks'] ?? 0) + (plan['Shared Read Blocks'] ?? 0);
+          throw new Error('rollback');
+        })
+        .catch((error: unknown) => {
+          if (!(error instanceof Error && error.message === 'rollback')) throw error;
+        });
+      return pages;
+    };
+    expect(await pagesOfPoll(0, 1)).toBeLessThan(40);
+    // A due task at the lower priority: found behind the 5 000 delayed higher-priority ones.
+    const due = await store.submit(submitCommand('later-due', { queue: 'later' }));
+    const { reply } = await store.acquire(acquireCommand(session.id, 0, 1, 'later'), {
+      recordEmpty: true,
+    });
+    expect(reply.disposition === 'assigned' && reply.assignment.lease.owner.task_id).toBe(
+      due.snapshot.task_id,
+    );
+    // The other slot's poll, empty again.
+    expect(await pagesOfPoll(1, 1)).toBeLessThan(40);
+    // Settled, so no lease of this test is left for the recovery statement of the next.
+    if (reply.disposition !== 'assigned') throw new Error('expected an assignment');
+    await store.settle(successCommand(reply.assignment, 'later-due'));
+    // Gone again: the tests after this one read the queued tasks of the set-up.
+    await sql`delete from task_payloads where task_id like 'tsk_later_%'`;
+    await sql`delete from tasks where task_id like 'tsk_later_%'`;
+  });
+
   it('plans use indexes, never a sequential scan of tasks or attempts', async () => {
     const session = await store.openSession({ scope: SCOPE, queue: 'q', concurrency: 1 });
     const claimStart = captured.length;
