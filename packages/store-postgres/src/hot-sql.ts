@@ -343,6 +343,34 @@ export async function takeConcurrencySlot(
 }
 
 /**
+ * {@link takeConcurrencySlot} for a key ordered below one the transaction holds: the key's row is
+ * taken only if no other transaction holds it (`SKIP LOCKED`), so the claim never waits on it and
+ * cannot close a deadlock cycle. Not taken when the row is busy, absent, or at `limit`.
+ */
+export async function takeConcurrencySlotNoWait(
+  tx: Tx,
+  scope: { tenant_id: string; namespace: string },
+  key: string,
+  limit: number,
+): Promise<{ taken: boolean; now: number }> {
+  const [row] = await tx`
+    with free as (
+      select k.tenant_id, k.namespace, k.concurrency_key from concurrency_keys k
+      where k.tenant_id = ${scope.tenant_id} and k.namespace = ${scope.namespace}
+        and k.concurrency_key = ${key}
+      for update skip locked
+    ), taken as (
+      update concurrency_keys k set active = k.active + 1 from free f
+      where k.tenant_id = f.tenant_id and k.namespace = f.namespace
+        and k.concurrency_key = f.concurrency_key and k.active < ${limit}
+      returning 1
+    )
+    select count(*)::int as taken, (extract(epoch from clock_timestamp()) * 1000)::bigint as now
+    from taken`;
+  return { taken: num(row?.taken) === 1, now: num(row?.now) };
+}
+
+/**
  * Gives back concurrency slots of tasks that left `active` (settled, recovered, or won for a poll
  * that was then refused). Lock: the key rows, in the order given — the caller sorts them in the
  * order claims lock keys (store.ts `KeyLockOrder`) — taken by `locked` before any is updated: an

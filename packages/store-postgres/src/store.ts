@@ -163,6 +163,7 @@ import {
   type TaskRef,
   type Tx,
   takeConcurrencySlot,
+  takeConcurrencySlotNoWait,
   updateAttempts,
   updateTasks,
   upsertCursors,
@@ -433,7 +434,7 @@ function compareText(a: string, b: string): number {
  * The concurrency-key rows a transaction has locked, so that it only ever locks upward: every
  * transaction taking key rows in one order cannot deadlock on them. A claim's rounds select new
  * tasks after earlier rounds took their keys, and a batch claims queue after queue; a key below
- * the highest held (and not held) must wait for a later poll.
+ * the highest held (and not held) is only taken without waiting (`takeConcurrencySlotNoWait`).
  */
 class KeyLockOrder {
   readonly #held = new Set<string>();
@@ -1590,6 +1591,7 @@ class PgTaskStore implements PostgresTaskStore {
       }
       if (rows.length === 0) break;
       const tasks: TaskRow[] = [];
+      let tooNew = false;
       for (const row of rows) {
         const task = taskFromDb(row, { data: jsonColumn(row.payload_data) });
         // A task submitted after `now` (each statement reads the commits before it, and one
@@ -1597,7 +1599,14 @@ class PgTaskStore implements PostgresTaskStore {
         // decides: claimed at `now`, its history would go back in time. A later poll takes it.
         const existed = task.available_at <= now && task.submitted_at <= now;
         if (existed && tasks.length < need - won.length) tasks.push(task);
-        else surplus = task;
+        else {
+          surplus = task;
+          if (!existed) {
+            // It took a place of the select's LIMIT: the next round looks past it.
+            excluded.push(task.task_id);
+            tooNew = true;
+          }
+        }
       }
       const keyed = tasks
         .filter((t) => t.concurrency_key !== null)
@@ -1605,11 +1614,25 @@ class PgTaskStore implements PostgresTaskStore {
         .sort((a, b) => compareText(a.lock, b.lock));
       const refused = new Set<string>();
       for (const { task, lock } of keyed) {
-        // A key below one this transaction holds is left for a later poll: taking it would
-        // lock out of order, and two claims doing so deadlock (PostgreSQL aborts one).
+        // A key below one this transaction holds cannot be waited for: that would lock out of
+        // order, and two claims doing so deadlock (PostgreSQL aborts one). Taken without waiting
+        // it closes no cycle — every wait is still upward — so it is taken if its row is free
+        // now; left for a later poll, the task was a wrong `empty` for this one (DESIGN §5: the
+        // best eligible task; §7.1: a grouped poll answered as alone).
         if (!keyLocks.allows(lock)) {
-          refused.add(task.task_id);
-          surplus = task;
+          const slot = await takeConcurrencySlotNoWait(
+            tx,
+            command.scope,
+            task.concurrency_key as string,
+            task.concurrency_limit ?? 1,
+          );
+          if (slot.taken) {
+            keyLocks.took(lock);
+            at = Math.max(at, slot.now + this.offset());
+          } else {
+            refused.add(task.task_id);
+            surplus = task;
+          }
           continue;
         }
         const slot = await takeConcurrencySlot(
