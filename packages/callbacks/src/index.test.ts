@@ -12,6 +12,7 @@ it('exports exactly the public surface', () => {
     'DESTINATION_URL_MAX_BYTES',
     'DestinationsError',
     'REPORT_MARGIN_MS',
+    'UNCONFIGURED_GRACE_LEASES',
     'WEBHOOK_SECRET_MIN_BYTES',
     'WEBHOOK_SECRET_PREFIX',
     'createCompletionSender',

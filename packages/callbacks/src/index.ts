@@ -94,6 +94,7 @@ export {
   REPORT_MARGIN_MS,
   type SenderLogger,
   type SenderPassResult,
+  UNCONFIGURED_GRACE_LEASES,
 } from './sender.js';
 export {
   type SignWebhookOptions,

@@ -26,6 +26,7 @@ import {
   type LogFields,
   REPORT_MARGIN_MS,
   type SenderLogger,
+  UNCONFIGURED_GRACE_LEASES,
 } from './sender.js';
 import {
   type Answer,
@@ -399,24 +400,28 @@ describe('concurrency', () => {
 });
 
 describe('configuration drift', () => {
-  it('retries a delivery whose alias is no longer configured, and goes on', async () => {
+  it('leaves a delivery to an alias it lacks for the grace, then retries it as unconfigured', async () => {
     const r = await receiver((res) => res.end());
-    const s = sender({ destinations: destinations({ billing: r }), retryBaseMs: 1_000 });
+    const leaseMs = 10_000;
+    const s = sender({ destinations: destinations({ billing: r }), retryBaseMs: 1_000, leaseMs });
     const orphan = await dueDelivery('retired');
     const kept = await dueDelivery('billing');
 
+    // Another replica may have `retired` (a rolling change): its tries are left to it.
+    expect((await s.runOnce()).records).toEqual([
+      expect.objectContaining({ destination: 'billing', outcome: 'delivered' }),
+    ]);
+    store.advance(UNCONFIGURED_GRACE_LEASES * leaseMs - 1);
+    expect((await s.runOnce()).leased).toBe(0);
+    expect(await subscriptionOf(store, scope, orphan)).toMatchObject({ state: 'due', attempts: 0 });
+
+    // Due for the whole grace: no replica has taken it, so the alias is gone.
+    store.advance(1);
     const { records } = await s.runOnce();
 
-    expect(records).toEqual(
-      expect.arrayContaining([
-        expect.objectContaining({
-          destination: 'retired',
-          outcome: 'retry',
-          reason: 'unconfigured',
-        }),
-        expect.objectContaining({ destination: 'billing', outcome: 'delivered' }),
-      ]),
-    );
+    expect(records).toEqual([
+      expect.objectContaining({ destination: 'retired', outcome: 'retry', reason: 'unconfigured' }),
+    ]);
     const retried = await subscriptionOf(store, scope, orphan);
     expect(retried).toMatchObject({
       state: 'due',
@@ -426,6 +431,31 @@ describe('configuration drift', () => {
     expect(retried).not.toHaveProperty('last_status_code');
     expect((await subscriptionOf(store, scope, kept)).state).toBe('delivered');
     expect(r.requests).toHaveLength(1);
+  });
+
+  it('exhausts at once a lost last try to an alias it lacks: no POST is needed', async () => {
+    const s = sender({ destinations: destinations({}), leaseMs: 10_000 });
+    const lost = await dueDelivery('retired');
+    // Another replica leased every try of the generation and died during the last one.
+    for (let attempt = 1; attempt <= COMPLETION_MAX_ATTEMPTS; attempt += 1) {
+      const [lease] = await store.leaseDeliveries(1, 1_000);
+      if (lease === undefined) throw new Error(`try ${attempt} was not leased`);
+      if (attempt === COMPLETION_MAX_ATTEMPTS) break;
+      await store.reportDelivery({
+        scope,
+        subscription_id: lease.subscription_id,
+        generation: lease.generation,
+        attempt: lease.attempt,
+        next: { state: 'due', delay_ms: 0 },
+      });
+    }
+    store.advance(1_000);
+
+    expect(await s.runOnce()).toEqual({ leased: 0, records: [] });
+    expect(await subscriptionOf(store, scope, lost)).toMatchObject({
+      state: 'exhausted',
+      attempts: COMPLETION_MAX_ATTEMPTS,
+    });
   });
 });
 

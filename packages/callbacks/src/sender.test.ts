@@ -64,6 +64,8 @@ describe('createCompletionSender', () => {
     ['retryBaseMs', 0],
     ['leaseMs', -1],
     ['idleIntervalMs', 0.5],
+    ['unconfiguredGraceMs', -1],
+    ['unconfiguredGraceMs', 1.5],
   ])('refuses %s = %s', (name, value) => {
     expect(() => createCompletionSender({ store, destinations, [name]: value })).toThrow(
       RangeError,
@@ -79,6 +81,8 @@ describe('createCompletionSender', () => {
     const sender = createCompletionSender({
       store,
       destinations,
+      // No grace: the unconfigured alias is tried at once, a try that needs no receiver.
+      unconfiguredGraceMs: 0,
       onDelivery: fail,
       logger: { info: fail, warn: fail, error: fail },
     });

@@ -62,6 +62,16 @@ export const DEFAULT_IDLE_INTERVAL_MS = 250;
  */
 export const REPORT_MARGIN_MS = 5_000;
 
+/**
+ * The default of {@link CompletionSenderOptions.unconfiguredGraceMs}, in lease periods. A
+ * replica that has an alias takes its due deliveries within one poll while idle, and within
+ * about one lease period while busy (its window refills as tries end, each bounded by a
+ * destination timeout, which the lease exceeds); four periods leave room for that and for a
+ * replica restarting during a rolling change, while a delivery to an alias no replica has still
+ * fails each try after a wait that is small beside the retry schedule (up to an hour a try).
+ */
+export const UNCONFIGURED_GRACE_LEASES = 4;
+
 /** The first pause before a failed report is sent again; it doubles up to REPORT_RETRY_MAX_MS. */
 const REPORT_RETRY_MIN_MS = 100;
 
@@ -147,7 +157,11 @@ export interface SenderPassResult {
 export interface CompletionSenderOptions {
   /** Where deliveries are leased and their outcomes recorded. */
   store: Pick<CompletionStore, 'leaseDeliveries' | 'reportDelivery'>;
-  /** The operator's destinations; a lease naming another alias is a failed try. */
+  /**
+   * The operator's destinations. A delivery to another alias is left to the replicas that have
+   * it for `unconfiguredGraceMs`; after that this sender takes it and the try fails as
+   * `unconfigured`.
+   */
   destinations: Destinations;
   /**
    * The first backoff cap, `LEDGENCE_COMPLETION_RETRY_BASE_MS`
@@ -167,6 +181,16 @@ export interface CompletionSenderOptions {
    * and posted again, until it exhausts.)
    */
   leaseMs?: number;
+  /**
+   * How long (store time) a delivery to an alias missing from `destinations` must have been due
+   * before this sender leases it, and fails the try as `unconfigured`; by default
+   * UNCONFIGURED_GRACE_LEASES lease periods (0..). While the destinations differ between
+   * replicas (a rolling configuration change), a replica without an alias leaves its deliveries
+   * to the replicas that have it instead of spending their tries; an alias that no replica has
+   * (removed from the configuration) still has its deliveries tried, each try late by this
+   * wait, until they are exhausted with `destination not configured`.
+   */
+  unconfiguredGraceMs?: number;
   /** The pause when nothing more was due; DEFAULT_IDLE_INTERVAL_MS by default. */
   idleIntervalMs?: number;
   /** Where the sender logs; nowhere by default. */
@@ -250,6 +274,17 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     integerOption('leaseMs', options.leaseMs, COMPLETION_LEASE_MS),
     longestTimeoutMs(destinations) + REPORT_MARGIN_MS,
   );
+  const unconfiguredGraceMs = integerOption(
+    'unconfiguredGraceMs',
+    options.unconfiguredGraceMs,
+    Math.min(UNCONFIGURED_GRACE_LEASES * leaseMs, Number.MAX_SAFE_INTEGER),
+    { min: 0 },
+  );
+  // Aliases are fixed for the sender's life (the server reads them at start).
+  const only = {
+    destinations: [...destinations.keys()],
+    otherDestinationsAfterMs: unconfiguredGraceMs,
+  };
   // Refill once half the window is free: under load that leases in batches
   // rather than one row per finished try, and a hanging try still holds one slot.
   const refillAt = Math.ceil(batchSize / 2);
@@ -474,7 +509,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
       let leases: CompletionLease[];
       let leasedAt: number;
       try {
-        leases = await store.leaseDeliveries(free, leaseMs);
+        leases = await store.leaseDeliveries(free, leaseMs, only);
         leasedAt = performance.now();
         failures = 0;
       } catch (error) {
@@ -523,7 +558,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     },
     async runOnce() {
       if (stopping) return { leased: 0, records: [] };
-      const call = store.leaseDeliveries(batchSize, leaseMs);
+      const call = store.leaseDeliveries(batchSize, leaseMs, only);
       leasing.add(call);
       let leases: CompletionLease[];
       try {
@@ -632,11 +667,11 @@ function integerOption(
   name: string,
   value: number | undefined,
   fallback: number,
-  { max = Number.MAX_SAFE_INTEGER }: { max?: number } = {},
+  { min = 1, max = Number.MAX_SAFE_INTEGER }: { min?: number; max?: number } = {},
 ): number {
   const chosen = value ?? fallback;
-  if (!Number.isSafeInteger(chosen) || chosen < 1 || chosen > max) {
-    throw new RangeError(`${name} must be an integer from 1 to ${max}`);
+  if (!Number.isSafeInteger(chosen) || chosen < min || chosen > max) {
+    throw new RangeError(`${name} must be an integer from ${min} to ${max}`);
   }
   return chosen;
 }

@@ -182,8 +182,21 @@ export interface CompletionStore {
    * Leases up to `limit` due deliveries (and deliveries whose sender's lease
    * ran out) for `leaseMs`, oldest due first, skipping rows another sender
    * holds (`FOR UPDATE SKIP LOCKED`). Each lease starts one try.
+   *
+   * `only` restricts a sender to the deliveries it can send: those to one of
+   * its `destinations` aliases, once due; those to any other alias only once
+   * they have been leasable for `otherDestinationsAfterMs` (store time) —
+   * replicas mid-way through a configuration change leave each other's
+   * deliveries alone, yet an alias no replica has still ends `exhausted`
+   * rather than due forever. A try whose sender's lease ran out after the
+   * generation's last try is exhausted whatever its alias (no POST follows).
+   * Without `only`, every leasable delivery is leased.
    */
-  leaseDeliveries(limit: number, leaseMs: number): Promise<CompletionLease[]>;
+  leaseDeliveries(
+    limit: number,
+    leaseMs: number,
+    only?: { destinations: readonly string[]; otherDestinationsAfterMs: number },
+  ): Promise<CompletionLease[]>;
   /** Records one try's outcome; `false` when the report was stale and changed nothing. */
   reportDelivery(report: DeliveryReport): Promise<boolean>;
   /** Deliveries due now and not leased (for metrics), counted up to `limit`. */

@@ -155,27 +155,49 @@ export async function writeDelivery(tx: Tx, row: SubscriptionRow): Promise<void>
       and subscription_id = ${row.subscription_id}`;
 }
 
+/** Which deliveries a sender may lease (the `only` of `CompletionStore.leaseDeliveries`). */
+export interface DeliveryLeaseFilter {
+  /** The sender's aliases: their deliveries are leased as soon as they are leasable. */
+  destinations: readonly string[];
+  /** How long a delivery to any other alias must have been leasable first. */
+  otherDestinationsAfterMs: number;
+}
+
 /**
  * Leases up to `limit` leasable deliveries (core `deliveryLeasable` + `leaseDelivery`), oldest
  * first, in ONE statement, and returns the leases that start a try with their terminal task's
  * facts. A delivering row whose sender's lease ran out after the generation's last try becomes
  * `exhausted` instead (it uses up its place in the batch and is not returned).
  *
+ * With `only`, a row to an alias outside `only.destinations` is leasable once it has been for
+ * `only.otherDestinationsAfterMs` (its `next_attempt_at` that long ago), and a lost last try
+ * always is (exhausting it sends nothing). Without it, every leasable row is: the same SQL with
+ * a wait of 0, whose first OR branch then always holds, so the subscription probe never runs.
+ *
  * Lock: `FOR UPDATE OF d SKIP LOCKED` on delivery rows only — concurrent senders (every replica
- * runs one) take disjoint rows and never wait. The CASEs read the locked row's current version.
- * The task facts come from a plain join afterwards: no task lock (seed `CompletionStore`), and
- * they are immutable once the task is terminal. A due delivery's task always exists (retention
- * never removes a task with an unfinished delivery), so the inner join drops nothing.
+ * runs one) take disjoint rows and never wait. The CASEs and the alias filter read the locked
+ * row's current version (a row that changed since the snapshot is rechecked). The alias is
+ * read from the immutable subscription row without locking it; the task facts come from a plain
+ * join afterwards: no task lock (seed `CompletionStore`), and they are immutable once the task
+ * is terminal. A due delivery's task always exists (retention never removes a task with an
+ * unfinished delivery), so the inner join drops nothing.
  * Index: the partial `completion_deliveries_lease` (next_attempt_at, subscription_id) WHERE
- * state IN ('due', 'delivering'), walked in order and stopped by LIMIT; then the primary keys
- * of deliveries, subscriptions and tasks.
+ * state IN ('due', 'delivering'), walked in order and stopped by LIMIT; the alias filter probes
+ * the subscriptions' primary key only for rows leasable for less than the wait (rows older than
+ * it pass on the first OR branch), so the walk passes over at most the other aliases' rows that
+ * fell due within the wait — rows the replicas that have those aliases normally lease as they
+ * fall due (only their backlog within the wait is walked again on each call).
+ * Then the primary keys of deliveries, subscriptions and tasks.
  */
 export async function leaseDeliveryRows(
   tx: Tx,
   clockOffsetMs: number,
   limit: number,
   leaseMs: number,
+  only?: DeliveryLeaseFilter,
 ): Promise<CompletionLease[]> {
+  const destinations = only?.destinations ?? [];
+  const otherAfterMs = only?.otherDestinationsAfterMs ?? 0;
   const rows = await tx`
     with clock as materialized (
       select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint as now
@@ -186,6 +208,14 @@ export async function leaseDeliveryRows(
         d.state = 'delivering' and d.attempts >= ${COMPLETION_MAX_ATTEMPTS}::int as lost
       from completion_deliveries d
       where d.state in ('due', 'delivering') and d.next_attempt_at <= (select now from clock)
+        and (d.next_attempt_at <= (select now from clock) - ${otherAfterMs}::bigint
+          or (d.state = 'delivering' and d.attempts >= ${COMPLETION_MAX_ATTEMPTS}::int)
+          -- A scalar subquery, not EXISTS: the planner turns EXISTS into a hashed subplan,
+          -- a sequential scan of all subscriptions on every call (seen in EXPLAIN).
+          or (select s.destination from completion_subscriptions s
+              where s.tenant_id = d.tenant_id and s.namespace = d.namespace
+                and s.subscription_id = d.subscription_id)
+            = any(${destinations as string[]}::text[]))
       order by d.next_attempt_at, d.subscription_id
       limit ${limit}
       for update of d skip locked

@@ -125,6 +125,7 @@ import {
 } from './codec.js';
 import {
   countDueBacklog,
+  type DeliveryLeaseFilter,
   insertSubscription,
   leaseDeliveryRows,
   listSubscriptionRows,
@@ -1650,7 +1651,7 @@ class PgTaskStore implements PostgresTaskStore {
         if (!refused.has(task.task_id)) won.push(task);
       }
       // Refusals leave polls unserved: another round past the refused tasks.
-      if (refused.size === 0) break;
+      if (refused.size === 0 && !tooNew) break;
     }
     return { won: won.sort(claimOrder), surplus, at };
   }
@@ -2091,11 +2092,19 @@ class PgTaskStore implements PostgresTaskStore {
     );
   }
 
-  async leaseDeliveries(limit: number, leaseMs: number): Promise<CompletionLease[]> {
+  async leaseDeliveries(
+    limit: number,
+    leaseMs: number,
+    only?: DeliveryLeaseFilter,
+  ): Promise<CompletionLease[]> {
     requireIntegerArgument(limit, 1, MAX_COMPLETION_BATCH, '$.limit');
     requireIntegerArgument(leaseMs, 1, Number.MAX_SAFE_INTEGER, '$.lease_ms');
+    if (only !== undefined) {
+      const after = only.otherDestinationsAfterMs;
+      requireIntegerArgument(after, 0, Number.MAX_SAFE_INTEGER, '$.other_destinations_after_ms');
+    }
     return this.transact(
-      (tx) => leaseDeliveryRows(tx, this.offset(), limit, leaseMs),
+      (tx) => leaseDeliveryRows(tx, this.offset(), limit, leaseMs, only),
       undefined,
       DELIVERY_LEASE_POINT,
     );

@@ -556,13 +556,26 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     };
   };
 
-  const leaseDeliveries = async (limit: number, leaseMs: number): Promise<CompletionLease[]> => {
+  const leaseDeliveries: CompletionStore['leaseDeliveries'] = async (limit, leaseMs, only) => {
     requireLimit(limit, MAX_COMPLETION_BATCH);
     requireIntegerArgument(leaseMs, 1, Number.MAX_SAFE_INTEGER, '$.lease_ms');
+    if (only !== undefined) {
+      const after = only.otherDestinationsAfterMs;
+      requireIntegerArgument(after, 0, Number.MAX_SAFE_INTEGER, '$.other_destinations_after_ms');
+    }
     const now = clock();
+    const mine = new Set(only?.destinations);
+    const otherBefore = now - (only?.otherDestinationsAfterMs ?? 0);
+    // The PostgreSQL store's rule (completion-sql.ts): the sender's aliases once leasable, any
+    // other once leasable for the wait, and a lost last try (leasing exhausts it) at once.
+    const mayLease = (row: SubscriptionRow): boolean =>
+      only === undefined ||
+      mine.has(row.destination) ||
+      (row.next_attempt_at ?? now) <= otherBefore ||
+      leaseDelivery(row, now, leaseMs).state === 'exhausted';
     const leasable: SubscriptionRow[] = [];
     for (const row of subscriptions.values()) {
-      if (deliveryLeasable(row, now)) leasable.push(row);
+      if (deliveryLeasable(row, now) && mayLease(row)) leasable.push(row);
     }
     // Oldest due first, as an index on next_attempt_at would yield them. Like
     // a `LIMIT` in SQL, rows that turn out exhausted still use up the batch.
