@@ -641,3 +641,44 @@ describe('a grace that is not a number ≥ 0', () => {
     expect(log.seen.filter((m) => m.includes('graceMs'))).toEqual([]);
   });
 });
+
+describe('stop() given a bare grace instead of { graceMs }', () => {
+  it('stop(200), as graphile-worker or Temporal users may write it, is a grace of 200 ms, not shutdownGraceMs', async () => {
+    const c = client(server.url);
+    const queue = 'grace-bare-number';
+    await c.submit({ queue, program: 'hang', data: null });
+    let started = false;
+    let reason: unknown;
+    const log = warnings();
+    const w = shortWorker(server.url, queue, { shutdownGraceMs: 60_000, logger: log.logger });
+    workers.push(w);
+    w.register('hang', async (_data, ctx) => {
+      started = true;
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+      reason = ctx.signal.reason;
+      throw ctx.signal.reason;
+    });
+    const running = w.run();
+    await until(() => started, 30_000, 'the handler running');
+    // Within a grace of 60 s stop() would still be pending; within 200 ms it has long resolved.
+    expect(await within(w.stop(200), 10_000)).not.toBe('pending');
+    await running;
+    expect((reason as TaskAbortedError).why).toBe('shutdown');
+    expect(log.seen.filter((m) => m.includes('graceMs'))).toEqual([]);
+  });
+
+  it('a bare value that is not a number (stop("5000") from plain JavaScript) is warned about, not silently dropped', async () => {
+    const log = warnings();
+    const w = shortWorker(server.url, 'grace-bare-string', {
+      shutdownGraceMs: 1_000,
+      logger: log.logger,
+    });
+    workers.push(w);
+    w.register('p', () => null);
+    const running = w.run();
+    await sleep(200);
+    await expect(w.stop('5000' as never)).resolves.toBeUndefined();
+    await running;
+    expect(log.seen.some((m) => m.includes('graceMs'))).toBe(true);
+  });
+});

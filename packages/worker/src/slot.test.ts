@@ -109,7 +109,7 @@ describe('slot protocol', () => {
   it('abandons a conflicting cursor: new session, sequence 1, never the old session', () => {
     let slot = pollReplied(start(initialSlot(1), 'S1').slot, empty(1)).slot;
     const step = pollFailed(start(slot, 'S1').slot, 'sequence_conflict');
-    expect(step.effect).toEqual({ kind: 'new_session', staleSessionId: 'S1' });
+    expect(step.effect).toEqual({ kind: 'new_session', staleSessionId: 'S1', losses: 1 });
     slot = step.slot;
     expect(beginPoll(slot, 'S1')).toBeNull();
     expect(start(slot, 'S2').command).toEqual({
@@ -124,10 +124,29 @@ describe('slot protocol', () => {
     let slot = initialSlot(0);
     for (let i = 1; i <= 3; i++) slot = pollReplied(start(slot, 'S1').slot, empty(i)).slot;
     const step = pollFailed(start(slot, 'S1').slot, 'session_gone');
-    expect(step.effect).toEqual({ kind: 'new_session', staleSessionId: 'S1' });
+    expect(step.effect).toEqual({ kind: 'new_session', staleSessionId: 'S1', losses: 1 });
     expect(step.slot.pending).toBeNull();
     expect(beginPoll(step.slot, 'S1')).toBeNull();
     expect(start(step.slot, 'S2').command).toMatchObject({ sessionId: 'S2', sequence: 1 });
+  });
+
+  it('counts sessions lost in a row apart from failed polls; a completed poll resets the count', () => {
+    // An outage: two polls fail, and the session expires meanwhile. Its loss is the first.
+    let slot = start(initialSlot(0), 'S1').slot;
+    slot = pollFailed(slot, 'transport').slot;
+    slot = pollFailed(start(slot, 'S1').slot, 'transport').slot;
+    const first = pollFailed(start(slot, 'S1').slot, 'session_gone');
+    expect(first.effect).toEqual({ kind: 'new_session', staleSessionId: 'S1', losses: 1 });
+    expect(first.slot.failures).toBe(3);
+    // Polls misrouted to a deployment that never heard of the sessions: losses in a row.
+    const second = pollFailed(start(first.slot, 'S2').slot, 'session_gone');
+    expect(second.effect).toEqual({ kind: 'new_session', staleSessionId: 'S2', losses: 2 });
+    const third = pollFailed(start(second.slot, 'S3').slot, 'sequence_conflict');
+    expect(third.effect).toMatchObject({ kind: 'new_session', losses: 3 });
+    const done = pollReplied(start(third.slot, 'S4').slot, empty(1)).slot;
+    expect(done).toMatchObject({ failures: 0, losses: 0 });
+    const again = pollFailed(start(done, 'S4').slot, 'session_gone');
+    expect(again.effect).toMatchObject({ kind: 'new_session', losses: 1 });
   });
 
   it('replays a pending poll on its own session before moving to a new one', () => {

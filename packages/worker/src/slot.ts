@@ -52,6 +52,12 @@ export interface SlotState {
   readonly phase: SlotPhase;
   /** Consecutive failed polls, for backoff. */
   readonly failures: number;
+  /**
+   * Sessions lost in a row (`session_gone`, `sequence_conflict`) without a completed poll. Kept
+   * apart from `failures`: the failed polls of an outage that outlasted the session do not make
+   * its first loss a repeated one.
+   */
+  readonly losses: number;
 }
 
 /** The command a slot sends: which session and which sequence. */
@@ -78,7 +84,7 @@ export type SlotEffect =
   | { kind: 'run'; assignment: Assignment }
   | { kind: 'lost'; attempt: AttemptRef }
   | { kind: 'backoff'; failures: number }
-  | { kind: 'new_session'; staleSessionId: string }
+  | { kind: 'new_session'; staleSessionId: string; losses: number }
   | { kind: 'fatal'; message: string };
 
 /** A transition's result. */
@@ -97,6 +103,7 @@ export function initialSlot(consumerId: number): SlotState {
     abandoned: null,
     phase: 'idle',
     failures: 0,
+    losses: 0,
   };
 }
 
@@ -151,7 +158,7 @@ export function pollReplied(slot: SlotState, reply: AcquireReply): SlotStep {
       },
     };
   }
-  const advanced = { ...slot, last: slot.pending, pending: null, failures: 0 };
+  const advanced = { ...slot, last: slot.pending, pending: null, failures: 0, losses: 0 };
   switch (reply.disposition) {
     case 'assigned':
       return {
@@ -183,6 +190,7 @@ export function pollFailed(slot: SlotState, failure: PollFailure, message = ''):
     case 'session_gone':
     case 'sequence_conflict': {
       const stale = slot.sessionId ?? '';
+      const losses = slot.losses + 1;
       return {
         slot: {
           ...idle,
@@ -193,8 +201,9 @@ export function pollFailed(slot: SlotState, failure: PollFailure, message = ''):
           // waits for the worker's next session.
           abandoned: slot.sessionId,
           failures: slot.failures + 1,
+          losses,
         },
-        effect: { kind: 'new_session', staleSessionId: stale },
+        effect: { kind: 'new_session', staleSessionId: stale, losses },
       };
     }
     default:

@@ -322,6 +322,19 @@ function pauseUnlessAborted(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
+/**
+ * The grace stop() was asked for, unchecked (`#graceOf` checks it): `options.graceMs`, or
+ * `options` itself when it is not an object. A bare `stop(5000)` is how graphile-worker's and
+ * Temporal's users, and plain JavaScript, write it; read as options, its grace would silently be
+ * the default. A bare value that is not a number (`stop('5000')`) is thus warned about, as
+ * `graceMs: '5000'` is. `null`, like `undefined`, asks for the default.
+ */
+function graceRequested(options: unknown): unknown {
+  if (options === null || options === undefined) return undefined;
+  if (typeof options === 'object') return (options as StopOptions).graceMs;
+  return options;
+}
+
 function positive(name: string, value: number | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   if (!Number.isFinite(value) || value < 0) throw new TypeError(`${name} must be a number ≥ 0`);
@@ -372,6 +385,12 @@ export class Worker {
    * server holds its attempt for quiescence, must not pause the polls of the others).
    */
   #slotNotBefore: number[];
+  /**
+   * Per slot, the local monotonic time a quiescence confirmation of its attempt was last
+   * answered: the server held the slot until then (`consumer_busy`), and a refusal of a poll sent
+   * before it says nothing about the slot now.
+   */
+  #slotFreedAt: number[];
   /** Polls in a row answered all `empty` well before their wait (see {@link #paceEmptyPolls}). */
   #earlyEmpties = 0;
   readonly #pollAborts = new Set<AbortController>();
@@ -445,6 +464,7 @@ export class Worker {
     this.#backoff = checkedBackoff(options.backoff);
     this.#slots = Array.from({ length: this.#concurrency }, (_, i) => initialSlot(i));
     this.#slotNotBefore = Array.from({ length: this.#concurrency }, () => 0);
+    this.#slotFreedAt = Array.from({ length: this.#concurrency }, () => 0);
     this.#settler = new Settler({
       send: (commands) => this.#api.settleBatch(commands),
       logger: this.#logger,
@@ -529,8 +549,11 @@ export class Worker {
    * second SIGTERM) brings the deadline forward, a longer one never extends it.
    * A negative `graceMs` is 0; one that is not a number (`NaN`, a string) is
    * logged as a warning and the worker's `shutdownGraceMs` is used instead.
+   * The grace may also be given bare: `stop(10_000)` is `stop({ graceMs: 10_000 })`.
+   *
+   * @param options - `{ graceMs }`, or the grace in milliseconds itself.
    */
-  stop(options: StopOptions = {}): Promise<void> {
+  stop(options: StopOptions | number = {}): Promise<void> {
     if (this.#state === 'new') {
       this.#state = 'stopped';
       this.#stoppedBeforeRun = true;
@@ -538,7 +561,7 @@ export class Worker {
       return this.#stopped.promise;
     }
     if (this.#state === 'stopped') return this.#stopped.promise;
-    const requested = (options as StopOptions | null | undefined)?.graceMs;
+    const requested = graceRequested(options);
     if (this.#state === 'running') {
       this.#graceDeadline = monotonicNow() + this.#graceOf(requested);
       this.#state = 'stopping';
@@ -865,8 +888,11 @@ export class Worker {
    * An idle queue must not turn into a poll per round trip. A server may park a poll for less
    * than asked (its LEDGENCE_LONG_POLL_WAIT_MS may be 0) and the worker may ask for no wait at
    * all; either way every `empty` comes back at once. From the third such batch in a row the
-   * next poll waits 100 ms, doubling to 1 s, until a poll finds work or parks as asked. A single
-   * early `empty` (a wake whose task another worker took) costs nothing.
+   * next poll starts no sooner than 100 ms, doubling to 1 s, after the last one started, until a
+   * poll finds work or parks as asked. A single early `empty` (a wake whose task another worker
+   * took) costs nothing. Counted from the last poll's start, not its answer: a poll the server
+   * parked for 1 s (a maximum below the worker's wait: early, yet no hot loop) is followed by
+   * the next at once, instead of by a pause in which no poll is parked to take a task.
    */
   #paceEmptyPolls(replies: readonly unknown[], waitMs: number, sentAt: number): void {
     const allEmpty = replies.every(
@@ -880,7 +906,7 @@ export class Worker {
     this.#earlyEmpties += 1;
     if (this.#earlyEmpties < 3) return;
     const delay = backoffDelay(this.#earlyEmpties - 2, EMPTY_POLL_PACING);
-    this.#pollNotBefore = Math.max(this.#pollNotBefore, monotonicNow() + delay);
+    this.#pollNotBefore = Math.max(this.#pollNotBefore, sentAt + delay);
   }
 
   #applySlot(step: SlotStep, sentAt: number, cause?: unknown): void {
@@ -903,8 +929,14 @@ export class Worker {
         });
         break;
       case 'backoff': {
-        this.#slotNotBefore[step.slot.consumerId] =
-          monotonicNow() + backoffDelay(effect.failures, this.#backoff);
+        // Refused as busy, but sent before the confirmation that freed the slot was answered:
+        // the refusal is older than the news, and backing off would idle a free slot.
+        const stale =
+          problemCode(cause) === 'consumer_busy' &&
+          sentAt < (this.#slotFreedAt[step.slot.consumerId] ?? 0);
+        this.#slotNotBefore[step.slot.consumerId] = stale
+          ? 0
+          : monotonicNow() + backoffDelay(effect.failures, this.#backoff);
         break;
       }
       case 'new_session':
@@ -913,12 +945,13 @@ export class Worker {
           session_id: effect.staleSessionId,
           ...(cause === undefined ? {} : errorFields(cause)),
         });
-        // The first loss moves over at once (a session that expired). A slot losing session
-        // after session without one completed poll (a balancer sending polls to a deployment
-        // that never heard of them) backs off: each move opens a session on the server.
-        if (step.slot.failures > 1) {
+        // The first loss moves over at once (a session that expired, during an outage too: its
+        // failed polls are not losses). A slot losing session after session without one
+        // completed poll (a balancer sending polls to a deployment that never heard of them)
+        // backs off: each move opens a session on the server.
+        if (effect.losses > 1) {
           this.#slotNotBefore[step.slot.consumerId] =
-            monotonicNow() + backoffDelay(step.slot.failures - 1, this.#backoff);
+            monotonicNow() + backoffDelay(effect.losses - 1, this.#backoff);
         }
         this.#retireSession(effect.staleSessionId, problemCode(cause));
         break;
@@ -1157,11 +1190,24 @@ export class Worker {
    * cannot change (`ownership_lost`: the deadline passed) ends it.
    */
   #confirmQuiescence(held: Held): Promise<void> {
-    const confirming = this.#confirmUntilAnswered(held).finally(() =>
-      this.#confirmations.delete(confirming),
-    );
+    const confirming = this.#confirmUntilAnswered(held).finally(() => {
+      this.#confirmations.delete(confirming);
+      this.#slotFreed(held.consumerId);
+    });
     this.#confirmations.add(confirming);
     return confirming;
+  }
+
+  /**
+   * The server no longer holds the slot's attempt (its confirmation was answered: taken, or past
+   * the authority deadline, when recovery releases it): the slot polls now. Its polls were
+   * refused as `consumer_busy` meanwhile and backed off, up to the backoff's maximum (5 s by
+   * default), which a free slot must not wait out.
+   */
+  #slotFreed(consumerId: number): void {
+    this.#slotFreedAt[consumerId] = monotonicNow();
+    this.#slotNotBefore[consumerId] = 0;
+    this.#notifier.notify();
   }
 
   async #confirmUntilAnswered(held: Held): Promise<void> {
@@ -1229,7 +1275,10 @@ export class Worker {
    * `lease_expired`, as if the worker had died, and its late settlement would be refused.
    * Armed whatever aborted the signal first: a handler deaf to a cancel (or to a lease lost
    * locally) is past its budget all the same, and unreported it would hold its slot for as
-   * long as it runs, for ever if it never returns.
+   * long as it runs, for ever if it never returns. A cancel alone arms nothing: the handler
+   * still runs, and reporting it would not free its slot anyway (the server holds an
+   * `unconfirmed` attempt's slot until confirmation or the authority deadline, DESIGN §5), so
+   * the slot stays what bounds the running handlers to `concurrency` until its budget ends.
    */
   #boundByBudget(held: Held): void {
     const grace = setTimeout(() => {
