@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { machineCpu, machineCpuOfProcStat, machineWindow } from './cpu.js';
+import {
+  type CpuSources,
+  closeCpuWindow,
+  machineCpu,
+  machineCpuOfProcStat,
+  machineWindow,
+  openCpuWindow,
+} from './cpu.js';
 
 describe('machineCpuOfProcStat', () => {
   // user nice system idle iowait irq softirq steal guest guest_nice (ticks of 10 ms)
@@ -48,5 +55,44 @@ describe('machineCpu', () => {
     expect(window.busyMs).toBeGreaterThanOrEqual(280);
     expect(window.stolenShare).toBeGreaterThanOrEqual(0);
     expect(window.stolenShare).toBeLessThanOrEqual(1);
+  });
+});
+
+describe('openCpuWindow and closeCpuWindow', () => {
+  /**
+   * Readers over counters a test moves: reading PostgreSQL's tree costs this process and the
+   * machine `treeCost` ms, as the /proc walk of `treeCpuMs` does.
+   */
+  function fakeSources(treeCost: number) {
+    const clock = { benchMs: 0, busyMs: 0, now: 0 };
+    const sources: CpuSources = {
+      server: async () => 0,
+      postgres: async () => {
+        clock.benchMs += treeCost;
+        clock.busyMs += treeCost;
+        clock.now += treeCost;
+        return 0;
+      },
+      bench: () => ({ user: clock.benchMs * 1000, system: 0 }),
+      machine: async () => ({ busyMs: clock.busyMs, stealMs: 0, totalMs: 2 * clock.now }),
+      now: () => clock.now,
+    };
+    /** `ms` of the workers' CPU inside the window. */
+    const work = (ms: number): void => {
+      clock.benchMs += ms;
+      clock.busyMs += ms;
+      clock.now += ms;
+    };
+    return { sources, work };
+  }
+
+  it('keep the CPU of reading PostgreSQL’s process tree out of the workers’ and the machine’s window', async () => {
+    const { sources, work } = fakeSources(35);
+    const from = await openCpuWindow(sources);
+    work(10);
+    const to = await closeCpuWindow(sources);
+    expect(to.benchMs - from.benchMs).toBe(10);
+    expect(machineWindow(from.machine, to.machine).busyMs).toBe(10);
+    expect(to.at - from.at).toBe(10);
   });
 });

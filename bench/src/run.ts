@@ -20,12 +20,20 @@ import { cpus, freemem, loadavg, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { type MachineWindow, machineCpu, machineWindow } from './cpu.js';
+import {
+  type CpuSources,
+  closeCpuWindow,
+  type MachineWindow,
+  machineCpu,
+  machineWindow,
+  openCpuWindow,
+} from './cpu.js';
 import { CountingClient, type Postgres, startPostgres } from './db.js';
 import { once, type SignalStop, stopOnSignals } from './interrupt.js';
+import { HEARTBEATS, METRICS, PICKUP, PICKUP_LOADED, resultsJson, STRICT } from './metrics.js';
 import { type ServerProcess, serverEntry, startServer } from './server.js';
+import { Starts } from './starts.js';
 import {
-  type Better,
   type CostReading,
   type CpuBudget,
   costPerS,
@@ -34,6 +42,7 @@ import {
   formatSummary,
   NO_COST,
   percentile,
+  pickupLatencies,
   ratioToBest,
   ratioToBracket,
   type Summary,
@@ -142,7 +151,10 @@ interface Sizes {
   loadSettleMs: number;
   /** Shape 7: count heartbeats over a whole number of renew intervals (waits up to one more). */
   wholeIntervals: boolean;
-  /** Shape 7: renew intervals the leases stay held after the drain, alone, to cost them. */
+  /**
+   * Shape 7: renew intervals the leases stay held after the drain, alone, to cost them (a
+   * fraction in a smoke run: too short to mean anything, long enough to run the readings).
+   */
   heldIdleIntervals: number;
 }
 
@@ -161,7 +173,7 @@ function sizesFor(mode: Mode): Sizes {
       heldLeases: 20,
       loadSettleMs: 200,
       wholeIntervals: false,
-      heldIdleIntervals: 0,
+      heldIdleIntervals: 0.05,
     };
   }
   const scale = mode === 'quick' ? 10 : 1;
@@ -188,102 +200,6 @@ const MODE_TITLES: Record<Mode, string> = {
 
 // ---------------------------------------------------------------------------------------------
 // Results
-
-interface MetricSpec {
-  shape: string;
-  metric: string;
-  unit: string;
-  better: Better;
-  /** Context for the row (what the shape ran against), not a result to rank: no ratio. */
-  context?: true;
-}
-
-const STRICT = 'drain strict (≤ 32 held)';
-const PICKUP = 'pickup latency (idle)';
-const PICKUP_LOADED = 'pickup latency (under load)';
-const HEARTBEATS = 'drain strict beside heartbeating leases';
-
-/**
- * The share of the CPUs' time in a shape's timed window that the hypervisor gave to another
- * guest (`/proc/stat` steal): context for reading the window's other rows on a shared VM, where
- * a slow repetition may be one the machine was not fully given.
- */
-const STOLEN = (shape: string): MetricSpec => ({
-  shape,
-  metric: 'stolen CPU',
-  unit: 'share',
-  better: 'lower',
-  context: true,
-});
-
-/**
- * The whole machine's busy CPU per task over a shape's timed window (`/proc/stat`, steal left
- * out): every system's processes — PostgreSQL's backends, the kernel's work for them, the
- * Ledgence server — on one scale, which the per-process rows cannot give (PostgreSQL's own
- * reading is unverified); and the window's stolen share beside it.
- */
-const MACHINE_CPU = (shape: string): MetricSpec[] => [
-  { shape, metric: 'machine CPU', unit: 'ms/task', better: 'lower' },
-  STOLEN(shape),
-];
-
-/** The rows every drain shape reports (what `drain()` records). */
-function drainMetrics(shape: string): MetricSpec[] {
-  return [
-    { shape, metric: 'rate', unit: 'tasks/s', better: 'higher' },
-    { shape, metric: 'commits', unit: 'per task', better: 'lower' },
-    { shape, metric: 'write xacts', unit: 'per task', better: 'lower' },
-    { shape, metric: 'statements', unit: 'per task', better: 'lower' },
-    { shape, metric: 'PostgreSQL exec time', unit: 'ms/task', better: 'lower' },
-    { shape, metric: 'WAL', unit: 'bytes/task', better: 'lower' },
-    { shape, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
-    { shape, metric: 'CPU workers', unit: 'ms/task', better: 'lower' },
-    { shape, metric: 'HTTP requests', unit: 'per task', better: 'lower' },
-    ...MACHINE_CPU(shape),
-  ];
-}
-
-const METRICS: MetricSpec[] = [
-  { shape: 'single submit, 1 in flight', metric: 'rate', unit: 'tasks/s', better: 'higher' },
-  { shape: 'single submit, 1 in flight', metric: 'p50', unit: 'ms', better: 'lower' },
-  { shape: 'single submit, 1 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
-  { shape: 'single submit, 1 in flight', metric: 'write xacts', unit: 'per task', better: 'lower' },
-  { shape: 'single submit, 1 in flight', metric: 'statements', unit: 'per task', better: 'lower' },
-  ...MACHINE_CPU('single submit, 1 in flight'),
-  { shape: 'single submit, 8 in flight', metric: 'rate', unit: 'tasks/s', better: 'higher' },
-  { shape: 'single submit, 8 in flight', metric: 'p50', unit: 'ms', better: 'lower' },
-  { shape: 'single submit, 8 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
-  ...MACHINE_CPU('single submit, 8 in flight'),
-  { shape: 'bulk submit, 1 000 per request', metric: 'rate', unit: 'tasks/s', better: 'higher' },
-  { shape: 'bulk submit, 1 000 per request', metric: 'WAL', unit: 'bytes/task', better: 'lower' },
-  ...MACHINE_CPU('bulk submit, 1 000 per request'),
-  ...drainMetrics(STRICT),
-  ...drainMetrics('drain batched'),
-  { shape: PICKUP, metric: 'p50', unit: 'ms', better: 'lower' },
-  { shape: PICKUP, metric: 'p99', unit: 'ms', better: 'lower' },
-  { shape: PICKUP, metric: 'max', unit: 'ms', better: 'lower' },
-  STOLEN(PICKUP),
-  { shape: PICKUP_LOADED, metric: 'p50', unit: 'ms', better: 'lower' },
-  { shape: PICKUP_LOADED, metric: 'p99', unit: 'ms', better: 'lower' },
-  { shape: PICKUP_LOADED, metric: 'max', unit: 'ms', better: 'lower' },
-  STOLEN(PICKUP_LOADED),
-  {
-    shape: PICKUP_LOADED,
-    metric: 'load drained',
-    unit: 'tasks/s',
-    better: 'higher',
-    context: true,
-  },
-  { shape: HEARTBEATS, metric: 'rate', unit: 'tasks/s', better: 'higher' },
-  { shape: HEARTBEATS, metric: 'rate vs strict', unit: '', better: 'higher' },
-  { shape: HEARTBEATS, metric: 'rate vs adjacent strict', unit: '', better: 'higher' },
-  { shape: HEARTBEATS, metric: 'heartbeats', unit: 'per s', better: 'higher', context: true },
-  { shape: HEARTBEATS, metric: 'heartbeat CPU share', unit: '', better: 'lower' },
-  { shape: HEARTBEATS, metric: 'commits', unit: 'per task', better: 'lower' },
-  { shape: HEARTBEATS, metric: 'statements', unit: 'per task', better: 'lower' },
-  { shape: HEARTBEATS, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
-  STOLEN(HEARTBEATS),
-];
 
 const keyOf = (shape: string, metric: string): string => `${shape} / ${metric}`;
 
@@ -459,6 +375,17 @@ interface DrainResult {
   stolenShare: number;
 }
 
+/** The CPU readers of a drain's window for `system`. */
+function drainCpuSources(system: BenchSystem, postgres: Postgres): CpuSources {
+  return {
+    server: () => system.serverCpuMs(),
+    postgres: () => postgres.cpuMs(),
+    bench: () => process.cpuUsage(),
+    machine: machineCpu,
+    now: () => performance.now(),
+  };
+}
+
 async function drain(
   system: BenchSystem,
   postgres: Postgres,
@@ -480,20 +407,11 @@ async function drain(
   await probe.connect();
   const before = await postgres.counters(system.database);
   const statementsBefore = await postgres.statements(system.database);
-  const cpuBefore = {
-    server: await system.serverCpuMs(),
-    postgres: await postgres.cpuMs(),
-    bench: process.cpuUsage(),
-    machine: await machineCpu(),
-    at: performance.now(),
-  };
+  const cpuSources = drainCpuSources(system, postgres);
+  const cpuBefore = await openCpuWindow(cpuSources);
 
-  let started = 0;
-  let firstStart: number | undefined;
-  const workers = await system.startWorkers(queue, mode, () => {
-    started += 1;
-    firstStart ??= performance.now();
-  });
+  const starts = new Starts(count);
+  const workers = await system.startWorkers(queue, mode, () => starts.record());
   const deadline = performance.now() + sizes.drainCapMs;
   let lastProgress = performance.now();
   let end: number | undefined;
@@ -507,7 +425,7 @@ async function drain(
       completedAtEnd = count - (await probe.scalar(system.unfinishedSql, [queue]));
       break;
     }
-    if (started >= count) {
+    if (starts.started >= count) {
       // Every handler ran; the drain ends when the database shows every task finished.
       if ((await probe.scalar(system.unfinishedSql, [queue])) === 0) {
         end = performance.now();
@@ -515,21 +433,15 @@ async function drain(
       }
       await sleep(5);
     } else {
-      await sleep(20);
+      await starts.wait(20);
     }
     if (now - lastProgress >= 5_000) {
       lastProgress = now;
-      log(`    ${system.name}: ${started}/${count} started`);
+      log(`    ${system.name}: ${starts.started}/${count} started`);
     }
   }
   await workers.stop();
-  const cpuAfter = {
-    server: await system.serverCpuMs(),
-    postgres: await postgres.cpuMs(),
-    bench: process.cpuUsage(cpuBefore.bench),
-    machine: await machineCpu(),
-    at: performance.now(),
-  };
+  const cpuAfter = await closeCpuWindow(cpuSources);
   const completedAfterStop = count - (await probe.scalar(system.unfinishedSql, [queue]));
   // Read before any discard below: pg_stat_statements counts at once, and the discard is not
   // the drain's work.
@@ -541,7 +453,7 @@ async function drain(
   const requestsAfter = await system.serverRequests?.();
   const commits = after.xactCommit - before.xactCommit - probe.statements;
   const wal = await postgres.walBytes(before, after);
-  const seconds = ((end ?? performance.now()) - (firstStart ?? end ?? 0)) / 1000;
+  const seconds = ((end ?? performance.now()) - (starts.first ?? end ?? 0)) / 1000;
   const rate = completedAtEnd / seconds;
   const perTask = Math.max(1, completedAfterStop);
   rec.record(shape, 'rate', system.name, rate);
@@ -556,9 +468,9 @@ async function drain(
   rec.record(shape, 'statements', system.name, statements.statements);
   rec.record(shape, 'PostgreSQL exec time', system.name, statements.execMs);
   rec.record(shape, 'WAL', system.name, wal / perTask);
-  const serverCpu = (cpuAfter.server - cpuBefore.server) / perTask;
-  const postgresCpu = (cpuAfter.postgres - cpuBefore.postgres) / perTask;
-  const workersCpu = (cpuAfter.bench.user + cpuAfter.bench.system) / 1000 / perTask;
+  const serverCpu = (cpuAfter.serverMs - cpuBefore.serverMs) / perTask;
+  const postgresCpu = (cpuAfter.postgresMs - cpuBefore.postgresMs) / perTask;
+  const workersCpu = (cpuAfter.benchMs - cpuBefore.benchMs) / perTask;
   rec.record(shape, 'CPU server', system.name, serverCpu);
   // PostgreSQL's CPU is printed but not tabled: summed from /proc over the postmaster and its
   // children it gave implausible values (graphile-worker's strict drain, 2 commits per task,
@@ -630,16 +542,14 @@ async function pickup(
   }
   const deadline = performance.now() + 30_000;
   while (started.size < count && performance.now() < deadline) await sleep(10);
+  const gaveUpAt = performance.now();
   const machine = machineWindow(machineBefore, await machineCpu());
+  const { latencies, missing } = pickupLatencies(acknowledged, started, gaveUpAt);
   await workers.stop();
-  const latencies: number[] = [];
-  for (const [i, ack] of acknowledged) {
-    const start = started.get(i);
-    // A handler may start before the submit's reply arrives: that counts as 0, not negative.
-    if (start !== undefined) latencies.push(Math.max(0, start - ack));
-  }
-  if (latencies.length < count) {
-    rec.notes.push(`${shape}, ${system.name}: only ${latencies.length}/${count} picked up in time`);
+  if (missing > 0) {
+    rec.notes.push(
+      `${shape}, ${system.name}: ${missing}/${count} not picked up within 30 s of the last submit; each counts as the time it had waited then (a lower bound)`,
+    );
   }
   rec.record(shape, 'p50', system.name, percentile(latencies, 50));
   rec.record(shape, 'p99', system.name, percentile(latencies, 99));
@@ -1085,14 +995,16 @@ async function main(): Promise<void> {
     notes: rec.notes,
     table: printed,
   };
+  // Built in every mode, so that CI's smoke run checks the serialization a full run ends with.
+  const text = resultsJson(results);
   // A smoke run's numbers mean nothing: it must never replace the recorded results.
-  if (options.mode === 'smoke') return;
+  if (options.mode === 'smoke') {
+    log(`smoke run: ${text.length} bytes of results built, not written`);
+    return;
+  }
   await mkdir(join(benchDir, 'results'), { recursive: true });
   const file = join(benchDir, 'results', 'latest.json');
-  await writeFile(
-    file,
-    `${JSON.stringify(results, (_, value) => (typeof value === 'number' && !Number.isFinite(value) ? null : typeof value === 'number' ? Number(value.toPrecision(6)) : value), 2)}\n`,
-  );
+  await writeFile(file, text);
   log(`wrote ${file}`);
 }
 

@@ -5,6 +5,7 @@ import {
   formatNumber,
   formatSummary,
   percentile,
+  pickupLatencies,
   ratioToBest,
   ratioToBracket,
   statementsPerTask,
@@ -171,5 +172,39 @@ describe('cpuBudget', () => {
   it('is NaN where the rate or the spending was not measured', () => {
     expect(cpuBudget(Number.NaN, 2, 1).budgetMs).toBeNaN();
     expect(cpuBudget(1000, 2, Number.NaN).overBudget).toBeNaN();
+  });
+});
+
+describe('pickupLatencies', () => {
+  it('measures from the acknowledgement to the handler’s start, 0 for a handler that started first', () => {
+    const acknowledged = new Map([
+      [0, 100],
+      [1, 200],
+    ]);
+    const started = new Map([
+      [0, 130],
+      [1, 195],
+    ]);
+    expect(pickupLatencies(acknowledged, started, 1_000)).toEqual({
+      latencies: [30, 0],
+      missing: 0,
+    });
+  });
+
+  it('counts a task never picked up as the time it waited until the probe gave up, not as none', () => {
+    const acknowledged = new Map([
+      [0, 100],
+      [1, 200],
+      [2, 300],
+    ]);
+    const started = new Map([
+      [0, 110],
+      [2, 310],
+    ]);
+    const { latencies, missing } = pickupLatencies(acknowledged, started, 30_200);
+    expect(missing).toBe(1);
+    expect(latencies).toEqual([10, 30_000, 10]);
+    // Left out, the lost task would leave a max of 10 ms: the best pickup of the three systems.
+    expect(percentile(latencies, 100)).toBe(30_000);
   });
 });

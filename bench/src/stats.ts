@@ -204,3 +204,25 @@ export function cpuBudget(rate: number, cpus: number, spentMs: number): CpuBudge
   const budgetMs = (cpus * 1000) / rate;
   return { targetRate: rate, budgetMs, overBudget: spentMs / budgetMs };
 }
+
+/**
+ * Pickup latencies, ms: from each submit's acknowledgement (`acknowledged`, by task) to its
+ * handler's start (`started`), 0 for a handler that started before the acknowledgement arrived.
+ * A task whose handler had not started when the probe gave up (`gaveUpAt`, counted in `missing`)
+ * counts as the time it had waited by then, a lower bound of its latency: left out, it made a
+ * system that loses tasks look faster, its slowest pickups gone from p99 and max.
+ */
+export function pickupLatencies(
+  acknowledged: ReadonlyMap<number, number>,
+  started: ReadonlyMap<number, number>,
+  gaveUpAt: number,
+): { latencies: number[]; missing: number } {
+  const latencies: number[] = [];
+  let missing = 0;
+  for (const [task, ack] of acknowledged) {
+    const start = started.get(task);
+    if (start === undefined) missing += 1;
+    latencies.push(Math.max(0, (start ?? gaveUpAt) - ack));
+  }
+  return { latencies, missing };
+}
