@@ -13,7 +13,7 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type Logger, TaskAbortedError, type Worker } from '@ledgence/worker';
+import { type Logger, TaskAbortedError, type Worker, type WorkerOptions } from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
 import {
@@ -62,6 +62,27 @@ async function proxy(...args: Parameters<typeof startHttpProxy>): Promise<HttpPr
   const p = await startHttpProxy(...args);
   proxies.push(p);
   return p;
+}
+
+/**
+ * A worker running one task of `queue` whose handler waits for its abort signal and then throws
+ * its reason; resolves once the handler runs. `reason()` is what aborted it (undefined before).
+ */
+async function hangingTask(queue: string, options: Partial<WorkerOptions> = {}) {
+  await client(server.url).submit({ queue, program: 'hang', data: null });
+  let started = false;
+  let reason: unknown;
+  const worker = shortWorker(server.url, queue, options);
+  workers.push(worker);
+  worker.register('hang', async (_data, ctx) => {
+    started = true;
+    await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+    reason = ctx.signal.reason;
+    throw ctx.signal.reason;
+  });
+  const running = worker.run();
+  await until(() => started, 30_000, 'the handler running');
+  return { worker, running, reason: () => reason };
 }
 
 /** `promise`'s value, or `'pending'` if it has not settled within `ms` (a termination bound). */
@@ -511,53 +532,37 @@ describe('stop({ graceMs: 0 }) and an assignment a cut-short poll carried', () =
 
 describe('a second stop() with a shorter grace', () => {
   it('stop({ graceMs: 0 }) after stop({ graceMs: 60 000 }) aborts the running handler now', async () => {
-    const c = client(server.url);
-    const queue = 'second-stop-shortens';
-    await c.submit({ queue, program: 'hang', data: null });
-    let started = false;
-    let reason: unknown;
-    const w = shortWorker(server.url, queue, { abortGraceMs: 1_000 });
-    workers.push(w);
-    w.register('hang', async (_data, ctx) => {
-      started = true;
-      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
-      reason = ctx.signal.reason;
-      throw ctx.signal.reason;
+    const {
+      worker: w,
+      running,
+      reason,
+    } = await hangingTask('second-stop-shortens', {
+      abortGraceMs: 1_000,
     });
-    const running = w.run();
-    await until(() => started, 30_000, 'the handler running');
     const first = w.stop({ graceMs: 60_000 });
     await sleep(100);
-    expect(reason).toBeUndefined();
+    expect(reason()).toBeUndefined();
     // A second SIGTERM, or an orchestrator's deadline nearing: what is left of the grace is now 0.
     const second = w.stop({ graceMs: 0 });
     expect(await within(Promise.all([first, second]), 10_000)).not.toBe('pending');
     await running;
-    expect(reason).toBeInstanceOf(TaskAbortedError);
-    expect((reason as TaskAbortedError).why).toBe('shutdown');
+    expect(reason()).toBeInstanceOf(TaskAbortedError);
+    expect((reason() as TaskAbortedError).why).toBe('shutdown');
   });
 
   it('a later stop() with a longer grace does not lengthen it', async () => {
-    const c = client(server.url);
-    const queue = 'second-stop-longer';
-    await c.submit({ queue, program: 'hang', data: null });
-    let started = false;
-    let reason: unknown;
-    const w = shortWorker(server.url, queue, { abortGraceMs: 1_000 });
-    workers.push(w);
-    w.register('hang', async (_data, ctx) => {
-      started = true;
-      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
-      reason = ctx.signal.reason;
-      throw ctx.signal.reason;
+    const {
+      worker: w,
+      running,
+      reason,
+    } = await hangingTask('second-stop-longer', {
+      abortGraceMs: 1_000,
     });
-    const running = w.run();
-    await until(() => started, 30_000, 'the handler running');
     const first = w.stop({ graceMs: 200 });
     const second = w.stop({ graceMs: 60_000 });
     expect(await within(Promise.all([first, second]), 10_000)).not.toBe('pending');
     await running;
-    expect((reason as TaskAbortedError).why).toBe('shutdown');
+    expect((reason() as TaskAbortedError).why).toBe('shutdown');
   });
 });
 
@@ -619,51 +624,37 @@ describe('a grace that is not a number ≥ 0', () => {
   });
 
   it('stop({ graceMs: -1 }) is a grace of 0 (no time left), without a warning', async () => {
-    const c = client(server.url);
-    const queue = 'grace-negative';
-    await c.submit({ queue, program: 'hang', data: null });
-    let started = false;
-    let reason: unknown;
     const log = warnings();
-    const w = shortWorker(server.url, queue, { shutdownGraceMs: 60_000, logger: log.logger });
-    workers.push(w);
-    w.register('hang', async (_data, ctx) => {
-      started = true;
-      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
-      reason = ctx.signal.reason;
-      throw ctx.signal.reason;
+    const {
+      worker: w,
+      running,
+      reason,
+    } = await hangingTask('grace-negative', {
+      shutdownGraceMs: 60_000,
+      logger: log.logger,
     });
-    const running = w.run();
-    await until(() => started, 30_000, 'the handler running');
     expect(await within(w.stop({ graceMs: -1 }), 10_000)).not.toBe('pending');
     await running;
-    expect((reason as TaskAbortedError).why).toBe('shutdown');
+    expect((reason() as TaskAbortedError).why).toBe('shutdown');
     expect(log.seen.filter((m) => m.includes('graceMs'))).toEqual([]);
   });
 });
 
 describe('stop() given a bare grace instead of { graceMs }', () => {
   it('stop(200), as graphile-worker or Temporal users may write it, is a grace of 200 ms, not shutdownGraceMs', async () => {
-    const c = client(server.url);
-    const queue = 'grace-bare-number';
-    await c.submit({ queue, program: 'hang', data: null });
-    let started = false;
-    let reason: unknown;
     const log = warnings();
-    const w = shortWorker(server.url, queue, { shutdownGraceMs: 60_000, logger: log.logger });
-    workers.push(w);
-    w.register('hang', async (_data, ctx) => {
-      started = true;
-      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
-      reason = ctx.signal.reason;
-      throw ctx.signal.reason;
+    const {
+      worker: w,
+      running,
+      reason,
+    } = await hangingTask('grace-bare-number', {
+      shutdownGraceMs: 60_000,
+      logger: log.logger,
     });
-    const running = w.run();
-    await until(() => started, 30_000, 'the handler running');
     // Within a grace of 60 s stop() would still be pending; within 200 ms it has long resolved.
     expect(await within(w.stop(200), 10_000)).not.toBe('pending');
     await running;
-    expect((reason as TaskAbortedError).why).toBe('shutdown');
+    expect((reason() as TaskAbortedError).why).toBe('shutdown');
     expect(log.seen.filter((m) => m.includes('graceMs'))).toEqual([]);
   });
 
