@@ -5,46 +5,33 @@
  * lease expiry.
  */
 import type { TaskAbortedError, Worker } from '@ledgence/worker';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { ServerProcess } from './server-process.js';
+import { describe, expect, it } from 'vitest';
 import {
   attemptIds,
   client,
   historyOf,
   reasons,
-  Stack,
   settled,
   shortWorker,
   until,
+  workerSuite,
 } from './test/harness.js';
 
-const stack = new Stack('budget_e2e');
-let server: ServerProcess;
-const workers: Worker[] = [];
-
-beforeAll(async () => {
-  await stack.open();
-  server = await stack.start({
-    LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
-    LEDGENCE_CLEANUP_GRACE_MS: '2000',
-  });
+const suite = workerSuite('budget_e2e', {
+  LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
+  LEDGENCE_CLEANUP_GRACE_MS: '2000',
 });
-afterEach(async () => {
-  await Promise.all(workers.splice(0).map((w) => w.stop({ graceMs: 0 })));
-});
-afterAll(async () => {
-  await stack.close();
-});
+const { workers } = suite;
 
 function worker(queue: string): Worker {
-  const w = shortWorker(server.url, queue, { shutdownGraceMs: 1_000 });
+  const w = shortWorker(suite.server.url, queue, { shutdownGraceMs: 1_000 });
   workers.push(w);
   return w;
 }
 
 describe('execution budget in the worker', () => {
   it('aborts the handler when its budget ends and reports timed_out', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'budget-honour';
     const task = await c.submit({
       queue,
@@ -77,7 +64,7 @@ describe('execution budget in the worker', () => {
   });
 
   it('reports an attempt whose handler ignores the budget’s end as timed_out (unconfirmed) within the cleanup grace', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'budget-deaf';
     const task = await c.submit({
       queue,

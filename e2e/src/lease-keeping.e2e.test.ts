@@ -5,55 +5,34 @@
  */
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Worker } from '@ledgence/worker';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { ServerProcess } from './server-process.js';
+import { describe, expect, it } from 'vitest';
 import {
   client,
-  type HttpProxy,
   historyOf,
   reasons,
-  Stack,
   settled,
   shortWorker,
   sleep,
   startHttpProxy,
   until,
-  watchUnhandledRejections,
+  workerSuite,
 } from './test/harness.js';
 
-const stack = new Stack('lease_keeping_e2e');
-let server: ServerProcess;
-const unhandled = watchUnhandledRejections();
-const workers: Worker[] = [];
-const proxies: HttpProxy[] = [];
-
-beforeAll(async () => {
-  await stack.open();
-  // A small safety margin lets 1.5 s budgets be dispatched; the cleanup grace stays long.
-  server = await stack.start({
-    LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
-    LEDGENCE_CLEANUP_GRACE_MS: '30000',
-  });
+// A small safety margin lets 1.5 s budgets be dispatched; the cleanup grace stays long.
+const suite = workerSuite('lease_keeping_e2e', {
+  LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
+  LEDGENCE_CLEANUP_GRACE_MS: '30000',
 });
-afterEach(async () => {
-  await Promise.all(workers.splice(0).map((w) => w.stop({ graceMs: 0 })));
-  await Promise.all(proxies.splice(0).map((p) => p.close()));
-  expect(unhandled.seen).toEqual([]);
-});
-afterAll(async () => {
-  unhandled.dispose();
-  await stack.close();
-});
+const { workers, proxies } = suite;
 
 describe('lease keeping', () => {
   it('a dispatch renewal refused past the lease local expiry is retried with backoff, not in a hot loop', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'r-dispatch-refused';
     const task = await c.submit({ queue, program: 'p', data: null });
     let refusing = true;
     let refused = 0;
-    const proxy = await startHttpProxy(server.url, {
+    const proxy = await startHttpProxy(suite.server.url, {
       refuse: (request) => {
         if (refusing && request.path.startsWith('/v1/worker/renew')) {
           refused += 1;
@@ -91,7 +70,7 @@ describe('lease keeping', () => {
   });
 
   it('a slot refused as consumer_busy does not hold back the polls of the other slots', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'r-busy-slot';
     // A handler that ignores the end of its budget: reported `unconfirmed`, its slot stays busy
     // on the server until the cleanup grace (30 s) ends or quiescence is confirmed.
@@ -107,7 +86,7 @@ describe('lease keeping', () => {
       release = resolve;
     });
     // A long poll backoff makes the difference plain: a retry of the busy slot 30..60 s later.
-    const w = shortWorker(server.url, queue, {
+    const w = shortWorker(suite.server.url, queue, {
       concurrency: 2,
       abortGraceMs: 50,
       backoff: { baseMs: 60_000, maxMs: 60_000 },
@@ -136,11 +115,11 @@ describe('lease keeping', () => {
   });
 
   it('a renewal whose reply is slower than the lease is re-sent in time and the handler keeps its lease', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'r-slow-renew';
     const task = await c.submit({ queue, program: 'long', data: null });
     let heldOne = false;
-    const proxy = await startHttpProxy(server.url, {
+    const proxy = await startHttpProxy(suite.server.url, {
       // The first heartbeat reaches the server (the lease is extended there) but its reply is
       // held back longer than the 1 s lease: a lost reply, as on a congested link.
       hold: (request) => {
@@ -175,11 +154,11 @@ describe('lease keeping', () => {
   });
 
   it('a renewal answered after the lease was lost locally leaves no timer firing every millisecond', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'r-late-reply';
     const task = await c.submit({ queue, program: 'deaf', data: null });
     let holding = false;
-    const proxy = await startHttpProxy(server.url, {
+    const proxy = await startHttpProxy(suite.server.url, {
       // Every renewal sent while `holding` reaches the server but its reply comes 1.5 s late:
       // the 1 s lease runs out locally first, then the replies arrive.
       hold: (request) =>
@@ -235,7 +214,7 @@ describe('lease keeping', () => {
   });
 
   it('a first copy of a renewal reaching the server after a later renewal does not cost the lease', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'r-stale-copy';
     const task = await c.submit({ queue, program: 'long', data: null });
     // A proxy that delays the *request* of the first heartbeat by 1.8 s before forwarding it:
@@ -243,7 +222,7 @@ describe('lease keeping', () => {
     // a later sequence and is refused there as `sequence_conflict`.
     let delayed = 0;
     let staleAnswered: string | undefined;
-    const target = new URL(server.url);
+    const target = new URL(suite.server.url);
     const proxyServer = createServer((req, res) => {
       const chunks: Buffer[] = [];
       req.on('data', (chunk: Buffer) => chunks.push(chunk));
@@ -313,7 +292,7 @@ describe('lease keeping', () => {
     const queue = 'r-outage-together';
     let refusing = true;
     const slotsPerPoll: number[] = [];
-    const proxy = await startHttpProxy(server.url, {
+    const proxy = await startHttpProxy(suite.server.url, {
       refuse: (request) => refusing && request.path.startsWith('/v1/worker/acquire'),
       observe: (request) => {
         if (request.path.startsWith('/v1/worker/acquire:batch')) {

@@ -16,43 +16,33 @@ import {
 import type { AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Worker } from '@ledgence/worker';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { type ServerProcess, sourceArgs } from './server-process.js';
+import { afterEach, describe, expect, it } from 'vitest';
+import { sourceArgs } from './server-process.js';
 import {
   attemptIds,
   client,
   historyOf,
   portOf,
   reasons,
-  Stack,
   settled,
   shortWorker,
   sleep,
   startHttpProxy,
   until,
+  workerSuite,
 } from './test/harness.js';
 
-const stack = new Stack('quiescence_e2e');
-let server: ServerProcess;
-const workers: Worker[] = [];
+const suite = workerSuite('quiescence_e2e', {
+  LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
+  LEDGENCE_CLEANUP_GRACE_MS: '60000',
+});
+const { workers } = suite;
 const children: ChildProcess[] = [];
 
-beforeAll(async () => {
-  await stack.open();
-  server = await stack.start({
-    LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
-    LEDGENCE_CLEANUP_GRACE_MS: '60000',
-  });
-});
-afterEach(async () => {
-  await Promise.all(workers.splice(0).map((w) => w.stop({ graceMs: 0 })));
+afterEach(() => {
   for (const child of children.splice(0)) {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   }
-});
-afterAll(async () => {
-  await stack.close();
 });
 
 /**
@@ -164,7 +154,7 @@ function startChild(env: Record<string, string>) {
 
 describe('quiescence confirmation', () => {
   it('confirms a handler that returned while its unconfirmed settlement was still being retried, once that settlement is in', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'confirm-before-settle';
     const task = await c.submit({
       queue,
@@ -177,7 +167,7 @@ describe('quiescence confirmation', () => {
     let refusedAfterReturn = 0;
     let returned = false;
     let confirmsAnswered = 0;
-    const proxy = await startHttpProxy(server.url, {
+    const proxy = await startHttpProxy(suite.server.url, {
       // The server is briefly unavailable to settlements (overloaded, restarting): the worker
       // retries its `unconfirmed` report with backoff. The outage lasts past the handler's end,
       // until a confirmation sent meanwhile has been answered, or (a worker that waits for its
@@ -237,7 +227,7 @@ describe('quiescence confirmation', () => {
   });
 
   it('a worker process stopped while its quiescence confirmation is in flight still delivers it before it exits', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'confirm-in-flight-at-stop';
     const task = await c.submit({
       queue,
@@ -247,7 +237,7 @@ describe('quiescence confirmation', () => {
       timeout_ms: 1_000,
       retry: { max_attempts: 1, delay_ms: 0 },
     });
-    const proxy = await gatedConfirmations(server.url);
+    const proxy = await gatedConfirmations(suite.server.url);
     try {
       const worker = startChild({ LEDGENCE_URL: proxy.url, QUEUE: queue });
       await until(() => proxy.held() >= 1, 30_000, 'the confirmation to be sent');
@@ -317,10 +307,10 @@ describe('quiescence confirmation', () => {
     });
 
   it('a result wait and the listing see the held task active until the confirmation, which wakes the wait', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'held-then-woken';
     const task = await deafTask(c, queue);
-    const deaf = deafWorker(server.url, queue);
+    const deaf = deafWorker(suite.server.url, queue);
     const running = deaf.w.run();
     await reported(c, task.task_id);
     expect(await activeIn(c, queue)).toEqual([task.task_id]);
@@ -343,10 +333,10 @@ describe('quiescence confirmation', () => {
   });
 
   it('a confirmation whose reply was lost is sent again and answered; cleanup is confirmed once', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'confirm-reply-lost';
     const task = await deafTask(c, queue);
-    const proxy = await gatedConfirmations(server.url, { cutReplies: 1 });
+    const proxy = await gatedConfirmations(suite.server.url, { cutReplies: 1 });
     proxy.release();
     try {
       const deaf = deafWorker(proxy.url, queue);
@@ -365,11 +355,11 @@ describe('quiescence confirmation', () => {
   });
 
   it('a confirmation is retried across a server restart', async () => {
-    const c = client(server.url);
+    const c = client(suite.server.url);
     const queue = 'confirm-restart';
     const task = await deafTask(c, queue);
     const env = { LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200', LEDGENCE_CLEANUP_GRACE_MS: '60000' };
-    const doomed = await stack.start(env);
+    const doomed = await suite.stack.start(env);
     const deaf = deafWorker(doomed.url, queue);
     const running = deaf.w.run();
     await reported(c, task.task_id);
@@ -377,7 +367,7 @@ describe('quiescence confirmation', () => {
     // The handler ends while its server is down: the confirmation fails (refused connections).
     deaf.release();
     await sleep(500);
-    await stack.start({ ...env, PORT: portOf(doomed.url) });
+    await suite.stack.start({ ...env, PORT: portOf(doomed.url) });
     await until(
       async () => reasons(await historyOf(c, task.task_id)).includes('cleanup_confirmed'),
       15_000,
@@ -389,7 +379,7 @@ describe('quiescence confirmation', () => {
   });
 
   it('a handler that never returns: the task is held to its authority deadline, then takes its outcome unconfirmed', async () => {
-    const shortGrace = await stack.start({
+    const shortGrace = await suite.stack.start({
       LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
       LEDGENCE_CLEANUP_GRACE_MS: '2000',
     });

@@ -8,45 +8,24 @@
  * confirmation tests give the worker a long backoff (a minute or two), so a slot left to wait
  * out its backoff is told apart from one that polls at once by a bound far inside it.
  */
-import type { Worker } from '@ledgence/worker';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { ServerProcess } from './server-process.js';
+import { describe, expect, it } from 'vitest';
 import {
   client,
-  type HttpProxy,
   historyOf,
   reasons,
-  Stack,
   settled,
   shortWorker,
   sleep,
   startHttpProxy,
   until,
-  watchUnhandledRejections,
+  workerSuite,
 } from './test/harness.js';
 
-const stack = new Stack('worker_slots_e2e');
-let server: ServerProcess;
-const unhandled = watchUnhandledRejections();
-const workers: Worker[] = [];
-const proxies: HttpProxy[] = [];
-
-beforeAll(async () => {
-  await stack.open();
-  server = await stack.start({
-    LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
-    LEDGENCE_CLEANUP_GRACE_MS: '60000',
-  });
+const suite = workerSuite('worker_slots_e2e', {
+  LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
+  LEDGENCE_CLEANUP_GRACE_MS: '60000',
 });
-afterEach(async () => {
-  await Promise.all(workers.splice(0).map((w) => w.stop({ graceMs: 0 })));
-  await Promise.all(proxies.splice(0).map((p) => p.close()));
-  expect(unhandled.seen).toEqual([]);
-});
-afterAll(async () => {
-  unhandled.dispose();
-  await stack.close();
-});
+const { workers, proxies } = suite;
 
 /** A retried poll waits 60 to 120 s (backoff.ts: jitter in [ceiling/2, ceiling]). */
 const LONG_BACKOFF = { baseMs: 120_000, maxMs: 120_000 };
@@ -70,7 +49,7 @@ async function deafSlot(
   queue: string,
   options: { holdFirstRefusal?: boolean; timeoutMs?: number } = {},
 ) {
-  const c = client(server.url);
+  const c = client(suite.server.url);
   const deaf = await c.submit({
     queue,
     program: 'deaf',
@@ -87,7 +66,7 @@ async function deafSlot(
   const confirmation = new Promise<void>((resolve) => {
     confirmationAnswered = resolve;
   });
-  const proxy = await startHttpProxy(server.url, {
+  const proxy = await startHttpProxy(suite.server.url, {
     observe: ({ path }) => {
       if (path === SETTLE) {
         return () => {
@@ -216,7 +195,7 @@ describe('an idle worker against a server that parks polls for less than asked',
     // (a server that parks 0 ms); a poll that already took a second needs no pause after it,
     // and a pause is time in which no poll is parked to take a task.
     const polls: { sent: number; answered: number }[] = [];
-    const proxy = await startHttpProxy(server.url, {
+    const proxy = await startHttpProxy(suite.server.url, {
       observe: ({ path }) => {
         if (!path.startsWith(ACQUIRE)) return undefined;
         const poll = { sent: Date.now(), answered: Number.NaN };
@@ -255,7 +234,7 @@ describe('a slot whose session expired during an outage', () => {
     // first poll after the outage is answered session_expired — the slot's first session loss,
     // which moves over at once; only session after session lost without a completed poll (a
     // balancer misrouting between deployments) backs off before each move.
-    const expiring = await stack.start({ LEDGENCE_SESSION_VALIDITY_MS: '1000' });
+    const expiring = await suite.stack.start({ LEDGENCE_SESSION_VALIDITY_MS: '1000' });
     let refusals = 0;
     const polls: { session: string; sent: number; answered: number }[] = [];
     const proxy = await startHttpProxy(expiring.url, {

@@ -25,6 +25,7 @@ import type {
 import { ContractError, problemDocument } from '@ledgence/contracts';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { Client, type Logger, silentLogger, Worker, type WorkerOptions } from '@ledgence/worker';
+import { afterAll, afterEach, beforeAll, expect } from 'vitest';
 import { type ServerProcess, startServerProcess } from '../server-process.js';
 
 export const TENANT = 'acme';
@@ -410,4 +411,50 @@ export function watchUnhandledRejections(): { readonly seen: unknown[]; dispose(
   const listener = (reason: unknown) => seen.push(reason);
   process.on('unhandledRejection', listener);
   return { seen, dispose: () => process.off('unhandledRejection', listener) };
+}
+
+/** What {@link workerSuite} gives a test file. */
+export interface WorkerSuite {
+  readonly stack: Stack;
+  /** The file's server, started with the suite's environment before its first test. */
+  readonly server: ServerProcess;
+  /** Workers a test made: stopped (grace 0) after it, so none polls the next test's queues. */
+  readonly workers: Worker[];
+  /** Proxies a test started: closed after it. */
+  readonly proxies: { close(): Promise<void> }[];
+}
+
+/**
+ * The set-up of a file of worker tests against one server: a database and a server of the
+ * file's own (short timings plus `env`), the workers and proxies each test made stopped after
+ * it, and no unhandled rejection allowed in any test. Call it at the file's top level: it
+ * registers the file's hooks.
+ */
+export function workerSuite(prefix: string, env: Record<string, string> = {}): WorkerSuite {
+  const stack = new Stack(prefix);
+  const unhandled = watchUnhandledRejections();
+  let server: ServerProcess | undefined;
+  const suite: WorkerSuite = {
+    stack,
+    get server() {
+      if (server === undefined) throw new Error('the suite server starts in beforeAll');
+      return server;
+    },
+    workers: [],
+    proxies: [],
+  };
+  beforeAll(async () => {
+    await stack.open();
+    server = await stack.start(env);
+  });
+  afterEach(async () => {
+    await Promise.all(suite.workers.splice(0).map((w) => w.stop({ graceMs: 0 })));
+    await Promise.all(suite.proxies.splice(0).map((p) => p.close()));
+    expect(unhandled.seen).toEqual([]);
+  });
+  afterAll(async () => {
+    unhandled.dispose();
+    await stack.close();
+  });
+  return suite;
 }
