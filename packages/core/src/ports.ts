@@ -60,6 +60,16 @@ export interface AcquireStoreOptions {
 export interface AcquireOutcome {
   reply: AcquireReply;
   recorded: boolean;
+  /**
+   * On an unrecorded `empty` only (a long poll's probe, which parks next): the earliest
+   * `available_at` after the probe's store time among its queue's queued tasks (`at`), and the
+   * store time that was read at (`observedAt`). Nothing NOTIFYs when a delayed task or a retry
+   * comes due, so without it a parked poll would find such a task only at its next rescan. Only
+   * when to look again: the next probe decides. Absent when no queued task of the queue is
+   * delayed; tasks already due but held back (a full concurrency key, locked by another claim)
+   * are no due-time matter and never counted.
+   */
+  nextDue?: { at: Timestamp; observedAt: Timestamp };
 }
 
 /**

@@ -50,7 +50,9 @@ export interface TaskServiceOptions {
   longPollMaxMs?: number;
   /**
    * Fallback rescan period of a parked wait: a hint is only a hint, and a lost
-   * one (a dropped LISTEN connection) must not strand a waiter for long.
+   * one (a dropped LISTEN connection) must not strand a waiter for long. A parked
+   * poll also looks again when a task of its queue comes due (a delay, a retry's
+   * backoff), which no hint announces: the store's probe reports that time.
    */
   rescanIntervalMs?: number;
   /**
@@ -99,6 +101,14 @@ export interface TaskService {
 
 const DEFAULT_RESCAN_INTERVAL_MS = 1_000;
 
+/**
+ * Added to a due time's delay before a parked poll looks again. The delay already runs late (it
+ * starts when the probe's answer arrived, after the store read its clock), so this only covers
+ * rounding: store time in whole ms, a timer that may fire up to a millisecond early. Looking too
+ * early costs one more probe, which learns the due time again and parks for the rest.
+ */
+const DUE_MARGIN_MS = 5;
+
 /** Sleeps `timeoutMs` or until `signal` aborts: a park with no hint to end it early. */
 function sleep(timeoutMs: number, signal?: AbortSignal): Promise<void> {
   return new Promise<void>((resolve) => {
@@ -124,6 +134,21 @@ function replies(outcomes: readonly ItemResult<AcquireOutcome>[]): ItemResult<Ac
 /** The replies of a batch that are not item failures. */
 function okReplies(results: readonly ItemResult<AcquireReply>[]): AcquireReply[] {
   return results.flatMap((r) => (r.ok ? [r.value] : []));
+}
+
+/**
+ * How long until a task of the probed queues comes due, on the local clock: the earliest of the
+ * probes' `nextDue`, each converted from store time once, as a delay from now (the probes'
+ * answers just arrived). Store time decides eligibility; this only says when to look again.
+ */
+function dueDelayMs(outcomes: readonly ItemResult<AcquireOutcome>[]): number {
+  let delay = Number.POSITIVE_INFINITY;
+  for (const outcome of outcomes) {
+    const due = outcome.ok ? outcome.value.nextDue : undefined;
+    if (due === undefined) continue;
+    delay = Math.min(delay, Math.max(0, due.at - due.observedAt) + DUE_MARGIN_MS);
+  }
+  return delay;
 }
 
 /** A fresh `empty` that the store did not record: probing again is still a new poll. */
@@ -202,20 +227,27 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
 
   /**
    * Parks on `watch` until a hint (including one that came while the caller was probing), the
-   * next rescan, the deadline, an abort or shutdown; true while time remains.
+   * next rescan, the deadline, `dueMs` (when a task of the probed queues comes due: nothing
+   * NOTIFYs then), an abort or shutdown; true while time remains.
    */
-  async function park(watch: WakeWatch, deadline: number, signal?: AbortSignal): Promise<boolean> {
+  async function park(
+    watch: WakeWatch,
+    deadline: number,
+    signal?: AbortSignal,
+    dueMs = Number.POSITIVE_INFINITY,
+  ): Promise<boolean> {
     const remaining = deadline - performance.now();
     if (remaining <= 0 || signal?.aborted || closing?.aborted) return false;
+    const timeoutMs = Math.min(remaining, rescanMs, dueMs);
     if (closing === undefined) {
-      await watch.next(Math.min(remaining, rescanMs), signal);
+      await watch.next(timeoutMs, signal);
     } else {
       const stop = new AbortController();
       const end = () => stop.abort();
       parked.add(end);
       signal?.addEventListener('abort', end, { once: true });
       try {
-        await watch.next(Math.min(remaining, rescanMs), stop.signal);
+        await watch.next(timeoutMs, stop.signal);
       } finally {
         parked.delete(end);
         signal?.removeEventListener('abort', end);
@@ -330,7 +362,8 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
       for (;;) {
         const probe = await store.acquire(command, { recordEmpty: false });
         if (!unrecordedEmpty(probe)) return probe.reply;
-        if (!(await park(watch, deadline, wait?.signal))) return undefined;
+        const dueMs = dueDelayMs([{ ok: true, value: probe }]);
+        if (!(await park(watch, deadline, wait?.signal, dueMs))) return undefined;
       }
     });
     if (found !== undefined) {
@@ -370,7 +403,8 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
       const waiting = (batch: ItemResult<AcquireOutcome>[]) =>
         batch.some((o) => o.ok) && batch.every((o) => !o.ok || unrecordedEmpty(o.value));
       let probed = await store.acquireBatch(probes, { recordEmpty: false });
-      while (waiting(probed) && (await park(watch, deadline, wait?.signal))) {
+      // The earliest due time of the batch's queues ends the park.
+      while (waiting(probed) && (await park(watch, deadline, wait?.signal, dueDelayMs(probed)))) {
         probed = await store.acquireBatch(probes, { recordEmpty: false });
       }
       return probed;

@@ -313,6 +313,51 @@ export async function selectClaimable(
 }
 
 /**
+ * When a queue's next queued task comes due: the earliest `available_at` after `after` (the
+ * empty poll's store time), or null, with store time read by the statement itself (`store_now`,
+ * plus `clockOffsetMs`). Asked only by a probe that claimed nothing and is about to park: nothing
+ * NOTIFYs at a due time, so this is how a parked poll learns when to look again. Not locked and
+ * not filtered by concurrency keys: a due task held back by a key or another claim's lock is
+ * the rescan's matter, and a hint too early costs one probe. Index: `tasks_acquire`, walked as
+ * {@link selectClaimable} walks it — one descent per distinct priority, then one more per
+ * priority to the first entry past `after` (`available_at > after order by available_at limit
+ * 1` within a priority is a range of the index). A plain `min(available_at)` over the queue
+ * would read every delayed entry, the ones the claim select learned to skip
+ * (explain.int.test.ts).
+ */
+export async function selectNextDue(
+  tx: Tx,
+  scope: { tenant_id: string; namespace: string },
+  queue: string,
+  after: number,
+  clockOffsetMs: number,
+): Promise<{ at: number; observedAt: number } | undefined> {
+  const queued = tx`t.tenant_id = ${scope.tenant_id} and t.namespace = ${scope.namespace}
+      and t.queue = ${queue} and t.state = 'queued'`;
+  const [row] = await tx`
+    with recursive priorities(priority) as (
+      (select t.priority from tasks t where ${queued}
+        order by t.priority desc nulls last limit 1)
+      union all
+      select (select t.priority from tasks t where ${queued} and t.priority < p.priority
+          order by t.priority desc nulls last limit 1)
+      from priorities p where p.priority is not null
+    )
+    select min(d.available_at) as next_due_at,
+      (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint
+        as store_now
+    from priorities p cross join lateral (
+      select t.available_at from tasks t
+      where ${queued} and t.priority = p.priority and t.available_at > ${after}::bigint
+      order by t.available_at
+      limit 1
+    ) d
+    where p.priority is not null`;
+  if (row === undefined || row.next_due_at === null) return undefined;
+  return { at: num(row.next_due_at), observedAt: num(row.store_now) };
+}
+
+/**
  * Takes one slot of a concurrency key for a claim, if the key is under `limit`. Lock: the key's
  * row, waiting — claimers of one key serialise here, and after a wait PostgreSQL re-evaluates
  * `active < limit` against the row the other claimer committed, so the limit holds under any

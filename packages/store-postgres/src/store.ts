@@ -160,6 +160,7 @@ import {
   renewAttempts,
   type SubmitClock,
   selectClaimable,
+  selectNextDue,
   storeNow,
   type TaskRef,
   type Tx,
@@ -1552,7 +1553,38 @@ class PgTaskStore implements PostgresTaskStore {
         changes.hint(queueHint(unused));
       }
     }
+    // A probe that claimed nothing parks next, and nothing NOTIFYs when a delayed task or a
+    // retry comes due: it learns when its queue's next task does (AcquireOutcome.nextDue). Only
+    // such probes ask — a claim that found work, or a poll answered now, never does — and the
+    // read travels with the COMMIT (sent before it, in the same turn), no round trip of its own.
+    const parking = options.recordEmpty ? [] : [...fresh].filter(([, polls]) => parks(polls));
+    function parks(polls: readonly { index: number }[]): boolean {
+      return (
+        polls.length > 0 &&
+        polls.every(({ index }) => {
+          const result = results[index];
+          return result?.ok === true && result.value.reply.disposition === 'empty';
+        })
+      );
+    }
+    const dueReads = pipelined(
+      parking.map(([group]) => {
+        const { first } = queues.get(group) as { first: AcquireCommand };
+        return selectNextDue(tx, first.scope, first.queue, now, this.offset());
+      }),
+    );
+    // Its failure aborts the transaction: the COMMIT below fails, and that failure is thrown.
+    dueReads.catch(() => {});
     await this.flush(tx, changes, finish);
+    const due = await dueReads;
+    parking.forEach(([, polls], k) => {
+      const nextDue = due[k];
+      if (nextDue === undefined) return;
+      for (const { index } of polls) {
+        const result = results[index];
+        if (result?.ok) result.value = { ...result.value, nextDue };
+      }
+    });
     if (spent !== undefined) spent.bytes = budget.used;
     return results.map((r) => r ?? { ok: false, error: unavailable(new Error('unanswered poll')) });
   }

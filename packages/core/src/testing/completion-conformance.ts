@@ -26,7 +26,11 @@ import {
   type Timestamp,
 } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
-import type { DeliveryNext, DeliveryReport } from '../completion.js';
+import {
+  DELIVERY_LEASE_EXPIRED_ERROR,
+  type DeliveryNext,
+  type DeliveryReport,
+} from '../completion.js';
 import type {
   CompletionLease,
   CompletionStore,
@@ -726,6 +730,84 @@ export function runCompletionStoreConformance(
         expect(await w.store.dueBacklog(MAX_COMPLETION_BATCH)).toBeLessThanOrEqual(
           MAX_COMPLETION_BATCH,
         );
+      });
+    });
+
+    describe(`a lost last try (its sender died after leasing try ${COMPLETION_MAX_ATTEMPTS})`, () => {
+      /**
+       * A delivery whose tries 1..COMPLETION_MAX_ATTEMPTS − 1 failed with 503
+       * and whose last try was leased and never reported: the row is
+       * `delivering` the last try until the lease's end.
+       */
+      async function lastTryLeased(w: CompletionWorld) {
+        const { taskId, subscription } = await dueSubscription(w);
+        for (let attempt = 1; attempt < COMPLETION_MAX_ATTEMPTS; attempt += 1) {
+          const lease = await requireLease(w, subscription.id);
+          expect(lease.attempt).toBe(attempt);
+          const failed = report(lease, { state: 'due', delay_ms: 0 }, 503, 'HTTP 503');
+          expect(await w.store.reportDelivery(failed)).toBe(true);
+        }
+        const last = await requireLease(w, subscription.id);
+        expect(last.attempt).toBe(COMPLETION_MAX_ATTEMPTS);
+        return { taskId, subscription, last };
+      }
+
+      it('is exhausted in the views once its lease ends, as the next lease then writes it', async () => {
+        const w = setup();
+        const { taskId, subscription, last } = await lastTryLeased(w);
+        // While the lease runs the sender may still report: the try is in progress.
+        expect(await listed(w, taskId, subscription.id)).toMatchObject({
+          state: 'delivering',
+          attempts: COMPLETION_MAX_ATTEMPTS,
+          next_attempt_at: last.lease_expires_at,
+        });
+        await w.advancePast(last.lease_expires_at - 1);
+        // No sender leased since: only the views can say what became of the delivery.
+        const view = await listed(w, taskId, subscription.id);
+        expect(view).toEqual({
+          ...subscription,
+          state: 'exhausted',
+          attempts: COMPLETION_MAX_ATTEMPTS,
+          next_attempt_at: undefined,
+          // The lost try got no answer: the earlier tries' 503 does not describe it.
+          last_error: DELIVERY_LEASE_EXPIRED_ERROR,
+        });
+        expect(view).not.toHaveProperty('next_attempt_at');
+        expect(view).not.toHaveProperty('last_status_code');
+        const replayed = await subscribe(w, taskId, subscription.subscription_key);
+        expect(replayed).toEqual({ created: false, subscription: view });
+        // The next lease exhausts the row (no try starts), writing what the views showed.
+        expect(await leaseOf(w, subscription.id)).toBeUndefined();
+        expect(await listed(w, taskId, subscription.id)).toEqual(view);
+      });
+
+      it('is 409 to redeliver while its lease runs; once it ended, redelivery starts the next generation', async () => {
+        const w = setup();
+        const { taskId, subscription, last } = await lastTryLeased(w);
+        await expectContractError(
+          w.store.redeliver(w.scope, subscription.id, { generation: 1 }),
+          'conflict',
+        );
+        await w.advancePast(last.lease_expires_at - 1);
+        const before = await w.store.now();
+        const next = await w.store.redeliver(w.scope, subscription.id, { generation: 1 });
+        const after = await w.store.now();
+        expect(next).toEqual({
+          ...subscription,
+          state: 'due',
+          generation: 2,
+          attempts: 0,
+          next_attempt_at: next.next_attempt_at,
+        });
+        expect(next.next_attempt_at).toBeGreaterThanOrEqual(before);
+        expect(next.next_attempt_at).toBeLessThanOrEqual(after);
+        expect(await listed(w, taskId, subscription.id)).toEqual(next);
+        // The same request again starts nothing.
+        expect(await w.store.redeliver(w.scope, subscription.id, { generation: 1 })).toEqual(next);
+        const lease = await requireLease(w, subscription.id);
+        expect(lease).toMatchObject({ generation: 2, attempt: 1, event_id: subscription.event_id });
+        // The lost try's sender reports after all: its generation is over, the report is stale.
+        expect(await w.store.reportDelivery(report(last, { state: 'delivered' }, 200))).toBe(false);
       });
     });
 

@@ -375,6 +375,21 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     return best === undefined ? null : copy(best);
   };
 
+  /**
+   * The earliest `available_at` after `now` among the queue's queued tasks, whatever their
+   * concurrency key: a due task held back is no due-time matter (the PostgreSQL store's
+   * `selectNextDue`).
+   */
+  const nextDueAt = (command: AcquireCommand, now: Timestamp): Timestamp | undefined => {
+    let earliest: Timestamp | undefined;
+    for (const task of tasks.values()) {
+      if (!sameScope(task, command.scope) || task.state !== 'queued') continue;
+      if (task.queue !== command.queue || task.available_at <= now) continue;
+      if (earliest === undefined || task.available_at < earliest) earliest = task.available_at;
+    }
+    return earliest;
+  };
+
   const submit = async (command: SubmitCommand): Promise<SubmitOutcome> => {
     const now = clock();
     const scope = { tenant_id: command.input.tenant_id, namespace: command.input.namespace };
@@ -438,7 +453,13 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     const empty = emptyPoll(command);
     // An unrecorded empty poll leaves the slot's sequence unconsumed, so the
     // same sequence is a new poll again (AcquireStoreOptions).
-    if (!acquireOptions.recordEmpty) return { reply: empty.reply, recorded: false };
+    if (!acquireOptions.recordEmpty) {
+      // A probe that parks next learns when its queue's next task comes due (AcquireOutcome).
+      const at = nextDueAt(command, now);
+      return at === undefined
+        ? { reply: empty.reply, recorded: false }
+        : { reply: empty.reply, recorded: false, nextDue: { at, observedAt: now } };
+    }
     write({ cursor: empty.cursor });
     return { reply: empty.reply, recorded: true };
   };
