@@ -15,7 +15,8 @@ worker.register('greet', async (data, ctx) => {
   if (typeof data?.name !== 'string') {
     throw new ApplicationError('no_name', 'data.name must be a string', { retryable: false });
   }
-  // Long work should watch ctx.signal: it aborts on cancellation or lease loss.
+  // Long work should watch ctx.signal: it aborts on cancellation, lease loss, the end of the
+  // task's timeout_ms, or stop() once its grace is over.
   await new Promise((resolve) => setTimeout(resolve, 100));
   return { greeting: `Hello, ${data.name}!`, attempt: ctx.attempt };
 });
