@@ -308,8 +308,10 @@ describe('EXPLAIN of the hot statements', () => {
             `explain (analyze, buffers, format json) ${claim.query}`,
             claim.params as postgres.ParameterOrJSON<never>[],
           );
-          const [explained] = rows[0]?.['QUERY PLAN'] as { Plan: Record<string, number> }[];
-          const plan = explained?.Plan ?? {};
+          const explained = rows[0]?.['QUERY PLAN'] as
+            | { Plan: Record<string, number> }[]
+            | undefined;
+          const plan = explained?.[0]?.Plan ?? {};
           pages = (plan['Shared Hit Blocks'] ?? 0) + (plan['Shared Read Blocks'] ?? 0);
           throw new Error('rollback');
         })
