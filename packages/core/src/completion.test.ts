@@ -19,6 +19,7 @@ import {
   type DeliveryNext,
   type DeliveryReport,
   deliveryLeasable,
+  expireLostTry,
   isTerminalState,
   leaseDelivery,
   markDue,
@@ -72,6 +73,26 @@ const due = (): SubscriptionRow => markDue(subscribed(), T0 + 1_000);
 function leased(row: SubscriptionRow, at: number): SubscriptionRow {
   expect(deliveryLeasable(row, at)).toBe(true);
   return leaseDelivery(row, at, LEASE_MS);
+}
+
+/**
+ * `row` (due) leased COMPLETION_MAX_ATTEMPTS times, each lease lost: it is
+ * delivering the generation's last try until its `next_attempt_at`.
+ */
+function lastTryLeased(row: SubscriptionRow): SubscriptionRow {
+  let at = row.next_attempt_at ?? Number.NaN;
+  for (let attempt = 1; attempt <= COMPLETION_MAX_ATTEMPTS; attempt += 1) {
+    row = leased(row, at);
+    expect(row).toMatchObject({ state: 'delivering', attempts: attempt });
+    at += LEASE_MS;
+  }
+  return row;
+}
+
+/** The end of the lease `row` is delivering under. */
+function leaseEnd(row: SubscriptionRow): number {
+  expect(row.state).toBe('delivering');
+  return row.next_attempt_at ?? Number.NaN;
 }
 
 /** A report of the try `row` is delivering, deciding `next`. */
@@ -223,13 +244,8 @@ describe('deliveryLeasable and leaseDelivery', () => {
   });
 
   it(`an expired lease after try ${COMPLETION_MAX_ATTEMPTS} exhausts the row instead of trying again`, () => {
-    let row = due();
-    let at = T0 + 1_000;
-    for (let attempt = 1; attempt <= COMPLETION_MAX_ATTEMPTS; attempt += 1) {
-      row = leased(row, at);
-      expect(row).toMatchObject({ state: 'delivering', attempts: attempt });
-      at += LEASE_MS;
-    }
+    const row = lastTryLeased(due());
+    const at = leaseEnd(row);
     const withStatus = { ...row, last_status_code: 503 };
     expect(leaseDelivery(withStatus, at, LEASE_MS)).toEqual({
       ...row,
@@ -239,6 +255,48 @@ describe('deliveryLeasable and leaseDelivery', () => {
       last_status_code: null,
       last_error: DELIVERY_LEASE_EXPIRED_ERROR,
     });
+  });
+});
+
+describe('expireLostTry (a lost last try as the views show it)', () => {
+  it('a last try is exhausted from its lease’s end on, exactly as the next lease writes it', () => {
+    const row = { ...lastTryLeased(due()), last_status_code: 503, last_error: 'status 503' };
+    const end = leaseEnd(row);
+    expect(expireLostTry(row, end - 1)).toBe(row);
+    for (const now of [end, end + 10 ** 9]) {
+      expect(expireLostTry(row, now)).toEqual(leaseDelivery(row, now, LEASE_MS));
+      expect(expireLostTry(row, now)).toMatchObject({
+        state: 'exhausted',
+        attempts: COMPLETION_MAX_ATTEMPTS,
+        next_attempt_at: null,
+        finished_at: now,
+        last_status_code: null,
+        last_error: DELIVERY_LEASE_EXPIRED_ERROR,
+      });
+    }
+  });
+
+  it('returns any other row as it is, an earlier try’s lost lease included (it is tried again)', () => {
+    const late = T0 + 10 ** 9;
+    const exhausted = expireLostTry(lastTryLeased(due()), late);
+    for (const row of [
+      subscribed(),
+      due(),
+      leased(due(), T0 + 2_000),
+      delivered(due(), T0 + 2_000),
+      exhausted,
+    ]) {
+      expect(expireLostTry(row, late)).toBe(row);
+    }
+  });
+
+  it('a replayed subscribe answers the found subscription as it stands at its time', () => {
+    const row = lastTryLeased(subscribed(terminalTask));
+    const end = leaseEnd(row);
+    const replay = (at: number) =>
+      subscribeTask(terminalTask, [row], subscribeCommand(), at, ids());
+    expect(replay(end - 1)).toEqual({ created: false, row });
+    expect(replay(end)).toEqual({ created: false, row: leaseDelivery(row, end, LEASE_MS) });
   });
 });
 
@@ -382,6 +440,43 @@ describe('redeliverSubscription (the generation rule)', () => {
         'generation_in_progress',
       );
     }
+  });
+
+  it('a lost last try: conflict while its lease runs, the next generation once it ended', () => {
+    const row = lastTryLeased(due());
+    const end = leaseEnd(row);
+    expectCode(
+      () => redeliverSubscription(row, { generation: 1 }, end - 1),
+      'conflict',
+      'generation_in_progress',
+    );
+    expect(redeliverSubscription(row, { generation: 1 }, end)).toEqual({
+      changed: true,
+      row: {
+        ...row,
+        state: 'due',
+        generation: 2,
+        attempts: 0,
+        next_attempt_at: end,
+        delivered_at: null,
+        finished_at: null,
+        last_status_code: null,
+        last_error: null,
+      },
+    });
+  });
+
+  it('naming the previous generation of a lost last try answers it exhausted, to be written', () => {
+    const next = redeliverSubscription(delivered(due(), T0 + 2_000), { generation: 1 }, at).row;
+    const row = lastTryLeased(next);
+    const end = leaseEnd(row);
+    expect(redeliverSubscription(row, { generation: 1 }, end - 1)).toEqual({
+      changed: false,
+      row,
+    });
+    const repeated = redeliverSubscription(row, { generation: 1 }, end);
+    expect(repeated).toEqual({ changed: true, row: leaseDelivery(row, end, LEASE_MS) });
+    expect(repeated.row).toMatchObject({ state: 'exhausted', generation: 2 });
   });
 
   it('naming any other generation is conflict', () => {

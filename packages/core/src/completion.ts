@@ -44,10 +44,11 @@ export interface SubscribeResult {
 /**
  * Subscribes `task` to a destination alias (already checked against the
  * operator's destinations). The same `subscription_key` with the same
- * destination answers the existing subscription; with another destination it
- * is a `conflict` (a key names one subscription forever). A new subscription
- * beyond MAX_COMPLETION_SUBSCRIPTIONS is `limit_exceeded`. A terminal task's
- * new subscription is due at once (DESIGN §8).
+ * destination answers the existing subscription as it stands at `now`
+ * ({@link expireLostTry}; the store does not write it); with another
+ * destination it is a `conflict` (a key names one subscription forever). A
+ * new subscription beyond MAX_COMPLETION_SUBSCRIPTIONS is `limit_exceeded`.
+ * A terminal task's new subscription is due at once (DESIGN §8).
  */
 export function subscribeTask(
   task: TaskRow,
@@ -65,7 +66,7 @@ export function subscribeTask(
         { reason: 'subscription_key_reused' },
       );
     }
-    return { created: false, row: same };
+    return { created: false, row: expireLostTry(same, now) };
   }
   if (existing.length >= MAX_COMPLETION_SUBSCRIPTIONS) {
     throw new ContractError(
@@ -108,8 +109,9 @@ export function markDue(row: SubscriptionRow, now: Timestamp): SubscriptionRow {
   return { ...row, state: 'due', next_attempt_at: now };
 }
 
-/** A redelivery's row and whether it started a new generation. */
+/** A redelivery's row and whether it differs from the stored one (the store then writes it). */
 export interface RedeliverResult {
+  /** A new generation started, or a lost last try was exhausted first ({@link expireLostTry}). */
   changed: boolean;
   row: SubscriptionRow;
 }
@@ -121,14 +123,17 @@ export interface RedeliverResult {
  * subscription unchanged, so a repeated request never starts two
  * generations; anything else is a `conflict`. A generation beyond
  * COMPLETION_MAX_GENERATION is `limit_exceeded`: redelivery is a repair, not
- * a loop.
+ * a loop. The rule sees the row as it stands at `now`: a last try whose
+ * sender's lease ended is exhausted ({@link expireLostTry}), so its
+ * generation may be redelivered without waiting for a sender's next lease.
  */
 export function redeliverSubscription(
-  row: SubscriptionRow,
+  stored: SubscriptionRow,
   command: CompletionRetryCommand,
   now: Timestamp,
 ): RedeliverResult {
-  if (command.generation === row.generation - 1) return { changed: false, row };
+  const row = expireLostTry(stored, now);
+  if (command.generation === row.generation - 1) return { changed: row !== stored, row };
   if (command.generation !== row.generation) {
     throw new ContractError(
       'conflict',
@@ -179,6 +184,24 @@ export function deliveryLeasable(row: SubscriptionRow, now: Timestamp): boolean 
 /** The recorded error of a try whose sender lost its lease without a report. */
 export const DELIVERY_LEASE_EXPIRED_ERROR = 'the sender lease expired before the try was reported';
 
+/** Whether `row` is delivering its generation's last try (no try may follow it). */
+function deliveringLastTry(row: SubscriptionRow): boolean {
+  return row.state === 'delivering' && row.attempts >= COMPLETION_MAX_ATTEMPTS;
+}
+
+/** A last try whose sender's lease ran out without a report: the generation is exhausted. */
+function exhaustLostTry(row: SubscriptionRow, now: Timestamp): SubscriptionRow {
+  return {
+    ...row,
+    state: 'exhausted',
+    next_attempt_at: null,
+    finished_at: now,
+    // The lost try got no answer: an earlier try's status would misdescribe it.
+    last_status_code: null,
+    last_error: DELIVERY_LEASE_EXPIRED_ERROR,
+  };
+}
+
 /**
  * A sender leases a leasable row: the next try starts (`attempts + 1`) and
  * the row is `delivering` until `now + leaseMs`. A row whose sender lost its
@@ -191,23 +214,28 @@ export function leaseDelivery(
   now: Timestamp,
   leaseMs: number,
 ): SubscriptionRow {
-  if (row.state === 'delivering' && row.attempts >= COMPLETION_MAX_ATTEMPTS) {
-    return {
-      ...row,
-      state: 'exhausted',
-      next_attempt_at: null,
-      finished_at: now,
-      // The lost try got no answer: an earlier try's status would misdescribe it.
-      last_status_code: null,
-      last_error: DELIVERY_LEASE_EXPIRED_ERROR,
-    };
-  }
+  if (deliveringLastTry(row)) return exhaustLostTry(row, now);
   return {
     ...row,
     state: 'delivering',
     attempts: row.attempts + 1,
     next_attempt_at: now + leaseMs,
   };
+}
+
+/**
+ * The row as it stands at `now` (store time): a generation's last try whose
+ * sender's lease has ended (`next_attempt_at <= now`) is `exhausted`, exactly
+ * as the next {@link leaseDelivery} of the row will write it; any other row is
+ * returned as it is (the same object). Once that lease ended nothing else can
+ * happen to the delivery, but the next lease may be long in coming (leases
+ * walk the due rows oldest first, behind any backlog) or never come (no
+ * sender runs): the views apply this without writing, so they never show a
+ * finished delivery as `delivering`, and redelivery applies it before its
+ * generation rule and writes the result.
+ */
+export function expireLostTry(row: SubscriptionRow, now: Timestamp): SubscriptionRow {
+  return deliveringLastTry(row) && deliveryLeasable(row, now) ? exhaustLostTry(row, now) : row;
 }
 
 /** What one try of a leased delivery decided (the callbacks package computes it). */

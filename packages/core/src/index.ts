@@ -43,6 +43,7 @@ export {
   type DeliveryNext,
   type DeliveryReport,
   deliveryLeasable,
+  expireLostTry,
   isTerminalState,
   leaseDelivery,
   markDue,

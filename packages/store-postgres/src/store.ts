@@ -70,6 +70,7 @@ import {
   DEFAULT_LIFECYCLE_CONFIG,
   type DeliveryReport,
   emptyPoll,
+  expireLostTry,
   extendSession,
   type FailpointStoreOperation,
   type Failpoints,
@@ -1557,16 +1558,13 @@ class PgTaskStore implements PostgresTaskStore {
     // retry comes due: it learns when its queue's next task does (AcquireOutcome.nextDue). Only
     // such probes ask — a claim that found work, or a poll answered now, never does — and the
     // read travels with the COMMIT (sent before it, in the same turn), no round trip of its own.
-    const parking = options.recordEmpty ? [] : [...fresh].filter(([, polls]) => parks(polls));
-    function parks(polls: readonly { index: number }[]): boolean {
-      return (
-        polls.length > 0 &&
-        polls.every(({ index }) => {
-          const result = results[index];
-          return result?.ok === true && result.value.reply.disposition === 'empty';
-        })
-      );
-    }
+    const answeredEmpty = (polls: readonly { index: number }[]) =>
+      polls.length > 0 &&
+      polls.every(({ index }) => {
+        const result = results[index];
+        return result?.ok === true && result.value.reply.disposition === 'empty';
+      });
+    const parking = options.recordEmpty ? [] : [...fresh].filter(([, p]) => answeredEmpty(p));
     const dueReads = pipelined(
       parking.map(([group]) => {
         const { first } = queues.get(group) as { first: AcquireCommand };
@@ -2093,11 +2091,16 @@ class PgTaskStore implements PostgresTaskStore {
 
   async listSubscriptions(scope: Scope, taskId: string): Promise<CompletionSubscription[]> {
     return this.transact(async (tx) => {
-      const rows = await listSubscriptionRows(tx, taskRefOf(scope, taskId));
+      // Issued together, so postgres.js pipelines store time with the read.
+      const [rows, now] = await Promise.all([
+        listSubscriptionRows(tx, taskRefOf(scope, taskId)),
+        this.time(tx),
+      ]);
       if (rows.length === 0) throw taskNotFound(taskId);
+      // A lost last try is shown as the next lease will write it, without writing it here.
       return rows
         .filter((row) => row.subscription_id !== null)
-        .map((row) => completionSubscription(subscriptionFromDb(row)));
+        .map((row) => completionSubscription(expireLostTry(subscriptionFromDb(row), now)));
     }, 'read only');
   }
 

@@ -54,6 +54,7 @@ import {
   completionSubscription,
   type DeliveryReport,
   deliveryLeasable,
+  expireLostTry,
   isTerminalState,
   leaseDelivery,
   markDue,
@@ -891,7 +892,11 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
 
     async listSubscriptions(scope: Scope, taskId: string): Promise<CompletionSubscription[]> {
       requireTask(scope, taskId);
-      return loadSubscriptions(scope, taskId).map((row) => copy(completionSubscription(row)));
+      const now = clock();
+      // Read-only, as in the PostgreSQL store: a lost last try shows as the next lease writes it.
+      return loadSubscriptions(scope, taskId).map((row) =>
+        copy(completionSubscription(expireLostTry(row, now))),
+      );
     },
 
     redeliver,
