@@ -7,41 +7,22 @@
  * packages/store-postgres/src/ordering.int.test.ts.
  */
 import type { TaskSnapshot } from '@ledgence/contracts';
-import type { Worker } from '@ledgence/worker';
-import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
-import type { ServerProcess } from './server-process.js';
+import { expect, it } from 'vitest';
 import {
   client,
   historyOf,
   idsOf,
-  Stack,
   settled,
   shortWorker,
   sleep,
-  watchUnhandledRejections,
+  workerSuite,
 } from './test/harness.js';
 
-const stack = new Stack('ordering_e2e');
-let server: ServerProcess;
-const unhandled = watchUnhandledRejections();
-const workers: Worker[] = [];
-
-beforeAll(async () => {
-  await stack.open();
-  server = await stack.start();
-});
-afterEach(async () => {
-  await Promise.all(workers.splice(0).map((w) => w.stop({ graceMs: 0 })));
-  expect(unhandled.seen).toEqual([]);
-});
-afterAll(async () => {
-  unhandled.dispose();
-  await stack.close();
-});
+const suite = workerSuite('ordering_e2e');
 
 /** The store time of a task's first claim. */
 async function firstClaim(taskId: string): Promise<number> {
-  const events = await historyOf(client(server.url), taskId);
+  const events = await historyOf(client(suite.server.url), taskId);
   const claimed = events.find((e) => e.event.reason === 'claimed');
   if (claimed === undefined) throw new Error(`task ${taskId} was never claimed`);
   return claimed.event.at;
@@ -49,7 +30,7 @@ async function firstClaim(taskId: string): Promise<number> {
 
 it('a one-slot worker runs a backlog by priority, FIFO within a priority, and a delayed task only once due', async () => {
   const queue = 'rev-e2e-order';
-  const c = client(server.url);
+  const c = client(suite.server.url);
   const plan = [
     { name: 'a', priority: 0 },
     { name: 'b', priority: 5 },
@@ -70,11 +51,11 @@ it('a one-slot worker runs a backlog by priority, FIFO within a priority, and a 
     delay_ms: 1_500,
   })) as TaskSnapshot;
   const ran: string[] = [];
-  const worker = shortWorker(server.url, queue).register('rec', (data) => {
+  const worker = shortWorker(suite.server.url, queue).register('rec', (data) => {
     ran.push((data as { name: string }).name);
     return null;
   });
-  workers.push(worker);
+  suite.workers.push(worker);
   void worker.run();
   await settled(c, [...ready, delayed.task_id]);
   // The ready tasks, whenever the delayed one came due among them, kept their order.
@@ -84,7 +65,7 @@ it('a one-slot worker runs a backlog by priority, FIFO within a priority, and a 
 
 it('a two-slot worker keeps running unkeyed tasks while a limit-1 key’s backlog waits, and never runs two of that key at once', async () => {
   const queue = 'rev-e2e-keys';
-  const c = client(server.url);
+  const c = client(suite.server.url);
   const keyed = idsOf(
     await c.submitBatch(
       Array.from({ length: 8 }, (_, i) => ({
@@ -105,7 +86,7 @@ it('a two-slot worker keeps running unkeyed tasks while a limit-1 key’s backlo
   let most = 0;
   const keyedStarts: number[] = [];
   const plainEnds: number[] = [];
-  const worker = shortWorker(server.url, queue, { concurrency: 2 })
+  const worker = shortWorker(suite.server.url, queue, { concurrency: 2 })
     .register('keyed', async () => {
       running += 1;
       most = Math.max(most, running);
@@ -118,7 +99,7 @@ it('a two-slot worker keeps running unkeyed tasks while a limit-1 key’s backlo
       plainEnds.push(performance.now());
       return null;
     });
-  workers.push(worker);
+  suite.workers.push(worker);
   void worker.run();
   await settled(c, [...keyed, ...plain]);
   expect(most).toBe(1);

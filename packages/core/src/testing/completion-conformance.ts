@@ -209,6 +209,41 @@ async function dueSubscription(w: CompletionWorld) {
 }
 
 /**
+ * Redelivers generation 1 of `subscription` and asserts the DESIGN §8 rule:
+ * the next generation keeps the event, is due at the request's store time and
+ * has made no attempt; the listing shows the same row.
+ */
+async function redeliverFirstGeneration(
+  w: CompletionWorld,
+  taskId: string,
+  subscription: CompletionSubscription,
+): Promise<CompletionSubscription> {
+  const before = await w.store.now();
+  const next = await w.store.redeliver(w.scope, subscription.id, { generation: 1 });
+  const after = await w.store.now();
+  expect(next).toEqual({
+    ...subscription,
+    state: 'due',
+    generation: 2,
+    attempts: 0,
+    next_attempt_at: next.next_attempt_at,
+  });
+  expect(next.next_attempt_at).toBeGreaterThanOrEqual(before);
+  expect(next.next_attempt_at).toBeLessThanOrEqual(after);
+  expect(await listed(w, taskId, subscription.id)).toEqual(next);
+  return next;
+}
+
+/** Asserts the next lease of `subscription` is generation 2's first try of the same event. */
+async function expectSecondGenerationLeased(
+  w: CompletionWorld,
+  subscription: CompletionSubscription,
+): Promise<void> {
+  const lease = await requireLease(w, subscription.id);
+  expect(lease).toMatchObject({ generation: 2, attempt: 1, event_id: subscription.event_id });
+}
+
+/**
  * One way a task becomes terminal: `prepare` brings a task to just before
  * its terminal transition (the suite subscribes there), `finish` makes it.
  */
@@ -789,23 +824,10 @@ export function runCompletionStoreConformance(
           'conflict',
         );
         await w.advancePast(last.lease_expires_at - 1);
-        const before = await w.store.now();
-        const next = await w.store.redeliver(w.scope, subscription.id, { generation: 1 });
-        const after = await w.store.now();
-        expect(next).toEqual({
-          ...subscription,
-          state: 'due',
-          generation: 2,
-          attempts: 0,
-          next_attempt_at: next.next_attempt_at,
-        });
-        expect(next.next_attempt_at).toBeGreaterThanOrEqual(before);
-        expect(next.next_attempt_at).toBeLessThanOrEqual(after);
-        expect(await listed(w, taskId, subscription.id)).toEqual(next);
+        const next = await redeliverFirstGeneration(w, taskId, subscription);
         // The same request again starts nothing.
         expect(await w.store.redeliver(w.scope, subscription.id, { generation: 1 })).toEqual(next);
-        const lease = await requireLease(w, subscription.id);
-        expect(lease).toMatchObject({ generation: 2, attempt: 1, event_id: subscription.event_id });
+        await expectSecondGenerationLeased(w, subscription);
         // The lost try's sender reports after all: its generation is over, the report is stale.
         expect(await w.store.reportDelivery(report(last, { state: 'delivered' }, 200))).toBe(false);
       });
@@ -823,25 +845,8 @@ export function runCompletionStoreConformance(
       it('naming the delivered generation starts the next one: same event, due now, attempts 0', async () => {
         const w = setup();
         const { taskId, subscription } = await delivered(w);
-        const before = await w.store.now();
-        const next = await w.store.redeliver(w.scope, subscription.id, { generation: 1 });
-        const after = await w.store.now();
-        expect(next).toEqual({
-          ...subscription,
-          state: 'due',
-          generation: 2,
-          attempts: 0,
-          next_attempt_at: next.next_attempt_at,
-        });
-        expect(next.next_attempt_at).toBeGreaterThanOrEqual(before);
-        expect(next.next_attempt_at).toBeLessThanOrEqual(after);
-        expect(await listed(w, taskId, subscription.id)).toEqual(next);
-        const lease = await requireLease(w, subscription.id);
-        expect(lease).toMatchObject({
-          generation: 2,
-          attempt: 1,
-          event_id: subscription.event_id,
-        });
+        await redeliverFirstGeneration(w, taskId, subscription);
+        await expectSecondGenerationLeased(w, subscription);
       });
 
       it('naming the previous generation again answers the subscription unchanged', async () => {
