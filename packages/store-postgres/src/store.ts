@@ -1594,8 +1594,8 @@ class PgTaskStore implements PostgresTaskStore {
    * past it (at most three rounds: contention on one key is bounded by its limit, and the next
    * poll finds the rest). `surplus` is a row the first round locked and the claim leaves
    * unwritten: beyond `need`, or available or submitted only after `now` (the select read store
-   * time, and the commits, a little later than the claim's `now`). `at`: store time after the last key lock was granted (`now`
-   * when no key was taken).
+   * time, and the commits, a little later than the claim's `now`). `at`: store time after the
+   * last key lock was granted (`now` when no key was taken).
    */
   private async claimable(
     tx: Tx,

@@ -125,6 +125,10 @@ export function canonicalRetryPolicy<
  * `data` is required (JSON `null` allowed) and checked for size
  * (SUBMISSION_DATA_MAX_BYTES) and depth by the decoders; `available_at` and
  * `delay_ms` are exclusive; `concurrency_limit` needs `concurrency_key`.
+ * A key's limit is each task's own: a task is claimed only while fewer than
+ * its `concurrency_limit` (default 1) tasks of its key, in its namespace, are
+ * active, so tasks of one key declaring different limits are each held to
+ * theirs (DESIGN §4 is silent; the stores agree on this rule).
  * Optional fields may be omitted or `null`; `null` is normalised away.
  */
 export const SubmitTaskSchema = v.pipe(

@@ -967,6 +967,34 @@ export function runTaskStoreConformance(
           first.event.ldgtaskid,
         );
       });
+
+      it('holds each task of a key to its own limit when the key’s tasks declare different ones', async () => {
+        // DESIGN §4 is silent on a key whose tasks disagree; the rule both stores keep: a task
+        // is claimed only while the key's active count is below that task's own limit.
+        const w = setup();
+        const now = await w.store.now();
+        const mutex = await w.submit({ concurrency_key: 'd', available_at: now - 3_000 });
+        const wide = await w.submit({
+          concurrency_key: 'd',
+          concurrency_limit: 2,
+          available_at: now - 2_000,
+        });
+        const lateMutex = await w.submit({ concurrency_key: 'd', available_at: now - 1_000 });
+        const session = await w.session({ concurrency: 3 });
+        const first = assignmentOf(await w.poll(session, 0, 1));
+        const second = assignmentOf(await w.poll(session, 1, 1));
+        // The wider task runs beside the mutex: one active is below its limit of 2.
+        expect([first.event.ldgtaskid, second.event.ldgtaskid]).toEqual([
+          mutex.task_id,
+          wide.task_id,
+        ]);
+        expect((await w.poll(session, 2, 1)).disposition).toBe('empty');
+        await w.store.settle(settleSuccess(first));
+        // One task of the key still active: the later mutex waits for the key to be empty.
+        expect((await w.poll(session, 2, 2)).disposition).toBe('empty');
+        await w.store.settle(settleSuccess(second));
+        expect(assignmentOf(await w.poll(session, 2, 3)).event.ldgtaskid).toBe(lateMutex.task_id);
+      });
     });
 
     describe('renew (DESIGN §5 Renew, §4.1 sequences)', () => {
