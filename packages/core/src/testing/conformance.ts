@@ -651,6 +651,38 @@ export function runTaskStoreConformance(
         expect((await w.poll(session, 0, 1)).disposition).toBe('empty');
       });
 
+      it('a probe that finds nothing names its queue’s next due time; a recorded empty or a claim names none', async () => {
+        const w = setup();
+        const session = await w.session({ concurrency: 1 });
+        const probe = (sequence: number) =>
+          w.store.acquire(acquireCommand(session, 0, sequence), { recordEmpty: false });
+        expect((await probe(1)).nextDue).toBeUndefined();
+        const now = await w.store.now();
+        await w.submit({ priority: 5, available_at: now + 60_000 });
+        const soon = await w.submit({ priority: -5, available_at: now + 20_000 });
+        // Earlier, but in another queue, another scope: no matter to this poll.
+        await w.submit({ queue: 'elsewhere', available_at: now + 5_000 });
+        await w.store.submit(submitCommand(freshScope(), { available_at: now + 5_000 }));
+        const before = await w.store.now();
+        const parked = await probe(1);
+        const after = await w.store.now();
+        expect(parked.reply.disposition).toBe('empty');
+        expect(parked.recorded).toBe(false);
+        // The earliest across priorities, with the store time it was read at.
+        expect(parked.nextDue?.at).toBe(soon.available_at);
+        expect(parked.nextDue?.observedAt).toBeGreaterThanOrEqual(before);
+        expect(parked.nextDue?.observedAt).toBeLessThanOrEqual(after);
+        const recorded = await w.store.acquire(acquireCommand(session, 0, 1), {
+          recordEmpty: true,
+        });
+        expect(recorded.reply.disposition).toBe('empty');
+        expect(recorded.nextDue).toBeUndefined();
+        await w.advancePast(soon.available_at);
+        const claim = await probe(2);
+        expect(assignmentOf(claim.reply).event.ldgtaskid).toBe(soon.task_id);
+        expect(claim.nextDue).toBeUndefined();
+      });
+
       it('assigns with a fresh authority, the lease and deadlines of DESIGN §5', async () => {
         const w = setup();
         const timeout = 120_000;
