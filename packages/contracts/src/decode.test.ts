@@ -24,6 +24,7 @@ import { ContractError } from './errors.js';
 import {
   COMPLETION_COMMAND_MAX_BYTES,
   CONTROL_REQUEST_MAX_BYTES,
+  DISPATCH_MAX_BYTES,
   JSON_MAX_DEPTH,
   KEY_MAX_BYTES,
   LABEL_KEY_MAX_BYTES,
@@ -433,17 +434,44 @@ describe('worker and completion decoders', () => {
     );
   });
 
+  it('take the widest acquire command a client can write within DISPATCH_MAX_BYTES', () => {
+    // Every name at its byte limit and every character escaped (`\u0061` for `a`, the longest
+    // way to write it): the claim-command limit still holds any acquire a client can send.
+    const escaped = (bytes: number) => '\\u0061'.repeat(bytes);
+    const text = json({
+      scope: { tenant_id: 'T', namespace: 'N' },
+      queue: 'Q',
+      worker_session_id: 'S',
+      consumer_id: MAX_SESSION_CONCURRENCY - 1,
+      sequence: Number.MAX_SAFE_INTEGER,
+    })
+      .replace('"T"', `"${escaped(SCOPE_TEXT_MAX_BYTES)}"`)
+      .replace('"N"', `"${escaped(SCOPE_TEXT_MAX_BYTES)}"`)
+      .replace('"Q"', `"${escaped(NAME_MAX_BYTES)}"`)
+      .replace('"S"', `"${escaped(NAME_MAX_BYTES)}"`);
+    expect(text.length).toBeLessThanOrEqual(DISPATCH_MAX_BYTES);
+    expect(decodeAcquireCommand(text)).toStrictEqual({
+      scope: {
+        tenant_id: 'a'.repeat(SCOPE_TEXT_MAX_BYTES),
+        namespace: 'a'.repeat(SCOPE_TEXT_MAX_BYTES),
+      },
+      queue: 'a'.repeat(NAME_MAX_BYTES),
+      worker_session_id: 'a'.repeat(NAME_MAX_BYTES),
+      consumer_id: MAX_SESSION_CONCURRENCY - 1,
+      sequence: Number.MAX_SAFE_INTEGER,
+    });
+  });
+
   it('enforce their route byte limits before parsing', () => {
     const padded = (value: unknown, size: number) => {
       const text = json(value);
       return `${text}${' '.repeat(size - text.length)}`;
     };
-    expect(decodeAcquireCommand(padded(acquireCommand, CONTROL_REQUEST_MAX_BYTES))).toStrictEqual(
+    expect(decodeAcquireCommand(padded(acquireCommand, DISPATCH_MAX_BYTES))).toStrictEqual(
       acquireCommand,
     );
     expect(
-      errorOf(() => decodeAcquireCommand(padded(acquireCommand, CONTROL_REQUEST_MAX_BYTES + 1)))
-        .code,
+      errorOf(() => decodeAcquireCommand(padded(acquireCommand, DISPATCH_MAX_BYTES + 1))).code,
     ).toBe('payload_too_large');
     expect(
       errorOf(() => decodeRenewCommand(padded(renewCommand, CONTROL_REQUEST_MAX_BYTES + 1))).code,

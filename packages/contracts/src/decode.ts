@@ -20,6 +20,7 @@ import {
   COMMAND_MAX_DEPTH,
   COMPLETION_COMMAND_MAX_BYTES,
   CONTROL_REQUEST_MAX_BYTES,
+  DISPATCH_MAX_BYTES,
   JSON_MAX_DEPTH,
   KEY_MAX_BYTES,
   MAX_SESSION_CONCURRENCY,
@@ -274,9 +275,12 @@ export function decodeOpenSessionCommand(bytes: JsonInput): OpenSessionCommand {
   return parseWith(OpenSessionCommandSchema, decodeJson(bytes, CONTROL_REQUEST_MAX_BYTES));
 }
 
-/** `POST /v1/worker/acquire` (≤ CONTROL_REQUEST_MAX_BYTES). */
+/**
+ * `POST /v1/worker/acquire` (≤ DISPATCH_MAX_BYTES, the seed's claim-command limit: its four
+ * names of at most 128 bytes fit however a client escapes them).
+ */
 export function decodeAcquireCommand(bytes: JsonInput): AcquireCommand {
-  return parseWith(AcquireCommandSchema, decodeJson(bytes, CONTROL_REQUEST_MAX_BYTES));
+  return parseWith(AcquireCommandSchema, decodeJson(bytes, DISPATCH_MAX_BYTES));
 }
 
 /** `POST /v1/worker/renew` (≤ CONTROL_REQUEST_MAX_BYTES). */

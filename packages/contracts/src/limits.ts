@@ -21,7 +21,11 @@ export const SUBMISSION_DATA_MAX_BYTES = 1 * MiB;
 export const SETTLEMENT_MAX_BYTES = 2 * MiB;
 /** Maximum compact JSON encoding of a task's output; mirrors the data limit so results stay cheap to store and return. */
 export const OUTPUT_MAX_BYTES = 1 * MiB;
-/** Complete broker-record/claim-command limit, including JSON whitespace: these envelopes carry identifiers only, never application payloads. */
+/**
+ * Complete broker-record/claim-command limit, including JSON whitespace: these envelopes carry
+ * identifiers only, never application payloads. Bounds the body of `POST /v1/worker/acquire` (the
+ * claim command) and every URI reference (event `source`, `result_ref`).
+ */
 export const DISPATCH_MAX_BYTES = 4 * KiB;
 /** Maximum encoded compact status reply: status carries scheduling metadata only, so it stays small enough to poll cheaply. */
 export const TASK_STATUS_MAX_BYTES = 8 * KiB;
@@ -29,7 +33,7 @@ export const TASK_STATUS_MAX_BYTES = 8 * KiB;
 export const TASK_PAGE_MAX_BYTES = 1 * MiB;
 /** Maximum bytes of an opaque task cursor: it holds a position and a filter fingerprint, nothing a client can grow. */
 export const TASK_CURSOR_MAX_BYTES = 1 * KiB;
-/** Maximum bytes of a worker control request (session, acquire, renew, quiescence): identifiers only. */
+/** Maximum bytes of a worker control request (session, renew, quiescence; acquire has DISPATCH_MAX_BYTES): identifiers only. */
 export const CONTROL_REQUEST_MAX_BYTES = 16 * KiB;
 /** Maximum bytes of a batch request body: 1 000 small commands fit; a batch of huge payloads should be split. */
 export const BATCH_MAX_BYTES = 16 * MiB;

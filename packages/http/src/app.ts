@@ -17,6 +17,7 @@ import {
   CONTROL_REQUEST_MAX_BYTES,
   ContractError,
   type DecodedItem,
+  DISPATCH_MAX_BYTES,
   decodeAcquireBatch,
   decodeAcquireCommand,
   decodeCompletionRetryCommand,
@@ -806,7 +807,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   });
 
   app.post('/v1/worker/acquire', documentRoute('acquire'), async (c) => {
-    const command = decodeAcquireCommand(await requiredBody(c, CONTROL_REQUEST_MAX_BYTES));
+    const command = decodeAcquireCommand(await requiredBody(c, DISPATCH_MAX_BYTES));
     supply(c, command);
     const waitMs = parseWaitMs(queryOf(c, ['wait_ms']).get('wait_ms'), longPollMaxMs);
     authorize(c, command.scope, '$.scope');

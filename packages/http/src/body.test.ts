@@ -1,8 +1,8 @@
 import { gzipSync } from 'node:zlib';
 import {
   BATCH_MAX_BYTES,
-  CONTROL_REQUEST_MAX_BYTES,
   ContractError,
+  DISPATCH_MAX_BYTES,
   SETTLEMENT_MAX_BYTES,
   SUBMISSION_MAX_BYTES,
 } from '@ledgence/contracts';
@@ -197,16 +197,16 @@ describe('route body limits', () => {
       headers: { 'content-type': 'application/json' },
     });
     await expectProblem(big, 'payload_too_large');
-    expect(pulled()).toBeLessThanOrEqual(CONTROL_REQUEST_MAX_BYTES + 2 * CHUNK);
+    expect(pulled()).toBeLessThanOrEqual(DISPATCH_MAX_BYTES + 2 * CHUNK);
     const over = await h.call('/v1/worker/acquire', {
       key: KEYS.worker,
-      body: padded(command, CONTROL_REQUEST_MAX_BYTES + 1),
+      body: padded(command, DISPATCH_MAX_BYTES + 1),
       headers: { 'content-type': 'application/json' },
     });
     await expectProblem(over, 'payload_too_large');
     const exact = await h.call('/v1/worker/acquire', {
       key: KEYS.worker,
-      body: padded(command, CONTROL_REQUEST_MAX_BYTES),
+      body: padded(command, DISPATCH_MAX_BYTES),
       headers: { 'content-type': 'application/json' },
     });
     expect(await expectJson(exact, 200)).toEqual({ disposition: 'empty', sequence: 1 });

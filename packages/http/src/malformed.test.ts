@@ -7,6 +7,7 @@ import {
   BATCH_MAX_BYTES,
   COMPLETION_COMMAND_MAX_BYTES,
   CONTROL_REQUEST_MAX_BYTES,
+  DISPATCH_MAX_BYTES,
   ERROR_CODES,
   MIN_RETENTION_MS,
   SETTLEMENT_MAX_BYTES,
@@ -257,7 +258,7 @@ beforeAll(async () => {
     {
       name: 'acquire',
       path: '/v1/worker/acquire',
-      limit: CONTROL_REQUEST_MAX_BYTES,
+      limit: DISPATCH_MAX_BYTES,
       valid: acquireBody(session, 1, 1),
       required: true,
     },
