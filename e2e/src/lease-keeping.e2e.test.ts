@@ -1,14 +1,17 @@
 /**
- * Lease keeping over the real server (short timings): renewals, dispatch and
- * the SDK's retries of them, driven by a real `Worker` through an HTTP proxy that sees every
- * request and can refuse or hold one back.
+ * Lease keeping over the real server (short timings): renewals, dispatch, settlements and
+ * session extensions, and the SDK's retries of them, driven by a real `Worker` through an HTTP
+ * proxy that sees every request and can refuse or hold one back.
  */
 import { createServer, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { silentLogger } from '@ledgence/worker';
 import { describe, expect, it } from 'vitest';
 import {
   client,
   historyOf,
+  type ProxiedRequest,
+  perAttempt,
   reasons,
   settled,
   shortWorker,
@@ -24,6 +27,28 @@ const suite = workerSuite('lease_keeping_e2e', {
   LEDGENCE_CLEANUP_GRACE_MS: '30000',
 });
 const { workers, proxies } = suite;
+
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+/** Whether `request` is a worker batch of `route` naming `attemptId`. */
+function names(sent: ProxiedRequest, route: string, attemptId: string | null): boolean {
+  return (
+    attemptId !== null &&
+    sent.path.startsWith(`/v1/worker/${route}`) &&
+    sent.body.toString('utf8').includes(attemptId)
+  );
+}
+
+/** Referenced timers of this process: each one alone keeps a process alive. */
+function referencedTimers(): number {
+  return process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+}
 
 describe('lease keeping', () => {
   it('a dispatch renewal refused past the lease local expiry is retried with backoff, not in a hot loop', async () => {
@@ -320,6 +345,97 @@ describe('lease keeping', () => {
     expect(slotsPerPoll[0]).toBe(8);
     await w.stop({ graceMs: 0 });
     await running;
+  });
+
+  it('retries a refused settlement for as long as renewals keep the lease, past its first duration', async () => {
+    // DESIGN §10: a settlement is retried until accepted or definitively rejected, and the
+    // renewals go on meanwhile, so the report lands although it took longer than a lease.
+    const c = client(suite.server.url);
+    const queue = 'lk-settle-kept';
+    const task = await c.submit({ queue, program: 'p', data: null });
+    let refusing: string | null = null;
+    let refused = 0;
+    const proxy = await startHttpProxy(suite.server.url, {
+      refuse: (request) => {
+        if (!names(request, 'settle:batch', refusing)) return false;
+        refused += 1;
+        return true;
+      },
+    });
+    proxies.push(proxy);
+    const w = shortWorker(proxy.url, queue);
+    workers.push(w);
+    w.register('p', (_data, ctx) => {
+      refusing = ctx.attemptId;
+      return 'kept';
+    });
+    const running = w.run();
+    await until(() => refused > 0, 30_000, 'a refused settlement');
+    // Longer than the server's 1 s lease: only the renewals keep it.
+    await sleep(1_500);
+    refusing = null;
+    const [result] = await settled(c, [task.task_id]);
+    await w.stop();
+    await running;
+    expect(result?.outcome).toEqual({ state: 'succeeded', output: 'kept' });
+    expect(result?.status.attempt_count).toBe(1);
+    const accepted = perAttempt(await historyOf(c, task.task_id), 'report_accepted');
+    expect([...accepted.values()]).toEqual([1]);
+  });
+
+  it('a session extension aborted by the drain re-arms no timer while a quiescence confirmation is still awaited', async () => {
+    const c = client(suite.server.url);
+    const queue = 'lk-extend-drain';
+    await c.submit({ queue, program: 'deaf', data: null });
+    let extending = false;
+    let holdConfirmations = true;
+    let confirming = false;
+    const handlerEnded = deferred();
+    const proxy = await startHttpProxy(suite.server.url, {
+      hold: ({ path }) => {
+        if (path.endsWith('/extend')) {
+          extending = true;
+          return new Promise<void>(() => {});
+        }
+        // The `unconfirmed` report is answered once the handler has ended, so its confirmation
+        // goes out at once and is still awaited when the drain aborts the extension.
+        if (path.startsWith('/v1/worker/settle:batch')) return handlerEnded.promise;
+        if (path === '/v1/worker/quiescence' && holdConfirmations) {
+          confirming = true;
+          return new Promise<void>(() => {});
+        }
+        return undefined;
+      },
+    });
+    proxies.push(proxy);
+    const warnings: string[] = [];
+    const w = shortWorker(proxy.url, queue, {
+      sessionExtendIntervalMs: 300,
+      requestTimeoutMs: 60_000,
+      abortGraceMs: 100,
+      logger: { ...silentLogger, warn: (message) => warnings.push(message) },
+    });
+    workers.push(w);
+    let started = false;
+    w.register('deaf', async () => {
+      started = true;
+      // Deaf to its signal: reported `unconfirmed` at the shutdown, confirmed when it ends.
+      await sleep(600);
+      handlerEnded.resolve();
+      return 'late';
+    });
+    const baseline = referencedTimers();
+    const running = w.run();
+    await until(() => started && extending, 30_000, 'the handler running and an extension held');
+    await w.stop({ graceMs: 0 });
+    const left = referencedTimers();
+    holdConfirmations = false;
+    await running;
+    expect(confirming).toBe(true);
+    // The one extension in flight, cut by the drain; none scheduled after it, and no timer of
+    // the worker's left to keep the process alive.
+    expect(warnings.filter((m) => m === 'extending the session failed')).toHaveLength(1);
+    expect(left).toBeLessThanOrEqual(baseline);
   });
 });
 

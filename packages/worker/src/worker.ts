@@ -700,8 +700,11 @@ export class Worker {
   #scheduleExtension(): void {
     clearTimeout(this.#extendTimer);
     // A stopped worker extends nothing: an extension failing after stop() would otherwise arm
-    // a referenced timer of a whole period, keeping the process alive after run() resolved.
-    if (this.#state === 'stopped') return;
+    // a referenced timer of a whole period, keeping the process alive after run() resolved. Nor
+    // does a drain that has aborted extensions: the one it cut fails while the drain still waits
+    // for quiescence confirmations, and each re-armed extension would fail at once, until the
+    // last one's timer outlived run().
+    if (this.#state === 'stopped' || this.#stoppedAbort.signal.aborted) return;
     const delay = extensionDelayMs(this.#extendIntervalMs, this.#sessionValidityMs);
     this.#extendTimer = setTimeout(() => this.#extendSession(), timerDelay(delay));
   }
