@@ -265,7 +265,10 @@ export interface DeliveryReport {
  * redelivery moved on). A stale report changes nothing; at-least-once means
  * the receiver may have seen the event twice, and dedupes by `webhook-id`.
  * A `due` report of the generation's last try (COMPLETION_MAX_ATTEMPTS)
- * exhausts the delivery, so `attempts` never exceeds the limit.
+ * exhausts the delivery, so `attempts` never exceeds the limit. A report of
+ * the last try after its lease ended is stale too: from then on the views
+ * show the delivery exhausted ({@link expireLostTry}), and what they showed
+ * stands.
  */
 export function reportDelivery(
   row: SubscriptionRow,
@@ -275,7 +278,8 @@ export function reportDelivery(
   if (
     row.state !== 'delivering' ||
     row.generation !== report.generation ||
-    row.attempts !== report.attempt
+    row.attempts !== report.attempt ||
+    (deliveringLastTry(row) && deliveryLeasable(row, now))
   ) {
     return undefined;
   }

@@ -275,7 +275,8 @@ export interface DeliveryOutcome {
  * only while it is `delivering` the reported generation's try `attempt`, so a stale report (the
  * lease ran out and another sender took the row, or a redelivery moved on) matches nothing.
  * A `due` report of the generation's last try exhausts the delivery instead (no try beyond
- * COMPLETION_MAX_ATTEMPTS). Returns whether the row changed.
+ * COMPLETION_MAX_ATTEMPTS), and a report of the last try after its lease ended is stale (the
+ * views have shown it exhausted since: core `expireLostTry`). Returns whether the row changed.
  *
  * Lock: the delivery row, by the UPDATE itself; it waits only for another sender's statement on
  * the same row. No task lock. Index: the deliveries' primary key.
@@ -306,6 +307,7 @@ export async function reportDeliveryRow(
     where d.tenant_id = ${outcome.scope.tenant_id} and d.namespace = ${outcome.scope.namespace}
       and d.subscription_id = ${outcome.subscription_id} and d.state = 'delivering'
       and d.generation = ${outcome.generation}::int and d.attempts = ${outcome.attempt}::int
+      and (d.attempts < ${COMPLETION_MAX_ATTEMPTS}::int or d.next_attempt_at > x.now)
     returning 1`;
   return rows.length === 1;
 }

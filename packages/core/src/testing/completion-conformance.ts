@@ -816,6 +816,30 @@ export function runCompletionStoreConformance(
         expect(await listed(w, taskId, subscription.id)).toEqual(view);
       });
 
+      it('a report of it arriving after its lease ended is stale: the exhausted the views showed stands', async () => {
+        const w = setup();
+        const { taskId, subscription, last } = await lastTryLeased(w);
+        await w.advancePast(last.lease_expires_at - 1);
+        const shown = await listed(w, taskId, subscription.id);
+        expect(shown).toMatchObject({
+          state: 'exhausted',
+          last_error: DELIVERY_LEASE_EXPIRED_ERROR,
+        });
+        expect(await w.store.reportDelivery(report(last, { state: 'delivered' }, 200))).toBe(false);
+        expect(await listed(w, taskId, subscription.id)).toEqual(shown);
+      });
+
+      it('a report of it while its lease runs is taken', async () => {
+        const w = setup();
+        const { taskId, subscription, last } = await lastTryLeased(w);
+        expect(await w.store.reportDelivery(report(last, { state: 'delivered' }, 200))).toBe(true);
+        expect(await listed(w, taskId, subscription.id)).toMatchObject({
+          state: 'delivered',
+          attempts: COMPLETION_MAX_ATTEMPTS,
+          last_status_code: 200,
+        });
+      });
+
       it('is 409 to redeliver while its lease runs; once it ended, redelivery starts the next generation', async () => {
         const w = setup();
         const { taskId, subscription, last } = await lastTryLeased(w);
