@@ -89,6 +89,11 @@ beforeAll(async () => {
     union all
     select 'acme', 'live_' || (g % 100), 'ses_live_' || g, 'q', 1, g, 9e15::bigint
     from generate_series(1, 20000) as g`;
+  // A key per user or entity: 20 000 idle concurrency-key rows, which retention's collection
+  // must probe by key for the keys of the tasks it removes.
+  await sql`
+    insert into concurrency_keys (tenant_id, namespace, concurrency_key, active)
+    select 'acme', 'prod', 'key_' || g, 0 from generate_series(1, 20000) as g`;
   // DESIGN §7.1: ANALYZE after bulk loads, where the planner would otherwise guess.
   await sql`analyze`;
   const client = postgres(db.url, {
@@ -556,5 +561,8 @@ describe('EXPLAIN of the hot statements', () => {
     const collection = await plans(/with victims as/);
     expect(collection).toMatch(/tasks_pkey|Index Scan using tasks_/);
     expect(collection).toMatch(/worker_sessions_retention/);
+    // The victims' idle key rows are found by primary key, one probe per key.
+    expect(collection).toMatch(/Index (Only )?Scan using concurrency_keys_\w+ on concurrency_keys/);
+    expect(collection).not.toMatch(/Seq Scan on concurrency_keys/);
   });
 });

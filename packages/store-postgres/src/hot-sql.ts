@@ -390,7 +390,12 @@ export async function takeConcurrencySlot(
 /**
  * {@link takeConcurrencySlot} for a key ordered below one the transaction holds: the key's row is
  * taken only if no other transaction holds it (`SKIP LOCKED`), so the claim never waits on it and
- * cannot close a deadlock cycle. Not taken when the row is busy, absent, or at `limit`.
+ * cannot close a deadlock cycle. Not taken when the row is busy or at `limit`. A row this
+ * statement's snapshot does not show (retention deletes idle keys' rows while queued tasks of the
+ * key may remain) is created holding the claim; `on conflict do nothing` makes a row committed
+ * since then a refusal, for a later poll. The one wait left: a concurrent first claim of the same
+ * absent key, uncommitted — a cycle only if that claim then waits for a key this one holds, which
+ * PostgreSQL breaks by aborting one (the grouped poll is then answered alone).
  */
 export async function takeConcurrencySlotNoWait(
   tx: Tx,
@@ -409,9 +414,17 @@ export async function takeConcurrencySlotNoWait(
       where k.tenant_id = f.tenant_id and k.namespace = f.namespace
         and k.concurrency_key = f.concurrency_key and k.active < ${limit}
       returning 1
+    ), created as (
+      insert into concurrency_keys (tenant_id, namespace, concurrency_key, active)
+      select ${scope.tenant_id}, ${scope.namespace}, ${key}, 1
+      where not exists (select 1 from concurrency_keys k
+        where k.tenant_id = ${scope.tenant_id} and k.namespace = ${scope.namespace}
+          and k.concurrency_key = ${key})
+      on conflict do nothing
+      returning 1
     )
-    select count(*)::int as taken, (extract(epoch from clock_timestamp()) * 1000)::bigint as now
-    from taken`;
+    select ((select count(*) from taken) + (select count(*) from created))::int as taken,
+      (extract(epoch from clock_timestamp()) * 1000)::bigint as now`;
   return { taken: num(row?.taken) === 1, now: num(row?.now) };
 }
 

@@ -255,6 +255,8 @@ export interface CollectedCounts {
   history: number;
   subscriptions: number;
   sessions: number;
+  /** Concurrency-key rows of the removed tasks' keys that no task held any more. */
+  keys: number;
 }
 
 /**
@@ -320,6 +322,13 @@ export async function lockRetiredTasks(
  *   let the planner hash-join against a sequential scan of the whole table. Lock: rows of
  *   tasks this transaction holds; every writer of them takes the task lock first, and a
  *   finished delivery is never locked by a sender (it leases only due/delivering rows).
+ * - `idle_keys`: the victims' concurrency keys that no task holds (`active = 0`), `FOR UPDATE
+ *   SKIP LOCKED` — a key a claim or settle holds is left for a later collection, never waited
+ *   for — and deleted, so a namespace's key rows stay as many as its keys still in use (one
+ *   key per user or entity would otherwise grow the table for ever). A queued task of a deleted
+ *   key is unaffected: a claim's upsert creates the row again (`takeConcurrencySlot`, and
+ *   `takeConcurrencySlotNoWait` for a key that is absent), and the claim select reads a missing
+ *   row as a free key. Index: the concurrency_keys primary key.
  * - `expired`: up to `limit` sessions of the namespace that expired before `cutoff`, oldest
  *   first, `FOR UPDATE SKIP LOCKED`, with their consumer cursors. Index:
  *   `worker_sessions_retention`, then the consumer_cursors primary key.
@@ -334,7 +343,7 @@ export async function collectRetiredRows(
   const { tenant_id: tenant, namespace } = scope;
   const [row] = await tx`
     with victims as (
-      select t.task_id from tasks t
+      select t.task_id, t.concurrency_key from tasks t
       where t.tenant_id = ${tenant} and t.namespace = ${namespace}
         and t.task_id = any(${locked as string[]}::text[])
         and ${unprotected(tx, cutoff)}
@@ -372,6 +381,19 @@ export async function collectRetiredRows(
       where t.tenant_id = ${tenant} and t.namespace = ${namespace}
         and t.task_id = any((select task_ids from ids)::text[])
       returning 1
+    ), idle_keys as (
+      select k.concurrency_key from concurrency_keys k
+      where k.tenant_id = ${tenant} and k.namespace = ${namespace}
+        and k.concurrency_key = any((select coalesce(array_agg(distinct v.concurrency_key), '{}')
+          from victims v where v.concurrency_key is not null)::text[])
+        and k.active = 0
+      for update of k skip locked
+    ), keys_gone as (
+      delete from concurrency_keys k
+      where k.tenant_id = ${tenant} and k.namespace = ${namespace}
+        and k.concurrency_key = any((select coalesce(array_agg(concurrency_key), '{}')
+          from idle_keys)::text[])
+      returning 1
     ), expired as (
       select coalesce(array_agg(session_id), '{}') as session_ids from (
         select w.session_id from worker_sessions w
@@ -399,7 +421,8 @@ export async function collectRetiredRows(
       (select count(*) from deliveries_gone)::int as deliveries,
       (select count(*) from subscriptions_gone)::int as subscriptions,
       (select count(*) from sessions_gone)::int as sessions,
-      (select count(*) from cursors_gone)::int as cursors`;
+      (select count(*) from cursors_gone)::int as cursors,
+      (select count(*) from keys_gone)::int as keys`;
   const counts = row as DbRow | undefined;
   return {
     tasks: num(counts?.tasks),
@@ -407,5 +430,6 @@ export async function collectRetiredRows(
     history: num(counts?.history),
     subscriptions: num(counts?.subscriptions),
     sessions: num(counts?.sessions),
+    keys: num(counts?.keys),
   };
 }
