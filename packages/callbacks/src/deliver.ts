@@ -239,6 +239,13 @@ export async function deliverEvent(options: DeliverEventOptions): Promise<Delive
     req.on('response', (res: IncomingMessage) =>
       onResponse(res, now(), { settle, end, finish, fail }),
     );
+    // A 101 with Upgrade headers comes here, not as a response. Unheard, Node drops the socket
+    // without an error and the try would wait out its whole deadline as a timeout. Handed
+    // over, the socket is ours (the agent let go of it): close it and decide by the status.
+    req.on('upgrade', (res: IncomingMessage, socket: Socket) => {
+      socket.destroy();
+      onResponse(res, now(), { settle, end, finish, fail });
+    });
     req.end(event.body);
   });
 }

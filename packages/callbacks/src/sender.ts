@@ -13,6 +13,7 @@
  * again later — unless it was the generation's last try, which ends
  * `exhausted` as after a crash (the core counts it all the same).
  */
+import { setMaxListeners } from 'node:events';
 import {
   buildCompletionEvent,
   COMPLETION_LEASE_MS,
@@ -231,8 +232,10 @@ export interface CompletionSender {
   /**
    * Stops leasing at once and resolves once every in-flight try has finished
    * (each is bounded by its destination's timeout, or ended by
-   * `options.signal`) and been reported. Safe to call more than once; every
-   * call resolves together, and any call's signal aborts the tries.
+   * `options.signal`) and been reported; the drain of a delivered 2xx's body
+   * still going on then is ended, so no try's socket or timer outlives it.
+   * Safe to call more than once; every call resolves together, and any
+   * call's signal aborts the tries.
    */
   stop(options?: CompletionSenderStopOptions): Promise<void>;
   /**
@@ -293,8 +296,12 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
 
   const inFlight = new Set<Promise<DeliveryRecord>>();
   const leasing = new Set<Promise<unknown>>();
-  // Aborted by a stop() signal: every try, in flight or still to start, ends as `aborted`.
+  // Aborted by a stop() signal (every try, in flight or still to start, ends as `aborted`), and
+  // once stop() has every try reported (only 2xx drains are left to end then).
   const tries = new AbortController();
+  // Every try in flight listens here and stops listening when it ends: a full window (and any
+  // overlapping runOnce) is no leak, so Node's warning past 10 listeners would only mislead.
+  setMaxListeners(0, tries.signal);
   const abortTries = (): void => tries.abort();
   let loop: Promise<void> | undefined;
   let stopping = false;
@@ -550,6 +557,10 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
         while (leasing.size + inFlight.size > 0) {
           await Promise.allSettled([...leasing, ...inFlight]);
         }
+        // Every try is decided and reported, but a delivered 2xx may still be draining its body
+        // (for keep-alive), holding a socket and a ref'd deadline timer for up to the
+        // destination's timeout; the sender will send nothing more, so end those drains now.
+        abortTries();
       })();
       if (signal !== undefined) {
         void stopped.then(() => signal.removeEventListener('abort', abortTries));
