@@ -227,11 +227,14 @@ export class Client {
     // not tell whether its commit happened) is sent again with its key, like a whole request
     // that failed: the caller never saw a generated key, so only this call can retry it safely.
     let pending = commands.map((_, k) => k);
+    // Each command encoded once, so the items sent again carry the bytes of their first send
+    // (see `#call`); an array's JSON is its elements' joined by commas.
+    const texts = commands.map((command) => JSON.stringify(command));
     for (let failures = 0; ; failures++) {
       const request = this.#call({
         method: 'POST',
         path: `${this.#scopePath}/tasks:batch`,
-        body: { commands: pending.map((k) => commands[k] as SubmitCommand) },
+        bodyText: `{"commands":[${pending.map((k) => texts[k]).join(',')}]}`,
         schema: SubmitBatchReplySchema,
         maxBytes: REPLY_LIMITS.batch,
         signal: options.signal,
@@ -499,11 +502,18 @@ export class Client {
     return validateSubmitCommand(command, path);
   }
 
-  /** One request, retried on transport failures and `unavailable`. */
+  /**
+   * One request, retried on transport failures and `unavailable`. Its body is encoded once, at
+   * the call: a retry sends the first send's bytes even if the caller changed its objects (a
+   * submission's `data`) meanwhile, since other bytes under the same idempotency key are a
+   * `409 conflict`, or a task with data the caller never submitted.
+   */
   async #call<S extends ReplySchema>(spec: RequestSpec<S>): Promise<ReplyOf<S>> {
+    const request: RequestSpec<S> =
+      spec.body === undefined ? spec : { bodyText: JSON.stringify(spec.body), ...spec };
     for (let failures = 0; ; failures++) {
       try {
-        return (await this.#http.request(spec)).body;
+        return (await this.#http.request(request)).body;
       } catch (error) {
         if (failures >= this.#retries || !isRetryable(error) || spec.signal?.aborted) throw error;
         const delay = backoffDelay(failures + 1, this.#backoff);

@@ -40,7 +40,10 @@ export type ReplyOf<S extends ReplySchema> = ReturnType<typeof parseWith<S>>;
 
 /** Connection settings shared by the client and the worker. */
 export interface HttpOptions {
-  /** The server's base URL, e.g. `http://127.0.0.1:8080`. */
+  /**
+   * The server's base URL, e.g. `http://127.0.0.1:8080`: a path prefix may follow, a query or a
+   * fragment may not.
+   */
   url: string;
   /**
    * The API key, sent as `Authorization: Bearer <key>`; absent in development mode. Printable
@@ -120,6 +123,11 @@ export interface RequestSpec<S extends ReplySchema> {
   query?: Query | (() => Query);
   /** A JSON body; `undefined` sends none. */
   body?: unknown;
+  /**
+   * The body already encoded as JSON text, sent as it is in place of `body`: a caller that sends
+   * a request again (a retry) passes the text of its first send, so the bytes cannot change.
+   */
+  bodyText?: string | undefined;
   /** The schema of a successful reply. */
   schema: S;
   /** The largest reply body accepted. */
@@ -264,6 +272,14 @@ export class HttpTransport {
         'url must not contain credentials (user:password@): they are not sent; pass an apiKey instead',
       );
     }
+    // Every route is appended to the base: after a query or a fragment (a `?` or `#` even with
+    // nothing after it), it lands in them and each request reaches `/`, answered `not_found`
+    // as if the scope did not exist.
+    if (/[?#]/.test(options.url)) {
+      throw new TypeError(
+        'url must not carry a query string or fragment: routes are appended to it (a path prefix is fine)',
+      );
+    }
     this.#base = options.url.replace(/\/+$/, '');
     const timeoutMs = options.requestTimeoutMs ?? CONTROL_REQUEST_TIMEOUT_MS;
     if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) {
@@ -312,11 +328,8 @@ export class HttpTransport {
     const url = urlNow();
     const headers: Record<string, string> = { accept: 'application/json' };
     if (this.#apiKey !== undefined) headers.authorization = `Bearer ${this.#apiKey}`;
-    let body: string | undefined;
-    if (spec.body !== undefined) {
-      body = JSON.stringify(spec.body);
-      headers['content-type'] = 'application/json';
-    }
+    const body = spec.bodyText ?? (spec.body === undefined ? undefined : JSON.stringify(spec.body));
+    if (body !== undefined) headers['content-type'] = 'application/json';
     const okStatus = spec.okStatus ?? [200];
     const timeoutMs = timerDelay(this.requestTimeoutMs + (spec.extraTimeoutMs ?? 0));
     let reply: WireReply;

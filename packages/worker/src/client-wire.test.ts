@@ -1,0 +1,336 @@
+/**
+ * The `Client` against small local `node:http` servers: what a retried submission sends again,
+ * how replies that are not the contract's (gateway pages, empty or cut bodies) are reported, and
+ * that the API key stays out of every error and log line.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { CONTROL_REQUEST_TIMEOUT_MS, ContractError, LedgenceError } from '@ledgence/contracts';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Client } from './client.js';
+import { ProblemError, ProtocolError, TransportError } from './errors.js';
+import { HttpTransport } from './http.js';
+import type { LogFields } from './logger.js';
+import { silentLogger } from './logger.js';
+
+const servers: Server[] = [];
+const sockets = new Set<Socket>();
+afterEach(async () => {
+  for (const socket of sockets) socket.destroy();
+  sockets.clear();
+  await Promise.all(
+    servers.splice(0).map(
+      (server) =>
+        new Promise<void>((resolve) => {
+          server.closeAllConnections();
+          server.close(() => resolve());
+        }),
+    ),
+  );
+});
+
+type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
+
+/** A local server calling `handler` with each request's whole body. */
+async function httpServer(handler: Handler): Promise<string> {
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => handler(req, res, Buffer.concat(chunks).toString()));
+  });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+function clientOf(url: string, extra: Partial<ConstructorParameters<typeof Client>[0]> = {}) {
+  return new Client({
+    url,
+    tenant: 'acme',
+    namespace: 'prod',
+    logger: silentLogger,
+    backoff: { baseMs: 5, maxMs: 10 },
+    ...extra,
+  });
+}
+
+const unavailable = JSON.stringify({
+  type: 'https://ledgence.dev/problems/unavailable',
+  title: 'Service unavailable',
+  status: 503,
+  code: 'unavailable',
+  detail: 'The service is temporarily unavailable; retry later.',
+});
+
+interface SentCommand {
+  idempotency_key: string;
+  input: Record<string, unknown>;
+}
+
+function snapshotOf(command: SentCommand, n: number) {
+  return {
+    task_id: `tsk_${n}`,
+    run_id: `run_${n}`,
+    idempotency_key: command.idempotency_key,
+    input: command.input,
+    descriptor: command.input.program,
+    origin_trace: null,
+    state: 'queued',
+    submitted_at: 1,
+    available_at: 1,
+    terminal_at: null,
+    current_attempt_id: null,
+    attempt_count: 0,
+    cancel_requested_at: null,
+  };
+}
+
+describe('Client retries send the bytes of the first send', () => {
+  it("a submit retried after `unavailable` carries the data as it was when submit() was called, not the caller's later change", async () => {
+    const bodies: string[] = [];
+    const url = await httpServer((_req, res, body) => {
+      bodies.push(body);
+      if (bodies.length === 1) {
+        // The commit's outcome is unknown: the first command may be recorded as sent.
+        res.writeHead(503, { 'content-type': 'application/problem+json' });
+        res.end(unavailable);
+        return;
+      }
+      res.writeHead(201, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(snapshotOf(JSON.parse(body) as SentCommand, 1)));
+    });
+    const data = { to: 'ada@example.com' };
+    const pending = clientOf(url).submit({ queue: 'q', program: 'p', data });
+    // The caller reuses its object for the next message while the call is still retrying. Had
+    // the first command committed, the server would answer the changed bytes under the same key
+    // with 409 conflict (or, if it had not, store a task the caller never submitted).
+    data.to = 'grace@example.com';
+    const task = await pending;
+    expect(bodies).toHaveLength(2);
+    expect(bodies[1]).toBe(bodies[0]);
+    expect(task.input.data).toEqual({ to: 'ada@example.com' });
+  });
+
+  it('a batch entry sent again after `unavailable` carries its data as it was when submitBatch() was called', async () => {
+    const bodies: { commands: SentCommand[] }[] = [];
+    const url = await httpServer((_req, res, body) => {
+      const request = JSON.parse(body) as { commands: SentCommand[] };
+      bodies.push(request);
+      const results = request.commands.map((command, i) =>
+        bodies.length === 1 ? JSON.parse(unavailable) : snapshotOf(command, i),
+      );
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ results }));
+    });
+    const data = { n: 1 };
+    const pending = clientOf(url).submitBatch([{ queue: 'q', program: 'p', data }]);
+    data.n = 2;
+    const [answer] = await pending;
+    expect(bodies).toHaveLength(2);
+    expect(bodies[1]?.commands).toEqual(bodies[0]?.commands);
+    expect(answer).toMatchObject({ input: { data: { n: 1 } } });
+  });
+
+  it('a submit whose connection dropped before any reply is sent again with the same key and takes the replayed task', async () => {
+    const keys: string[] = [];
+    const url = await httpServer((req, res, body) => {
+      const command = JSON.parse(body) as SentCommand;
+      keys.push(command.idempotency_key);
+      if (keys.length === 1) {
+        req.socket.destroy();
+        return;
+      }
+      // The first one committed: the replay answers 200 with the same task.
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(snapshotOf(command, 7)));
+    });
+    const task = await clientOf(url).submit({ queue: 'q', program: 'p' });
+    expect(keys).toHaveLength(2);
+    expect(keys[1]).toBe(keys[0]);
+    expect(task).toMatchObject({ task_id: 'tsk_7', idempotency_key: keys[0] });
+  });
+});
+
+describe('Client replies that are not the contract', () => {
+  // status, content type, body (or `cut`: a content-length the server never fills), expected.
+  const cases: [
+    string,
+    number,
+    string,
+    string | 'cut',
+    typeof TransportError | typeof ProtocolError,
+  ][] = [
+    ['an HTML 502 from a proxy', 502, 'text/html', '<html>Bad Gateway</html>', TransportError],
+    ['an empty 502', 502, 'text/plain', '', TransportError],
+    [
+      'a truncated 503 problem',
+      503,
+      'application/problem+json',
+      '{"type":"x","sta',
+      TransportError,
+    ],
+    [
+      'a truncated 409 problem',
+      409,
+      'application/problem+json',
+      '{"type":"https://',
+      ProtocolError,
+    ],
+    ['an HTML 404 from a proxy', 404, 'text/html', '<h1>Not Found</h1>', ProtocolError],
+    ['an empty 401', 401, 'application/json', '', ProtocolError],
+    ['an empty 200', 200, 'application/json', '', ProtocolError],
+    ['a truncated 200', 200, 'application/json', '{"task_id":"tsk_1","st', ProtocolError],
+    ['an HTML 200', 200, 'text/html', '<html>login</html>', ProtocolError],
+    ['a 200 cut short by the connection', 200, 'application/json', 'cut', TransportError],
+  ];
+  it.each(cases)(
+    '%s is a typed error naming the status, never a SyntaxError',
+    async (_, status, type, body, expected) => {
+      const url = await httpServer((req, res) => {
+        if (body === 'cut') {
+          res.writeHead(status, { 'content-type': type, 'content-length': '100' });
+          res.write('{"task_id":');
+          setImmediate(() => req.socket.destroy());
+          return;
+        }
+        res.writeHead(status, { 'content-type': type });
+        res.end(body);
+      });
+      for (const fetch of [
+        undefined,
+        ((input, init) => globalThis.fetch(input, init)) as typeof globalThis.fetch,
+      ]) {
+        const error = await clientOf(url, { retries: 0, fetch })
+          .status('tsk_1')
+          .catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(expected);
+        expect(error).not.toBeInstanceOf(SyntaxError);
+        expect(error).toBeInstanceOf(LedgenceError);
+        expect((error as { retryable: boolean }).retryable).toBe(expected === TransportError);
+        if (body !== 'cut') expect((error as { status?: number }).status).toBe(status);
+        // A failed status is named in the message; a 200 says what is wrong with its body.
+        if (status !== 200) expect((error as Error).message).toContain(String(status));
+      }
+    },
+  );
+});
+
+describe('Client timeouts', () => {
+  it('uses CONTROL_REQUEST_TIMEOUT_MS by default', () => {
+    expect(new HttpTransport({ url: 'http://127.0.0.1:1' }).requestTimeoutMs).toBe(
+      CONTROL_REQUEST_TIMEOUT_MS,
+    );
+  });
+
+  it('a reply that trickles in past the timeout is a retryable timeout, not a wait without end', async () => {
+    const url = await httpServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      const drip = setInterval(() => res.write(' '), 20);
+      res.on('close', () => clearInterval(drip));
+    });
+    const error = await clientOf(url, { retries: 0, requestTimeoutMs: 150 })
+      .status('tsk_1')
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(TransportError);
+    expect(error).toMatchObject({ reason: 'timeout', retryable: true });
+  });
+});
+
+describe('the API key', () => {
+  it('appears in no error message, cause or log line, whatever the failure', async () => {
+    const key = 'review-secret-key-0123456789';
+    const lines: string[] = [];
+    const log = (message: string, fields?: LogFields) =>
+      void lines.push(`${message} ${JSON.stringify(fields ?? {})}`);
+    const logger = { debug: log, info: log, warn: log, error: log };
+    const gateway = await httpServer((_req, res) => {
+      res.writeHead(502, { 'content-type': 'text/html' });
+      res.end('<html>Bad Gateway</html>');
+    });
+    const unauthorized = await httpServer((_req, res) => {
+      res.writeHead(401, { 'content-type': 'application/problem+json' });
+      res.end(
+        JSON.stringify({
+          type: 'https://ledgence.dev/problems/unauthorized',
+          title: 'Unauthorized',
+          status: 401,
+          code: 'unauthorized',
+          detail: 'A valid API key is required: send Authorization: Bearer <key>.',
+        }),
+      );
+    });
+    const dropping = await httpServer((req) => req.socket.destroy());
+    const silent = await httpServer(() => {});
+    const errors: unknown[] = [];
+    for (const url of [gateway, unauthorized, dropping, silent, 'http://127.0.0.1:1']) {
+      const c = clientOf(url, { apiKey: key, logger, retries: 1, requestTimeoutMs: 100 });
+      errors.push(await c.submit({ queue: 'q', program: 'p' }).catch((e: unknown) => e));
+    }
+    const text = (value: unknown, depth = 0): string => {
+      if (!(value instanceof Error) || depth > 4) return String(value);
+      return `${value.name} ${value.message} ${value.stack} ${JSON.stringify(value)} ${text(value.cause, depth + 1)}`;
+    };
+    expect(errors.every((e) => e instanceof LedgenceError)).toBe(true);
+    expect(lines.length).toBeGreaterThan(0);
+    for (const said of [...errors.map((e) => text(e)), ...lines]) expect(said).not.toContain(key);
+  });
+});
+
+describe('typed errors across copies of @ledgence/worker', () => {
+  it('answer instanceof for an error made by a separately loaded copy of the module', async () => {
+    // A query string makes the loader evaluate a second, independent copy of errors.ts.
+    // @ts-expect-error: TypeScript cannot resolve a query string; the loader can.
+    const copy = (await import('./errors.js?second-copy')) as typeof import('./errors.js');
+    expect(copy.ProblemError).not.toBe(ProblemError);
+    const foreign = new copy.ProblemError(JSON.parse(unavailable));
+    expect(foreign instanceof ProblemError).toBe(true);
+    expect(foreign instanceof ContractError).toBe(true);
+    expect(foreign instanceof TransportError).toBe(false);
+    expect(new copy.TransportError('x', { reason: 'network' }) instanceof TransportError).toBe(
+      true,
+    );
+    expect(new TransportError('x', { reason: 'network' }) instanceof copy.ProtocolError).toBe(
+      false,
+    );
+    expect(foreign).toMatchObject({ code: 'unavailable', retryable: true });
+  });
+});
+
+describe('the base URL', () => {
+  it('with a query string or fragment is refused at construction: every route would be appended to it and miss', async () => {
+    const paths: string[] = [];
+    const url = await httpServer((req, res) => {
+      paths.push(req.url ?? '');
+      res.writeHead(404, { 'content-type': 'application/problem+json' });
+      res.end(
+        JSON.stringify({
+          type: 'https://ledgence.dev/problems/not_found',
+          title: 'Not found',
+          status: 404,
+          code: 'not_found',
+          detail: 'The resource was not found.',
+        }),
+      );
+    });
+    for (const base of [`${url}/?tenant=acme`, `${url}/#prod`, `${url}?`]) {
+      // Sent, `{base}/v1/tenants/…` reached `/` (the route in the query, or in a fragment that is
+      // never sent): a submit was answered not_found, as if the task's scope did not exist.
+      const built = (() => {
+        try {
+          return clientOf(base, { retries: 0 });
+        } catch (error) {
+          return error;
+        }
+      })();
+      if (built instanceof Client) await built.submit({ queue: 'q', program: 'p' }).catch(() => {});
+      expect(built).toBeInstanceOf(TypeError);
+      expect((built as Error).message).toMatch(/^url must not carry a query string or fragment/);
+    }
+    expect(paths).toEqual([]);
+    expect(() => clientOf(`${url}/ledgence/`)).not.toThrow();
+  });
+});
