@@ -16,7 +16,6 @@ import {
   ContractError,
   canonicalJson,
   DISPATCH_MAX_BYTES,
-  type ErrorCode,
   MAX_COMPLETION_SUBSCRIPTIONS,
   NAME_MAX_BYTES,
   parseWith,
@@ -34,13 +33,11 @@ import {
 } from '@ledgence/contracts';
 import { submitCommandWithStatusBytes } from '@ledgence/core/testing';
 import { describe, expect, it } from 'vitest';
-import { expectJson, expectProblem } from './testdata/expect.js';
+import { expectJson, expectProblem, refusedUnchanged } from './testdata/expect.js';
 import {
-  ACME_DEV,
   ACME_PROD,
   createHarness,
   deliverDue,
-  GLOBEX_PROD,
   type Harness,
   KEYS,
   redeliverPath,
@@ -51,19 +48,7 @@ import {
   subscriptionsPath,
 } from './testdata/harness.js';
 
-const SCOPES: readonly Scope[] = [ACME_PROD, ACME_DEV, GLOBEX_PROD];
 const tasksPath = `${scopePath(ACME_PROD)}/tasks`;
-
-/** Runs `request` and asserts it was refused with `code` and changed nothing the store holds. */
-async function refusedUnchanged(
-  h: Harness,
-  request: () => Promise<Response>,
-  code: ErrorCode,
-): Promise<void> {
-  const before = await h.dump(SCOPES);
-  await expectProblem(await request(), code);
-  expect(await h.dump(SCOPES)).toBe(before);
-}
 
 function list(h: Harness, query: string): Promise<Response> {
   return h.call(`${tasksPath}?${query}`, { key: KEYS.client });

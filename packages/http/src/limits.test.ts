@@ -33,7 +33,6 @@ import {
   PRIORITY_MIN,
   RETRY_MAX_DELAY_MS,
   SCOPE_TEXT_MAX_BYTES,
-  type Scope,
   SUBMISSION_DATA_MAX_BYTES,
   TASK_CURSOR_MAX_BYTES,
   TASK_LIST_DEFAULT_LIMIT,
@@ -43,14 +42,12 @@ import {
   TRACESTATE_MAX_BYTES,
 } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
-import { expectJson, expectProblem } from './testdata/expect.js';
+import { expectJson, expectProblem, refusedUnchanged } from './testdata/expect.js';
 import {
-  ACME_DEV,
   ACME_PROD,
   acquireBody,
   assignTask,
   createHarness,
-  GLOBEX_PROD,
   type Harness,
   KEYS,
   openSession,
@@ -65,7 +62,6 @@ import {
 } from './testdata/harness.js';
 
 const JSON_HEADERS = { 'content-type': 'application/json' };
-const SCOPES: readonly Scope[] = [ACME_PROD, ACME_DEV, GLOBEX_PROD];
 
 /** `json` padded with trailing spaces to exactly `size` bytes. */
 function padded(json: unknown, size: number): string {
@@ -78,17 +74,6 @@ function padded(json: unknown, size: number): string {
 /** Text of exactly `bytes` UTF-8 bytes, multi-byte where it can be (é is 2 bytes). */
 function utf8Text(bytes: number): string {
   return 'é'.repeat(Math.floor(bytes / 2)) + 'x'.repeat(bytes % 2);
-}
-
-/** Runs `request` and asserts it was refused with `code` and changed nothing the store holds. */
-async function refusedUnchanged(
-  h: Harness,
-  request: () => Promise<Response>,
-  code: ErrorCode,
-): Promise<void> {
-  const before = await h.dump(SCOPES);
-  await expectProblem(await request(), code);
-  expect(await h.dump(SCOPES)).toBe(before);
 }
 
 const tasksPath = `${scopePath(ACME_PROD)}/tasks`;

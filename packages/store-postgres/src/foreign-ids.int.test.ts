@@ -29,6 +29,7 @@ import {
   harness,
   renewCommand,
   SCOPE,
+  SCOPED_TABLES,
   submitCommand,
   successCommand,
 } from './testdata/fixtures.js';
@@ -44,19 +45,6 @@ const LONG = lifecycleConfig({
   cleanupGraceMs: 600_000,
   sessionValidityMs: 600_000,
 });
-
-const TABLES = [
-  'tasks',
-  'task_payloads',
-  'attempts',
-  'worker_sessions',
-  'consumer_cursors',
-  'task_history',
-  'concurrency_keys',
-  'completion_subscriptions',
-  'completion_deliveries',
-  'retention_policies',
-] as const;
 
 /** The ids a caller names: the victim's real ones, or ones that exist nowhere. */
 interface Ids {
@@ -178,7 +166,7 @@ afterAll(() => h?.close());
 /** Every row of every table, of every scope, as text (exact comparison). */
 async function dumpAll(): Promise<Record<string, string[]>> {
   const out: Record<string, string[]> = {};
-  for (const table of TABLES) {
+  for (const table of SCOPED_TABLES) {
     const rows = await h.sql.unsafe(`select to_jsonb(x)::text as r from ${table} x order by 1`);
     out[table] = rows.map((row) => String(row.r));
   }
@@ -332,7 +320,7 @@ describe('retention of another scope', () => {
     }
     const victimRows = async () => {
       const out: Record<string, string[]> = {};
-      for (const table of TABLES) {
+      for (const table of SCOPED_TABLES) {
         const rows = await h.sql.unsafe(
           `select to_jsonb(x)::text as r from ${table} x
            where tenant_id = $1 and namespace = $2 order by 1`,

@@ -18,6 +18,7 @@ import {
   harness,
   renewCommand,
   SCOPE,
+  SCOPED_TABLES,
   submitCommand,
   successCommand,
 } from './testdata/fixtures.js';
@@ -27,19 +28,6 @@ const OTHER_TENANT: Scope = { tenant_id: 'beta', namespace: SCOPE.namespace };
 const OTHER_NAMESPACE: Scope = { tenant_id: SCOPE.tenant_id, namespace: 'stage' };
 const COPIES = [OTHER_TENANT, OTHER_NAMESPACE];
 
-const TABLES = [
-  'tasks',
-  'task_payloads',
-  'attempts',
-  'worker_sessions',
-  'consumer_cursors',
-  'task_history',
-  'concurrency_keys',
-  'completion_subscriptions',
-  'completion_deliveries',
-  'retention_policies',
-] as const;
-
 let h: Harness;
 beforeAll(async () => {
   h = await harness('scope_collision');
@@ -48,7 +36,7 @@ afterAll(() => h.close());
 
 /** Copies every row of `from` into `to`, keeping every id, and marks the copy's payloads. */
 async function copyScope(from: Scope, to: Scope): Promise<void> {
-  for (const table of TABLES) {
+  for (const table of SCOPED_TABLES) {
     await h.sql.unsafe(
       `insert into ${table}
        select (jsonb_populate_record(null::${table},
@@ -84,7 +72,7 @@ async function copyScope(from: Scope, to: Scope): Promise<void> {
 /** Every row of a scope, table by table, as text (exact comparison). */
 async function dump(scope: Scope): Promise<Record<string, string[]>> {
   const out: Record<string, string[]> = {};
-  for (const table of TABLES) {
+  for (const table of SCOPED_TABLES) {
     const rows = await h.sql.unsafe(
       `select to_jsonb(x)::text as r from ${table} x
        where tenant_id = $1 and namespace = $2 order by 1`,
@@ -132,7 +120,7 @@ it('operations in one scope never read or write rows of colliding ids in other s
   const before = await Promise.all(COPIES.map(dump));
   // Every table holds colliding rows (else the comparison below would prove nothing).
   for (const copy of before)
-    for (const table of TABLES) expect(copy[table]?.length).toBeGreaterThan(0);
+    for (const table of SCOPED_TABLES) expect(copy[table]?.length).toBeGreaterThan(0);
   // The copy holds the full key 'ck' (its t1 is active): it must not block A.
   expect(before[0]?.concurrency_keys).toEqual([expect.stringContaining('"active": 1')]);
 

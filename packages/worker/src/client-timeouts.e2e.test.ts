@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Client } from './client.js';
 import { ProblemError, ProtocolError, TransportError } from './errors.js';
 import { silentLogger } from './logger.js';
+import { queuedSnapshotOf } from './testdata/snapshots.js';
 
 const servers: (Server | TcpServer)[] = [];
 const sockets = new Set<Socket>();
@@ -175,7 +176,7 @@ describe('Client over misbehaving servers', () => {
       const results = request.commands.map((command, i) =>
         bodies.length === 1 && i === 1
           ? JSON.parse(problem('unavailable', 503))
-          : snapshotOf(command, bodies.length * 10 + i),
+          : queuedSnapshotOf(command, bodies.length * 10 + i),
       );
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ results }));
@@ -199,7 +200,9 @@ describe('Client over misbehaving servers', () => {
         commands: { idempotency_key: string; input: Record<string, unknown> }[];
       };
       const results = request.commands.map((command, i) =>
-        command.input.data === 2 ? JSON.parse(problem('unavailable', 503)) : snapshotOf(command, i),
+        command.input.data === 2
+          ? JSON.parse(problem('unavailable', 503))
+          : queuedSnapshotOf(command, i),
       );
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ results }));
@@ -226,24 +229,3 @@ describe('Client over misbehaving servers', () => {
     expect(aborted[1]).toMatchObject({ code: 'unavailable' });
   });
 });
-
-function snapshotOf(
-  command: { idempotency_key: string; input: Record<string, unknown> },
-  n: number,
-) {
-  return {
-    task_id: `tsk_${n}`,
-    run_id: `run_${n}`,
-    idempotency_key: command.idempotency_key,
-    input: command.input,
-    descriptor: command.input.program,
-    origin_trace: null,
-    state: 'queued',
-    submitted_at: 1,
-    available_at: 1,
-    terminal_at: null,
-    current_attempt_id: null,
-    attempt_count: 0,
-    cancel_requested_at: null,
-  };
-}

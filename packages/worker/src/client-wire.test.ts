@@ -12,6 +12,7 @@ import { ProblemError, ProtocolError, TransportError } from './errors.js';
 import { HttpTransport } from './http.js';
 import type { LogFields } from './logger.js';
 import { silentLogger } from './logger.js';
+import { queuedSnapshotOf, type SentCommand } from './testdata/snapshots.js';
 
 const servers: Server[] = [];
 const sockets = new Set<Socket>();
@@ -66,29 +67,6 @@ const unavailable = JSON.stringify({
   detail: 'The service is temporarily unavailable; retry later.',
 });
 
-interface SentCommand {
-  idempotency_key: string;
-  input: Record<string, unknown>;
-}
-
-function snapshotOf(command: SentCommand, n: number) {
-  return {
-    task_id: `tsk_${n}`,
-    run_id: `run_${n}`,
-    idempotency_key: command.idempotency_key,
-    input: command.input,
-    descriptor: command.input.program,
-    origin_trace: null,
-    state: 'queued',
-    submitted_at: 1,
-    available_at: 1,
-    terminal_at: null,
-    current_attempt_id: null,
-    attempt_count: 0,
-    cancel_requested_at: null,
-  };
-}
-
 describe('Client retries send the bytes of the first send', () => {
   it("a submit retried after `unavailable` carries the data as it was when submit() was called, not the caller's later change", async () => {
     const bodies: string[] = [];
@@ -101,7 +79,7 @@ describe('Client retries send the bytes of the first send', () => {
         return;
       }
       res.writeHead(201, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(snapshotOf(JSON.parse(body) as SentCommand, 1)));
+      res.end(JSON.stringify(queuedSnapshotOf(JSON.parse(body) as SentCommand, 1)));
     });
     const data = { to: 'ada@example.com' };
     const pending = clientOf(url).submit({ queue: 'q', program: 'p', data });
@@ -121,7 +99,7 @@ describe('Client retries send the bytes of the first send', () => {
       const request = JSON.parse(body) as { commands: SentCommand[] };
       bodies.push(request);
       const results = request.commands.map((command, i) =>
-        bodies.length === 1 ? JSON.parse(unavailable) : snapshotOf(command, i),
+        bodies.length === 1 ? JSON.parse(unavailable) : queuedSnapshotOf(command, i),
       );
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ results }));
@@ -146,7 +124,7 @@ describe('Client retries send the bytes of the first send', () => {
       }
       // The first one committed: the replay answers 200 with the same task.
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(snapshotOf(command, 7)));
+      res.end(JSON.stringify(queuedSnapshotOf(command, 7)));
     });
     const task = await clientOf(url).submit({ queue: 'q', program: 'p' });
     expect(keys).toHaveLength(2);

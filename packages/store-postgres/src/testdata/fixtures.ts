@@ -22,6 +22,20 @@ import { createMigratedTestDatabase } from '../testing/migrated.js';
 /** The scope every test uses unless it tests scoping. */
 export const SCOPE: Scope = { tenant_id: 'acme', namespace: 'prod' };
 
+/** Every table of the store, each keyed by `(tenant_id, namespace, …)`: what a scope's dump reads. */
+export const SCOPED_TABLES = [
+  'tasks',
+  'task_payloads',
+  'attempts',
+  'worker_sessions',
+  'consumer_cursors',
+  'task_history',
+  'concurrency_keys',
+  'completion_subscriptions',
+  'completion_deliveries',
+  'retention_policies',
+] as const;
+
 /** Short leases so expiry tests move the clock by seconds, not minutes. */
 export const CONFIG: LifecycleConfig = lifecycleConfig({
   leaseDurationMs: 2_000,
