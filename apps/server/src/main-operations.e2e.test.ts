@@ -161,6 +161,29 @@ describe('embedded PostgreSQL outlives no server process', () => {
     expect(postmaster).not.toBe(orphan);
   }, 180_000);
 
+  it('starts again on the same data folder after the server was SIGKILLed while its PostgreSQL was still starting', async () => {
+    const dataDir = dataFolder();
+    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+    // Killed as soon as the postmaster it spawned wrote its pid file, before it is ready (crash
+    // recovery can take minutes): the owner file must name this server from the spawn on.
+    const pidFile = join(dataDir, 'postmaster.pid');
+    // Polled every 2 ms, not waitUntil's 100: the kill must land before the server is ready.
+    for (let waited = 0; waited < 60_000 && !existsSync(pidFile); waited += 2) {
+      if (run.child.exitCode !== null) break;
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    run.child.kill('SIGKILL');
+    expect(await run.exited).toBe('SIGKILL');
+    expect(run.stderr(), 'the server was killed while starting').not.toMatch(/listening on http/);
+    const orphan = postmasterOf(dataDir);
+    expect(alive(orphan), 'the postmaster outlived the killed server').toBe(true);
+
+    const again = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+    const up = await again.listening;
+    expect(up, `restart after SIGKILL during start failed:\n${again.stderr()}`).toBe(true);
+    expect(gone(orphan), `orphaned postmaster ${orphan} still running`).toBe(true);
+  }, 180_000);
+
   it('refuses a data folder a live server uses, saying so, and leaves that server running', async () => {
     const dataDir = dataFolder();
     const first = spawnMain({ LEDGENCE_DATA_DIR: dataDir });

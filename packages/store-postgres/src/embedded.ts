@@ -8,7 +8,7 @@
  */
 import { type ChildProcess, execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, lchownSync, writeFileSync } from 'node:fs';
 import {
   chmod,
   lchown,
@@ -20,7 +20,6 @@ import {
   rename,
   rm,
   stat,
-  writeFile,
 } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
@@ -270,10 +269,16 @@ export async function startEmbeddedPostgres(
       port,
       postgresFlags,
     });
+    // From its spawn on, not once it is ready: a process killed while PostgreSQL starts (crash
+    // recovery can take minutes) left a postmaster no later start took for an orphan, and every
+    // restart was refused with "Another PostgreSQL server is running".
+    onSpawn(server, (spawned) => recordOwner(dataDir, spawned, owner, log));
     const child = await startServer(server, log);
     if (child !== undefined) {
       log.note(`[ledgence] ${version} ready on ${HOST}:${port} (data ${dataDir})`);
-      await recordOwner(dataDir, child, owner, log);
+      // Again: a server racing this one to the folder may have recorded its own postmaster (which
+      // then gave way to this one on PostgreSQL's lock file) since this one spawned.
+      recordOwner(dataDir, child, owner, log);
       return serverHandle(server, child, dataDir, port, log, options.onUnexpectedExit);
     }
     const lines = log.since(mark);
@@ -633,20 +638,40 @@ async function stopOrphan(pid: number): Promise<boolean> {
 /**
  * Records this process as the owner of the postmaster it started, for {@link isOrphan}. A
  * failure to write it only costs the recovery of an orphan, so it is logged, not thrown.
+ * Synchronous, so that a process killed right after the spawn has written it all the same.
  */
-async function recordOwner(
+function recordOwner(
   dataDir: string,
   child: ChildProcess,
   owner: ServerOwner | undefined,
   log: LogTail,
-): Promise<void> {
+): void {
+  if (child.pid === undefined) return; // The spawn failed: there is no postmaster to own.
   const file = join(dataDir, OWNER_FILE);
   try {
-    await writeFile(file, `${process.pid} ${child.pid}\n`);
-    if (owner !== undefined) await lchown(file, owner.uid, owner.gid);
+    writeFileSync(file, `${process.pid} ${child.pid}\n`);
+    if (owner !== undefined) lchownSync(file, owner.uid, owner.gid);
   } catch (error) {
     log.note(`[ledgence] could not write ${file}: ${String(error)}`);
   }
+}
+
+/**
+ * Calls `spawned` with the postmaster as the library spawns it, in the same tick, long before
+ * the server is ready: the library keeps its ChildProcess in a private field (see
+ * {@link ServerInternals}), assigned by `start()` right after the spawn.
+ */
+function onSpawn(server: EmbeddedPostgresServer, spawned: (child: ChildProcess) => void): void {
+  let current = (server as unknown as ServerInternals).process;
+  Object.defineProperty(server, 'process', {
+    configurable: true,
+    enumerable: true,
+    get: () => current,
+    set(value: ChildProcess | undefined) {
+      current = value;
+      if (value !== undefined) spawned(value);
+    },
+  });
 }
 
 function busyError(dataDir: string, pid: string): EmbeddedPostgresError {
