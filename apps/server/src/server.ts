@@ -159,11 +159,13 @@ export async function startServer(
         );
       },
     }).catch((error: unknown) => {
-      // A failure to connect to the operator's database is theirs to fix; the embedded one's
-      // (or anything after the session began) is reported as it is.
+      // A failure to connect to the operator's database is theirs to fix, and so is a user it
+      // may not migrate with; the embedded one's (or anything else) is reported as it is.
       const { databaseUrl: configured } = settings;
-      if (signal?.aborted || connected || configured === undefined) throw error;
-      throw databaseUrlError(error, configured);
+      if (signal?.aborted || configured === undefined) throw error;
+      if (!connected) throw databaseUrlError(error, configured);
+      if (isInsufficientPrivilege(error)) throw databasePrivilegeError(error, configured);
+      throw error;
     });
     signal?.throwIfAborted();
 
@@ -409,6 +411,33 @@ function databaseUrlError(error: unknown, databaseUrl: string): Error {
     `cannot connect to the database of DATABASE_URL (${detail})`,
     'check that PostgreSQL runs at its host and port and accepts its user, password and ' +
       'database, or set DATABASE_URL to one that does',
+    error,
+  );
+}
+
+/** PostgreSQL's SQLSTATE for a statement the session's user lacks the privilege for. */
+const INSUFFICIENT_PRIVILEGE = '42501';
+
+function isInsufficientPrivilege(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === INSUFFICIENT_PRIVILEGE;
+}
+
+/**
+ * The user of DATABASE_URL connected but may not migrate: the migrations
+ * (`create schema drizzle`, tables in `public`) need CREATE on the database and on schema
+ * public, which PostgreSQL 15 and later give only to the database's owner. Unexplained, the
+ * start ended with a bare `permission denied for database …`, naming no setting and no remedy.
+ */
+function databasePrivilegeError(error: unknown, databaseUrl: string): Error {
+  const detail = withoutPassword(
+    error instanceof Error ? error.message : String(error),
+    databaseUrl,
+  );
+  return startError(
+    `the user of DATABASE_URL lacks a privilege Ledgence's migrations need (${detail})`,
+    "make that user the owner of the database (and of Ledgence's tables, if another user " +
+      'created them), or grant it CREATE on the database and on schema public (PostgreSQL 15 ' +
+      'and later grant these to the owner only), or set DATABASE_URL to a user that may',
     error,
   );
 }
