@@ -204,7 +204,7 @@ describe('PostgreSQL going away and coming back', () => {
     const proxy = await startPgProxy(db.url);
     proxies.push(proxy);
     const server = await start(
-      { DATABASE_URL: proxy.url, LEDGENCE_LOG_LEVEL: 'warn' },
+      { DATABASE_URL: proxy.url, LEDGENCE_LOG_LEVEL: 'info' },
       { captureStdout: true },
     );
     expect((await submit(server.url, 'before')).status).toBe(201);
@@ -214,14 +214,28 @@ describe('PostgreSQL going away and coming back', () => {
     expect(await statusOf(server.url, '/healthz')).toBe(200); // no liveness restart loop
     expect((await submit(server.url, 'during')).status).toBe(503);
     expect(await statusOf(server.url, '/metrics')).toBe(200);
-    // The maintenance loops meet the outage too (every second) and carry on.
+    // The maintenance loops meet the outage too (every second) and carry on, logging the first
+    // failed round and then at most one line a minute, not a stack a second.
     await until(() => server.stdout().includes('lease recovery failed; retrying next round'));
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
 
     proxy.refuse(false);
     await until(async () => (await statusOf(server.url, '/readyz')) === 200, 60_000, 'ready');
     expect((await submit(server.url, 'after')).status).toBe(201);
     expect(server.child.exitCode).toBeNull();
     expect(server.stdout()).toContain('the task store is unavailable');
+    await until(() => server.stdout().includes('lease recovery works again'));
+    const lines = server
+      .stdout()
+      .split('\n')
+      .filter((line) => line.startsWith('{'))
+      .map((line) => JSON.parse(line) as { msg: string; failures?: number });
+    const recovery = lines.filter((line) => line.msg.startsWith('lease recovery'));
+    expect(recovery.map((line) => line.msg)).toEqual([
+      'lease recovery failed; retrying next round',
+      expect.stringMatching(/^lease recovery works again after \d+ failed rounds$/),
+    ]);
+    expect(recovery[1]?.failures).toBeGreaterThanOrEqual(3);
     // Nothing crashed on the way: stderr holds the start lines only.
     expect(server.stderr()).not.toMatch(/\n\s+at /);
   }, 120_000);

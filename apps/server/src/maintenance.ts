@@ -12,7 +12,7 @@ import {
   type RetentionProgress,
   type Scope,
 } from '@ledgence/contracts';
-import type { RetentionStore } from '@ledgence/core';
+import { type FailureRunOptions, failureRun, type RetentionStore } from '@ledgence/core';
 import type { Logger } from 'pino';
 
 /** A running maintenance loop. */
@@ -30,28 +30,50 @@ export interface PeriodicOptions {
   logger: Logger;
   /** One round; `stopping()` turns true once stop() was called, so a long round ends early. */
   round(stopping: () => boolean): Promise<void>;
+  /** Spacing of the log lines of a run of failed rounds (`failureRun`'s options). */
+  failureLog?: FailureRunOptions;
 }
 
 /**
  * Runs `round` every `intervalMs` (measured from the end of the previous
  * round, so rounds never overlap). A failed round is logged and the loop goes
- * on: the next round retries whatever was left.
+ * on: the next round retries whatever was left. Of a run of failed rounds the
+ * first is logged, then at most one a minute with the count so far, and the
+ * first round that succeeds again says how many failed before it.
  */
 export function startPeriodic(options: PeriodicOptions): Maintenance {
+  const { name, logger } = options;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<void> = Promise.resolve();
   const stopping = () => stopped;
+  const run = failureRun(options.failureLog);
+
+  function failed(error: unknown): void {
+    const { failures, log } = run.failed();
+    if (!log) return;
+    if (failures === 1) logger.warn({ err: error }, `${name} failed; retrying next round`);
+    else {
+      logger.warn(
+        { err: error, failures },
+        `${name} still failing (${failures} rounds in a row); retrying next round`,
+      );
+    }
+  }
+
+  function succeeded(): void {
+    const ended = run.succeeded();
+    if (ended === 0) return;
+    logger.info(
+      { failures: ended },
+      `${name} works again after ${ended} failed round${ended === 1 ? '' : 's'}`,
+    );
+  }
 
   function schedule(): void {
     if (stopped) return;
     timer = setTimeout(() => {
-      running = options
-        .round(stopping)
-        .catch((error: unknown) =>
-          options.logger.warn({ err: error }, `${options.name} failed; retrying next round`),
-        )
-        .finally(schedule);
+      running = options.round(stopping).then(succeeded, failed).finally(schedule);
     }, options.intervalMs);
     timer.unref();
   }

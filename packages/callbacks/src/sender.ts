@@ -29,6 +29,7 @@ import {
   type DeliveryNext,
   type DeliveryReport,
   type Failpoints,
+  failureRun,
   NO_FAILPOINTS,
 } from '@ledgence/core';
 import {
@@ -223,8 +224,8 @@ export interface CompletionSenderStopOptions {
 export interface CompletionSender {
   /**
    * Starts the loop: lease, deliver, report, again at once while leases come
-   * back full and after `idleIntervalMs` otherwise; a failing store is logged
-   * and retried with a growing pause. Up to `batchSize` deliveries are in
+   * back full and after `idleIntervalMs` otherwise; a failing store is retried
+   * with a growing pause, its first failure logged, then one a minute (`failureRun`). Up to `batchSize` deliveries are in
    * flight, so a hanging receiver holds one slot, not the loop. Calling it
    * again, or after {@link stop}, does nothing.
    */
@@ -505,7 +506,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
   }
 
   async function run(): Promise<void> {
-    let failures = 0;
+    const storeFailures = failureRun();
     while (!stopping) {
       const free = batchSize - inFlight.size;
       if (free < refillAt) {
@@ -518,14 +519,22 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
       try {
         leases = await store.leaseDeliveries(free, leaseMs, only);
         leasedAt = performance.now();
-        failures = 0;
+        const ended = storeFailures.succeeded();
+        if (ended > 0) {
+          logger.info(
+            { failures: ended },
+            `leasing completion deliveries works again after ${ended} failed pass${ended === 1 ? '' : 'es'}`,
+          );
+        }
       } catch (error) {
-        failures += 1;
+        const { failures, log } = storeFailures.failed();
         const retryInMs = Math.min(idleIntervalMs * 2 ** (failures - 1), STORE_RETRY_MAX_MS);
-        logger.error(
-          { err: error, failures, retry_in_ms: retryInMs },
-          'leasing completion deliveries failed; retrying',
-        );
+        if (log) {
+          logger.error(
+            { err: error, failures, retry_in_ms: retryInMs },
+            'leasing completion deliveries failed; retrying',
+          );
+        }
         await pause(retryInMs);
         continue;
       }

@@ -78,6 +78,13 @@ export {
   NO_FAILPOINTS,
   parseFailpoints,
 } from './failpoints.js';
+export {
+  FAILURE_LOG_INTERVAL_MS,
+  type FailureRun,
+  type FailureRunOptions,
+  type FailureVerdict,
+  failureRun,
+} from './failure-run.js';
 export { type GroupCommitOptions, withGroupCommit } from './group-commit.js';
 export { type HistoryEntry, recordHistory } from './history.js';
 export { type IdKind, newId } from './ids.js';
