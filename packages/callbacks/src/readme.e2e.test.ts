@@ -77,6 +77,15 @@ it('has a verifier that accepts a real delivery and refuses a tampered one', asy
     );
     const old = String(Number(got.headers['webhook-timestamp']) - 600);
     expect(verify(secret, { ...got.headers, 'webhook-timestamp': old }, got.body)).toBe(false);
+    // A request missing a header, or with a timestamp that is not a number (whose staleness
+    // test a NaN would pass), is refused rather than throwing in the receiver's handler.
+    for (const name of ['webhook-id', 'webhook-timestamp', 'webhook-signature']) {
+      const { [name]: _left, ...headers } = got.headers;
+      expect(verify(secret, headers, got.body), name).toBe(false);
+    }
+    for (const ts of ['', 'soon', `${got.headers['webhook-timestamp']}.5`, ' 1795953605']) {
+      expect(verify(secret, { ...got.headers, 'webhook-timestamp': ts }, got.body), ts).toBe(false);
+    }
   } finally {
     await receiver.close();
   }
