@@ -459,17 +459,31 @@ export async function releaseConcurrencySlots(
       and k.concurrency_key = l.concurrency_key`;
 }
 
-/** Creates missing concurrency-key rows at submit; existing rows are untouched (no lock wait). */
+/**
+ * Creates missing concurrency-key rows at submit; an existing committed row is left untouched and
+ * unlocked. Lock: the rows it creates, until commit, and a wait on a key row another transaction
+ * is creating, deleting or updating (the `on conflict` check waits that one out). Rows are
+ * inserted in the order given (`with ordinality … order by`, which the function scan already
+ * yields: no sort): the caller passes them distinct and in the order claims lock key rows
+ * (store.ts `KeyLockOrder`), all of a submit's keys in one statement behind its inserts (store.ts
+ * `sendConcurrencyKeys`). Two submits creating the same new keys in different orders, or chunk
+ * by chunk (as before), each held a key the other then waited for: a deadlock, which PostgreSQL
+ * broke after `deadlock_timeout` (1 s) by aborting one, whose batch was then retried item by item
+ * (submit-deadlock.int.test.ts).
+ * Index: the primary key of `concurrency_keys` as the conflict arbiter.
+ */
 export async function ensureConcurrencyKeys(
   tx: Tx,
   keys: readonly { tenant_id: string; namespace: string; key: string }[],
 ): Promise<void> {
   await tx`
     insert into concurrency_keys (tenant_id, namespace, concurrency_key, active)
-    select distinct v.tenant_id, v.namespace, v.key, 0
+    select v.tenant_id, v.namespace, v.key, 0
     from unnest(${column(keys, (k) => k.tenant_id)}::text[],
                 ${column(keys, (k) => k.namespace)}::text[],
-                ${column(keys, (k) => k.key)}::text[]) as v(tenant_id, namespace, key)
+                ${column(keys, (k) => k.key)}::text[])
+      with ordinality as v(tenant_id, namespace, key, ord)
+    order by v.ord
     on conflict do nothing`;
 }
 
@@ -686,7 +700,12 @@ export type SubmitClock = { readsStoreTime: false } | { readsStoreTime: true; of
  * a submit needs no round trip to read it first — and a submit that is this one statement needs
  * no BEGIN or COMMIT either (the store's `submitTransaction`). Returns the scopes and idempotency
  * keys actually inserted, each with `base`, the store time added to its times (0 when the rows
- * carried store time already). Locks: the new rows only (and the wait above). Index: the unique
+ * carried store time already). Locks: the new rows only (and the wait above), their idempotency
+ * keys taken in the order of `rows` (`with ordinality … order by`, which the function scan
+ * already yields: no sort). The caller passes every submit's rows in one order, by idempotency
+ * key across all its chunks: two submits inserting the same new keys in different orders each
+ * held a key the other then waited for, a deadlock (submit-deadlock.int.test.ts). Payload and
+ * history rows have fresh task ids: no other transaction waits for them. Index: the unique
  * `tasks_idempotency_key` as the conflict arbiter.
  */
 export async function insertSubmitted(
@@ -740,10 +759,12 @@ export async function insertSubmitted(
         ${column(rows, (r) => r.cancel_requested_at)}::bigint[],
         ${column(rows, (r) => outcomeColumn(r.outcome))}::text[],
         ${column(rows, (r) => r.history_sequence)}::int[]
-      ) as v(tenant_id, namespace, task_id, run_id, idempotency_key, command_digest, input,
-        origin_trace, queue, program, retry, timeout_ms, priority, concurrency_key,
-        concurrency_limit, labels, state, submitted_at, available_at, terminal_at, attempt_count,
-        dispatch_count, current_attempt_id, cancel_requested_at, outcome, history_sequence)
+      ) with ordinality as v(tenant_id, namespace, task_id, run_id, idempotency_key,
+        command_digest, input, origin_trace, queue, program, retry, timeout_ms, priority,
+        concurrency_key, concurrency_limit, labels, state, submitted_at, available_at,
+        terminal_at, attempt_count, dispatch_count, current_attempt_id, cancel_requested_at,
+        outcome, history_sequence, ord)
+      order by v.ord
       on conflict (tenant_id, namespace, idempotency_key) do nothing
       returning tenant_id, namespace, task_id, idempotency_key
     ), payloads as (

@@ -93,6 +93,7 @@ import {
   retentionPolicyView,
   retiringFloor,
   type SessionRow,
+  type SubmitIds,
   type SubmitOutcome,
   type SubscribeOutcome,
   settleAttempt,
@@ -612,11 +613,11 @@ export const SUBMIT_CHUNK = 250;
 
 /**
  * Sends one chunk of new tasks' insert ({@link insertSubmitted}, with the wake inside it) and
- * behind it the writes that go with it, added to `writes`: the concurrency-key rows, and the
- * wake as separate NOTIFYs when its hints exceed one NOTIFY payload. Hints of several chunks
- * may repeat one another; PostgreSQL delivers identical notifications of one transaction once.
- * Every statement sent is marked handled: the caller's `finish` awaits them all once all have
- * settled and reports the first failure, and until then a failure must not count as unhandled.
+ * behind it, added to `writes`, the wake as separate NOTIFYs when its hints exceed one NOTIFY
+ * payload. Hints of several chunks may repeat one another; PostgreSQL delivers identical
+ * notifications of one transaction once. Every statement sent is marked handled: the caller's
+ * `finish` awaits them all once all have settled and reports the first failure, and until then
+ * a failure must not count as unhandled.
  */
 function sendSubmitted(
   tx: Tx,
@@ -627,21 +628,61 @@ function sendSubmitted(
 ): Promise<DbRow[]> {
   const wake = inlineWake(tasks);
   const insert = insertSubmitted(tx, tasks, history, wake, clock);
-  // Sent with the insert, before its answer says which keys it skipped: a key row for a
-  // skipped task's concurrency key (active 0) and a spurious hint cost nothing.
-  const concurrency = tasks
-    .filter((t) => t.concurrency_key !== null)
-    .map((t) => ({
-      tenant_id: t.tenant_id,
-      namespace: t.namespace,
-      key: t.concurrency_key as string,
-    }));
-  const sent: Promise<unknown>[] = [insert];
-  if (concurrency.length > 0) sent.push(ensureConcurrencyKeys(tx, concurrency));
-  if (wake === null) sent.push(notifyWake(tx, uniqueBy(tasks.map(queueHint), JSON.stringify)));
-  for (const statement of sent) statement.catch(() => {});
-  writes.push(...sent.slice(1));
+  insert.catch(() => {});
+  if (wake === null) {
+    const notify = notifyWake(tx, uniqueBy(tasks.map(queueHint), JSON.stringify));
+    notify.catch(() => {});
+    writes.push(notify);
+  }
   return insert;
+}
+
+/**
+ * Sends the concurrency-key rows of a submit's new tasks ({@link ensureConcurrencyKeys}), added
+ * to `writes`: every chunk's in one statement, behind the last chunk's insert, distinct and in
+ * {@link KeyLockOrder}'s order. With the inserts' idempotency keys taken in key order before
+ * them, every submit takes the rows other transactions may be creating in one global order —
+ * idempotency keys, then key rows, each ascending — so overlapping submits cannot deadlock on
+ * them (submit-deadlock.int.test.ts). Key rows come last, after every idempotency key, so all
+ * of them go in one statement without holding back the first chunk's insert; and in the order
+ * claims wait for key rows, so a submit and a claim waiting upward cannot close a cycle (the one
+ * wait left is `takeConcurrencySlotNoWait` creating a key row this submit is creating). Sent
+ * before the inserts' answers say which keys they skipped: a key row for a skipped task's
+ * concurrency key (active 0) costs nothing. Marked handled, as in {@link sendSubmitted}.
+ */
+function sendConcurrencyKeys(tx: Tx, tasks: Iterable<TaskRow>, writes: Promise<unknown>[]): void {
+  const keys = new Map<string, { tenant_id: string; namespace: string; key: string }>();
+  for (const task of tasks) {
+    if (task.concurrency_key === null) continue;
+    keys.set(concurrencyKeyOf(task), {
+      tenant_id: task.tenant_id,
+      namespace: task.namespace,
+      key: task.concurrency_key,
+    });
+  }
+  if (keys.size === 0) return;
+  const ordered = [...keys.entries()].sort(([a], [b]) => compareText(a, b));
+  const ensure = ensureConcurrencyKeys(
+    tx,
+    ordered.map(([, key]) => key),
+  );
+  ensure.catch(() => {});
+  writes.push(ensure);
+}
+
+/**
+ * The indexes of a submit's commands in the order its inserts take their idempotency keys:
+ * by scope and key (`idem`), ties (repeats of a key) in request order, so the first of them
+ * is still the one that creates the task. See {@link sendConcurrencyKeys} for why one order.
+ */
+function idempotencyOrder(
+  commands: readonly SubmitCommand[],
+  idem: (command: SubmitCommand) => string,
+): number[] {
+  const keys = commands.map(idem);
+  return keys
+    .map((_, index) => index)
+    .sort((a, b) => compareText(keys[a] as string, keys[b] as string) || a - b);
 }
 
 /** The result of one worker-side transition (renew, settle, confirm). */
@@ -1080,21 +1121,29 @@ class PgTaskStore implements PostgresTaskStore {
     const now = storeTime ?? 0;
     // Pass 1: every item answered as if no stored task held its key, a chunk at a time; each
     // chunk's insert is sent as soon as the chunk is answered, so PostgreSQL inserts one chunk
-    // while the next is being built (see SUBMIT_CHUNK).
+    // while the next is being built (see SUBMIT_CHUNK). Items are taken in idempotency-key
+    // order, not request order, and answered at their request index: two submits of the same
+    // new keys in different orders deadlocked (see sendConcurrencyKeys).
     const created = new Map<string, TaskRow>();
-    const results: ItemResult<SubmitOutcome>[] = [];
+    const results = new Array<ItemResult<SubmitOutcome>>(commands.length);
     const inserts: Promise<DbRow[]>[] = [];
     const writes: Promise<unknown>[] = [];
-    for (let from = 0; from < commands.length; from += SUBMIT_CHUNK) {
+    const order = idempotencyOrder(commands, idem);
+    // Ids are issued in request order all the same: a task id is time-ordered and breaks ties
+    // in the claim order (same priority and `available_at`), so a batch's tasks are claimed in
+    // the order they were submitted (retries.int.test.ts, ordering.int.test.ts).
+    const ids = commands.map(() => ({ task_id: newId('task'), run_id: newId('run') }));
+    for (let from = 0; from < order.length; from += SUBMIT_CHUNK) {
       const tasks: TaskRow[] = [];
       const history: HistoryRow[] = [];
-      for (const command of commands.slice(from, from + SUBMIT_CHUNK)) {
+      for (const index of order.slice(from, from + SUBMIT_CHUNK)) {
+        const command = commands[index] as SubmitCommand;
         try {
           const result = submitTask(
             created.get(idem(command)) ?? null,
             command,
             now,
-            { task_id: newId('task'), run_id: newId('run') },
+            ids[index] as SubmitIds,
             this.config,
           );
           if (result.created) {
@@ -1102,18 +1151,22 @@ class PgTaskStore implements PostgresTaskStore {
             tasks.push(result.task);
             history.push(...result.history);
           }
-          results.push({ ok: true, value: { created: result.created, snapshot: result.reply } });
+          results[index] = {
+            ok: true,
+            value: { created: result.created, snapshot: result.reply },
+          };
         } catch (error) {
           if (!(error instanceof ContractError)) throw error;
-          results.push({ ok: false, error });
+          results[index] = { ok: false, error };
         }
       }
       if (tasks.length === 0) continue;
       const insert = sendSubmitted(tx, tasks, history, clock, writes);
       inserts.push(insert);
       // Lets postgres.js write the chunk to the socket before the next chunk is built.
-      if (from + SUBMIT_CHUNK < commands.length) await new Promise(setImmediate);
+      if (from + SUBMIT_CHUNK < order.length) await new Promise(setImmediate);
     }
+    sendConcurrencyKeys(tx, created.values(), writes);
     // Each inserted key, with the store time its rows were shifted by.
     const inserted = new Map<string, number>();
     let committed = false;
