@@ -2,6 +2,7 @@
  * Jittered exponential backoff for retrying replay-safe requests. Pure: the
  * random source is injected, so tests pin it.
  */
+import { retryAfterOf } from './errors.js';
 
 /** A backoff schedule: `base * 2^(n-1)`, capped, with full jitter. */
 export interface BackoffPolicy {
@@ -55,4 +56,40 @@ export function backoffDelay(
   const ceiling = Math.min(policy.maxMs, policy.baseMs * 2 ** exponent);
   const r = Math.min(Math.max(random(), 0), 1);
   return Math.round(ceiling / 2 + (ceiling / 2) * r);
+}
+
+/**
+ * The delay before a retry whose failed reply asked to wait `retryAfterMs` (its `Retry-After`;
+ * `undefined`: it asked nothing): `delayMs`, the backoff's own choice, raised to the reply's ask
+ * but never beyond `policy.maxMs`. The cap keeps every wait within what the caller configured: a
+ * rate limiter answering `Retry-After: 3600` does not park a call (or a worker's polls) for an
+ * hour; the error still carries what was asked, for a caller that wants to wait it out.
+ *
+ * @example
+ * honourRetryAfter(150, 2_000, { baseMs: 100, maxMs: 5_000 }); // → 2000
+ * honourRetryAfter(150, 60_000, { baseMs: 100, maxMs: 5_000 }); // → 5000
+ */
+export function honourRetryAfter(
+  delayMs: number,
+  retryAfterMs: number | undefined,
+  policy: BackoffPolicy = DEFAULT_BACKOFF,
+): number {
+  if (retryAfterMs === undefined || !(retryAfterMs > 0)) return delayMs;
+  return Math.max(delayMs, Math.min(retryAfterMs, policy.maxMs));
+}
+
+/**
+ * The delay before retry number `failures` after `error`: {@link backoffDelay}, raised to the
+ * failed reply's `Retry-After` ({@link honourRetryAfter}, up to `policy.maxMs`). Every retry loop
+ * of the SDK waits this.
+ *
+ * @param random - a source of uniform numbers in [0, 1); `Math.random` by default.
+ */
+export function retryDelay(
+  failures: number,
+  error: unknown,
+  policy: BackoffPolicy = DEFAULT_BACKOFF,
+  random: () => number = Math.random,
+): number {
+  return honourRetryAfter(backoffDelay(failures, policy, random), retryAfterOf(error), policy);
 }

@@ -38,7 +38,7 @@ import {
   validateSubmitCommand,
 } from '@ledgence/contracts';
 import { REPLY_LIMITS } from './api.js';
-import { type BackoffPolicy, backoffDelay, checkedBackoff } from './backoff.js';
+import { type BackoffPolicy, backoffDelay, checkedBackoff, retryDelay } from './backoff.js';
 import { isRetryable, localProblem, ProblemError, ProtocolError } from './errors.js';
 import {
   type HttpOptions,
@@ -64,7 +64,10 @@ export interface ClientOptions extends HttpOptions {
   logger?: Logger | undefined;
   /** Retries of a request after a transport failure or `unavailable`: an integer ≥ 0 (default 3). */
   retries?: number | undefined;
-  /** Backoff between retries: `baseMs` > 0, `maxMs` ≥ `baseMs`; DEFAULT_BACKOFF (100 ms to 5 s) by default. */
+  /**
+   * Backoff between retries: `baseMs` > 0, `maxMs` ≥ `baseMs`; DEFAULT_BACKOFF (100 ms to 5 s) by
+   * default. A failed reply's `Retry-After` lengthens the wait before the next retry, up to `maxMs`.
+   */
   backoff?: BackoffPolicy | undefined;
 }
 
@@ -503,10 +506,11 @@ export class Client {
   }
 
   /**
-   * One request, retried on transport failures and `unavailable`. Its body is encoded once, at
-   * the call: a retry sends the first send's bytes even if the caller changed its objects (a
-   * submission's `data`) meanwhile, since other bytes under the same idempotency key are a
-   * `409 conflict`, or a task with data the caller never submitted.
+   * One request, retried on transport failures and `unavailable`, each retry after a backoff that
+   * a reply's `Retry-After` raises (up to the backoff's `maxMs`; the caller's signal cuts any wait
+   * short). Its body is encoded once, at the call: a retry sends the first send's bytes even if
+   * the caller changed its objects (a submission's `data`) meanwhile, since other bytes under the
+   * same idempotency key are a `409 conflict`, or a task with data the caller never submitted.
    */
   async #call<S extends ReplySchema>(spec: RequestSpec<S>): Promise<ReplyOf<S>> {
     const request: RequestSpec<S> =
@@ -516,7 +520,7 @@ export class Client {
         return (await this.#http.request(request)).body;
       } catch (error) {
         if (failures >= this.#retries || !isRetryable(error) || spec.signal?.aborted) throw error;
-        const delay = backoffDelay(failures + 1, this.#backoff);
+        const delay = retryDelay(failures + 1, error, this.#backoff);
         this.#logger.warn('request failed; retrying', {
           method: spec.method,
           path: spec.path,

@@ -5,6 +5,7 @@
 import { ContractError } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import { ApplicationError, ProblemError, ProtocolError, TransportError } from './errors.js';
+import { TaskAbortedError } from './worker.js';
 
 describe('instanceof on subclasses of the SDK errors', () => {
   it('a plain ApplicationError is not an instance of a user subclass of it', () => {
@@ -39,11 +40,22 @@ describe('errors as data', () => {
     expect(
       data(new TransportError('GET /x failed: connect ECONNREFUSED', { reason: 'network' })),
     ).toMatchObject({
+      code: 'transport_error',
       message: 'GET /x failed: connect ECONNREFUSED',
       reason: 'network',
       retryable: true,
     });
+    expect(
+      data(
+        new TransportError('the server answered 429', {
+          reason: 'server',
+          status: 429,
+          retryAfterMs: 7_000,
+        }),
+      ),
+    ).toMatchObject({ code: 'transport_error', status: 429, retryAfterMs: 7_000 });
     expect(data(new ProtocolError('the reply is not strict JSON', { status: 200 }))).toMatchObject({
+      code: 'protocol_error',
       message: 'the reply is not strict JSON',
       status: 200,
       retryable: false,
@@ -65,8 +77,49 @@ describe('errors as data', () => {
       status: 404,
       requestId: 'req_1',
     });
+    const unavailable = {
+      type: 'https://ledgence.dev/problems/unavailable',
+      title: 'Service unavailable',
+      status: 503,
+      code: 'unavailable' as const,
+      detail: 'retry later',
+    };
+    expect(data(new ProblemError(unavailable, { retryAfterMs: 2_000 }))).toMatchObject({
+      code: 'unavailable',
+      retryable: true,
+      retryAfterMs: 2_000,
+    });
+    expect(data(new ProblemError(unavailable))).not.toHaveProperty('retryAfterMs');
     expect(
       data(new ApplicationError('card_declined', 'the card was declined', { details: { a: 1 } })),
     ).toMatchObject({ code: 'card_declined', message: 'the card was declined', details: { a: 1 } });
+  });
+});
+
+describe('every SDK error carries a stable code', () => {
+  it('a TransportError and a ProtocolError have theirs, whatever their reason or status', () => {
+    for (const reason of ['network', 'timeout', 'server'] as const) {
+      const error = new TransportError('x', { reason });
+      expect(error.code).toBe('transport_error');
+      expect(error.retryAfterMs).toBeUndefined();
+    }
+    expect(new TransportError('x', { reason: 'server', retryAfterMs: 1_000 }).retryAfterMs).toBe(
+      1_000,
+    );
+    expect(new ProtocolError('x').code).toBe('protocol_error');
+    expect(new ProtocolError('x', { status: 200, path: '$.a' }).code).toBe('protocol_error');
+    // Same as ApplicationError and ProblemError: `code` is what a caller branches on.
+    expect(new ApplicationError('card_declined', 'm').code).toBe('card_declined');
+  });
+
+  it("a TaskAbortedError (a handler's `ctx.signal.reason`) has its own, and says why as data", () => {
+    const aborted = new TaskAbortedError('lease_lost');
+    expect(aborted.code).toBe('task_aborted');
+    expect(JSON.parse(JSON.stringify(aborted))).toEqual({
+      name: 'TaskAbortedError',
+      code: 'task_aborted',
+      message: 'the lease on this attempt was lost',
+      why: 'lease_lost',
+    });
   });
 });

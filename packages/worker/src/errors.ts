@@ -68,21 +68,36 @@ export interface TransportErrorOptions extends LedgenceErrorOptions {
   reason: 'network' | 'timeout' | 'server';
   /** The HTTP status, when a response arrived. */
   status?: number;
+  /** How long the reply's `Retry-After` asked to wait before sending again, in ms. */
+  retryAfterMs?: number;
 }
 
 /**
  * The request may or may not have reached the server and no usable reply
- * came back: a network failure, a timeout, or a 5xx without a problem
- * document. Always retryable; every worker request is replay-safe, so
+ * came back: a network failure, a timeout, or a 5xx (or 429, 408) without a
+ * problem document. Always retryable; every worker request is replay-safe, so
  * retrying the same bytes is the fix.
  */
 export class TransportError extends LedgenceError {
   static override readonly brand: string = '@ledgence/worker/TransportError';
 
+  /**
+   * Always `'transport_error'`: a stable identifier to branch or count on, like a
+   * {@link ProblemError}'s problem code (which never takes this value). `reason` says which
+   * failure it was.
+   */
+  readonly code = 'transport_error' as const;
   /** What went wrong. */
   readonly reason: 'network' | 'timeout' | 'server';
   /** The HTTP status, when a response arrived. */
   readonly status: number | undefined;
+  /**
+   * How long the reply asked to wait before the request is sent again, in ms: its `Retry-After`
+   * header (delay-seconds, or an HTTP-date read against the reply's `Date`), as a gateway or rate
+   * limiter answering 429/503 sends it; `undefined` when the reply had none, or none valid. The
+   * SDK's own retries wait at least this long, up to their backoff's `maxMs`.
+   */
+  readonly retryAfterMs: number | undefined;
   /** Always `true`: the same request may succeed when sent again. */
   readonly retryable = true;
 
@@ -90,17 +105,28 @@ export class TransportError extends LedgenceError {
     super(message, options);
     this.reason = options.reason;
     this.status = options.status;
+    this.retryAfterMs = options.retryAfterMs;
   }
 
   /** Errors are data: what the error says, without the stack (`JSON.stringify` drops `message`). */
-  toJSON(): { name: string; message: string; reason: string; status?: number; retryable: true } {
+  toJSON(): {
+    name: string;
+    code: 'transport_error';
+    message: string;
+    reason: string;
+    status?: number;
+    retryAfterMs?: number;
+    retryable: true;
+  } {
     const data: ReturnType<TransportError['toJSON']> = {
       name: this.name,
+      code: this.code,
       message: this.message,
       reason: this.reason,
       retryable: this.retryable,
     };
     if (this.status !== undefined) data.status = this.status;
+    if (this.retryAfterMs !== undefined) data.retryAfterMs = this.retryAfterMs;
     return data;
   }
 }
@@ -121,6 +147,11 @@ export interface ProtocolErrorOptions extends LedgenceErrorOptions {
 export class ProtocolError extends LedgenceError {
   static override readonly brand: string = '@ledgence/worker/ProtocolError';
 
+  /**
+   * Always `'protocol_error'`: a stable identifier to branch or count on, like a
+   * {@link ProblemError}'s problem code (which never takes this value).
+   */
+  readonly code = 'protocol_error' as const;
   /** The HTTP status of the reply, when one arrived. */
   readonly status: number | undefined;
   /** The JSON path of the offending value in the reply, when known. */
@@ -135,9 +166,17 @@ export class ProtocolError extends LedgenceError {
   }
 
   /** Errors are data: what the error says, without the stack (`JSON.stringify` drops `message`). */
-  toJSON(): { name: string; message: string; status?: number; path?: string; retryable: false } {
+  toJSON(): {
+    name: string;
+    code: 'protocol_error';
+    message: string;
+    status?: number;
+    path?: string;
+    retryable: false;
+  } {
     const data: ReturnType<ProtocolError['toJSON']> = {
       name: this.name,
+      code: this.code,
       message: this.message,
       retryable: this.retryable,
     };
@@ -145,6 +184,12 @@ export class ProtocolError extends LedgenceError {
     if (this.path !== undefined) data.path = this.path;
     return data;
   }
+}
+
+/** Options of a {@link ProblemError}. */
+export interface ProblemErrorOptions extends LedgenceErrorOptions {
+  /** How long the reply's `Retry-After` asked to wait before sending again, in ms. */
+  retryAfterMs?: number | undefined;
 }
 
 /**
@@ -160,24 +205,40 @@ export class ProblemError extends ContractError {
   readonly problem: Problem;
   /** The server's request id, for correlating with its logs. */
   readonly requestId: string | undefined;
+  /**
+   * For a retryable problem (`unavailable`) answering a whole request: how long its reply's
+   * `Retry-After` header asked to wait before sending again, in ms (see
+   * {@link TransportError.retryAfterMs}); `undefined` otherwise, and for a batch item's problem.
+   */
+  readonly retryAfterMs: number | undefined;
 
-  constructor(problem: Problem, options?: LedgenceErrorOptions) {
+  constructor(problem: Problem, options?: ProblemErrorOptions) {
+    const { retryAfterMs, ...rest } = options ?? {};
     super(problem.code, problem.detail, {
-      ...options,
+      ...rest,
       reason: problem.reason,
       path: problem.path,
     });
     this.problem = problem;
     this.requestId = problem.request_id;
+    this.retryAfterMs = retryAfterMs;
   }
 
-  /** {@link ContractError.toJSON} with the reply's status and the server's request id. */
-  override toJSON(): ContractErrorData & { status: number; requestId?: string } {
-    const data: ContractErrorData & { status: number; requestId?: string } = {
+  /**
+   * {@link ContractError.toJSON} with the reply's status, the server's request id and its
+   * `Retry-After`, when present.
+   */
+  override toJSON(): ContractErrorData & {
+    status: number;
+    requestId?: string;
+    retryAfterMs?: number;
+  } {
+    const data: ReturnType<ProblemError['toJSON']> = {
       ...super.toJSON(),
       status: this.problem.status,
     };
     if (this.requestId !== undefined) data.requestId = this.requestId;
+    if (this.retryAfterMs !== undefined) data.retryAfterMs = this.retryAfterMs;
     return data;
   }
 }
@@ -199,6 +260,16 @@ export function isRetryable(error: unknown): boolean {
   if (error instanceof TransportError) return true;
   if (error instanceof ProblemError) return error.retryable;
   return false;
+}
+
+/**
+ * How long the reply that failed with `error` asked to wait before the request is sent again
+ * (`Retry-After`, in ms): a {@link TransportError}'s or a {@link ProblemError}'s `retryAfterMs`,
+ * `undefined` for any other value.
+ */
+export function retryAfterOf(error: unknown): number | undefined {
+  if (error instanceof TransportError || error instanceof ProblemError) return error.retryAfterMs;
+  return undefined;
 }
 
 /** The problem code of `error`, if it is a {@link ProblemError}. */

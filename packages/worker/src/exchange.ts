@@ -50,6 +50,8 @@ export interface WireReply {
   contentType: string;
   /** The `Date` header, `''` when absent. */
   date: string;
+  /** The `Retry-After` header, if any (a gateway's or rate limiter's 429/503 sends it). */
+  retryAfter?: string | undefined;
   bytes: Uint8Array | null;
 }
 
@@ -111,6 +113,7 @@ export function fetchExchange(fetch: FetchLike): Exchange {
         status: response.status,
         contentType: response.headers.get('content-type') ?? '',
         date: response.headers.get('date') ?? '',
+        retryAfter: response.headers.get('retry-after') ?? undefined,
         bytes,
       };
     } catch (error) {
@@ -274,10 +277,11 @@ function readReply(res: IncomingMessage, limit: number, handlers: ReplyHandlers)
   const header = res.headers['content-type'];
   const contentType = typeof header === 'string' ? header : '';
   const date = res.headers.date ?? '';
+  const retryAfter = res.headers['retry-after'];
   // Listen before deciding: cutting the reply makes it emit errors.
   res.on('error', (error) => handlers.fail(error));
   if (Number(res.headers['content-length']) > limit) {
-    handlers.cut({ status, contentType, date, bytes: null });
+    handlers.cut({ status, contentType, date, retryAfter, bytes: null });
     return;
   }
   const chunks: Buffer[] = [];
@@ -285,12 +289,18 @@ function readReply(res: IncomingMessage, limit: number, handlers: ReplyHandlers)
   let ended = false;
   res.on('data', (chunk: Buffer) => {
     total += chunk.byteLength;
-    if (total > limit) handlers.cut({ status, contentType, date, bytes: null });
+    if (total > limit) handlers.cut({ status, contentType, date, retryAfter, bytes: null });
     else chunks.push(chunk);
   });
   res.on('end', () => {
     ended = true;
-    handlers.done({ status, contentType, date, bytes: Buffer.concat(chunks, total) });
+    handlers.done({
+      status,
+      contentType,
+      date,
+      retryAfter,
+      bytes: Buffer.concat(chunks, total),
+    });
   });
   res.on('close', () => {
     if (!ended) handlers.fail(new Error('the connection closed before the reply ended'));

@@ -194,8 +194,55 @@ export function isProblem(item: unknown): item is Problem {
   );
 }
 
+// RFC 9110 §10.2.3: delay-seconds is 1*DIGIT; an HTTP-date starts with a day name. The same
+// reading as @ledgence/callbacks' `parseRetryAfterMs` (the SDK installs alone, so it is not shared).
+const DELAY_SECONDS = /^\d+$/;
+const HTTP_DATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? /;
+
+/**
+ * The wait a `Retry-After` value asks for, in ms from `nowMs`: delay-seconds or an HTTP-date
+ * (RFC 9110 §10.2.3; a date in the past gives 0), at most {@link MAX_TIMER_MS} so it stays a
+ * finite delay a timer holds. `undefined` when absent or malformed (`soon`, `-5`, `1.5`), so a
+ * broken header leaves the retry to the backoff.
+ *
+ * @param nowMs - the time the date is read against: the reply's own `Date` when it has one, so a
+ *   skew between the server's clock and this machine's does not shift the wait.
+ * @example
+ * parseRetryAfterMs('7', Date.now()); // → 7000
+ * parseRetryAfterMs('Wed, 21 Oct 2015 07:28:00 GMT', Date.UTC(2015, 9, 21, 7, 27, 0)); // → 60000
+ */
+export function parseRetryAfterMs(value: string | undefined, nowMs: number): number | undefined {
+  if (value === undefined) return undefined;
+  const text = value.trim();
+  let delay: number;
+  if (DELAY_SECONDS.test(text)) {
+    delay = Number(text) * 1000;
+  } else if (HTTP_DATE.test(text)) {
+    // HTTP-dates are GMT; asctime() form says so nowhere, and Date.parse would read it as local.
+    const at = Date.parse(/ GMT$/.test(text) ? text : `${text} GMT`);
+    if (Number.isNaN(at)) return undefined;
+    delay = Math.max(0, at - nowMs);
+  } else {
+    return undefined;
+  }
+  // Number() of a long digit run is finite or Infinity; min() caps both.
+  return Math.min(delay, MAX_TIMER_MS);
+}
+
+/** A reply's `Date` header in ms since the epoch; `null` when absent or unreadable. */
+function dateOf(header: string): number | null {
+  const date = header === '' ? Number.NaN : Date.parse(header);
+  return Number.isFinite(date) ? date : null;
+}
+
 /** The error a failed status carries: a problem, a retryable server failure, or a protocol break. */
-function failureOf(status: number, contentType: string, bytes: Uint8Array): Error {
+function failureOf(reply: WireReply, bytes: Uint8Array): Error {
+  const { status, contentType } = reply;
+  // Read only for a failure worth retrying: any other is not sent again, so it has no use.
+  const retryAfterMs = (): number | undefined =>
+    reply.retryAfter === undefined
+      ? undefined
+      : parseRetryAfterMs(reply.retryAfter, dateOf(reply.date) ?? Date.now());
   let problem: Problem | undefined;
   if (JSON_TYPE.test(contentType)) {
     try {
@@ -207,11 +254,21 @@ function failureOf(status: number, contentType: string, bytes: Uint8Array): Erro
       problem = undefined;
     }
   }
-  if (problem !== undefined && problem.status === status) return new ProblemError(problem);
+  if (problem !== undefined && problem.status === status) {
+    // `unavailable` is the one problem sent again (contracts' retryable codes): a wait asked with
+    // any other has no retry to apply to.
+    return new ProblemError(problem, {
+      retryAfterMs: problem.code === 'unavailable' ? retryAfterMs() : undefined,
+    });
+  }
   // Gateways answer 502/504 and rate limiters 429 with pages of their own:
   // the request's fate is unknown, so it is retried like a dropped connection.
   if (status >= 500 || status === 429 || status === 408) {
-    return new TransportError(`the server answered ${status}`, { reason: 'server', status });
+    return new TransportError(`the server answered ${status}`, {
+      reason: 'server',
+      status,
+      retryAfterMs: retryAfterMs(),
+    });
   }
   return new ProtocolError(`the server answered ${status} without a valid problem document`, {
     status,
@@ -365,7 +422,7 @@ export class HttpTransport {
     const { status, contentType } = reply;
     if (!okStatus.includes(status)) {
       // A problem body too large to be one still says "failed with this status".
-      throw failureOf(status, contentType, reply.bytes ?? new Uint8Array(0));
+      throw failureOf(reply, reply.bytes ?? new Uint8Array(0));
     }
     if (reply.bytes === null) {
       throw new ProtocolError(`the reply exceeds ${spec.maxBytes} bytes`, { status });
@@ -376,11 +433,10 @@ export class HttpTransport {
       });
     }
     const value = decodeReply(reply.bytes, spec.maxBytes, status);
-    const date = reply.date === '' ? Number.NaN : Date.parse(reply.date);
     return {
       status,
       body: parseReply(spec.schema, value, status),
-      date: Number.isFinite(date) ? date : null,
+      date: dateOf(reply.date),
     };
   }
 }

@@ -52,6 +52,7 @@ export type {
 export { Client } from './client.js';
 export type {
   ApplicationErrorOptions,
+  ProblemErrorOptions,
   ProtocolErrorOptions,
   TransportErrorOptions,
 } from './errors.js';

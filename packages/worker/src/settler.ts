@@ -1,13 +1,14 @@
 /**
  * Sends settlements: batches every settlement ready at the same moment into
  * one `settle:batch` request (within a count and a UTF-8 byte budget), retries
- * each one with jittered backoff until it is accepted or definitively rejected
+ * each one with jittered backoff (lengthened, up to its `maxMs`, to a failed
+ * reply's `Retry-After`) until it is accepted or definitively rejected
  * (see settle.ts), sends each settlement of a request refused as too large in a
  * request of its own, and lets a stopping worker abandon what is still unsent.
  * Time and I/O are injected, so the retry policy is tested without sockets.
  */
 import { MAX_WORKER_BATCH, type SettleCommand, type SettleReply } from '@ledgence/contracts';
-import { type BackoffPolicy, backoffDelay, DEFAULT_BACKOFF } from './backoff.js';
+import { type BackoffPolicy, DEFAULT_BACKOFF, retryDelay } from './backoff.js';
 import { ProblemError } from './errors.js';
 import { isProblem } from './http.js';
 import { errorFields, type Logger } from './logger.js';
@@ -240,7 +241,7 @@ export class Settler {
       return;
     }
     item.failures += 1;
-    const delay = backoffDelay(item.failures, this.#backoff, this.#random);
+    const delay = retryDelay(item.failures, error, this.#backoff, this.#random);
     item.notBefore = this.#now() + delay;
     this.#options.logger.debug('settlement will be retried', {
       attempt_id: attempt,

@@ -23,7 +23,7 @@ import {
   type WorkerSession,
 } from '@ledgence/contracts';
 import { type SessionReply, WorkerApi } from './api.js';
-import { type BackoffPolicy, backoffDelay, checkedBackoff } from './backoff.js';
+import { type BackoffPolicy, backoffDelay, checkedBackoff, retryDelay } from './backoff.js';
 import {
   ApplicationError,
   isRetryable,
@@ -102,7 +102,11 @@ export interface WorkerOptions extends HttpOptions {
    * sooner when it learns that the server's sessions are shorter (`session.ts`).
    */
   sessionExtendIntervalMs?: number | undefined;
-  /** Backoff of retried polls, renewals and settlements. */
+  /**
+   * Backoff of retried session opens, polls, renewals, settlements and quiescence confirmations.
+   * A failed reply's `Retry-After` lengthens the wait, up to `maxMs` (and, for a renewal, never
+   * past the time its lease must be renewed by).
+   */
   backoff?: BackoffPolicy | undefined;
 }
 
@@ -173,12 +177,19 @@ export interface RegisterOptions<Schema extends StandardSchemaV1 = StandardSchem
 export class TaskAbortedError extends LedgenceError {
   static override readonly brand: string = '@ledgence/worker/TaskAbortedError';
 
+  /** Always `'task_aborted'`: a stable identifier, like every SDK error's; `why` says which abort. */
+  readonly code = 'task_aborted' as const;
   /** `cancelled`, `lease_lost`, `timeout` or `shutdown`. */
   readonly why: AbortCause;
 
   constructor(why: AbortCause) {
     super(ABORT_MESSAGES[why]);
     this.why = why;
+  }
+
+  /** Errors are data: what the error says, without the stack (`JSON.stringify` drops `message`). */
+  toJSON(): { name: string; code: 'task_aborted'; message: string; why: AbortCause } {
+    return { name: this.name, code: this.code, message: this.message, why: this.why };
   }
 }
 
@@ -672,7 +683,7 @@ export class Worker {
           return null;
         }
         failures += 1;
-        const delay = backoffDelay(failures, this.#backoff);
+        const delay = retryDelay(failures, error, this.#backoff);
         this.#logger.warn('opening a session failed; retrying', {
           delay_ms: delay,
           ...errorFields(error),
@@ -727,6 +738,9 @@ export class Worker {
             session_id: session.id,
             ...errorFields(error),
           });
+          // Tried again at the next period, whatever a `Retry-After` asked: the period is at most
+          // a third of the session's validity, the margin that keeps the session alive through a
+          // failed extension, and a later try could let it expire, and every slot's cursor with it.
           if (this.#session?.id === session.id) this.#scheduleExtension();
         }
       },
@@ -939,7 +953,7 @@ export class Worker {
           sentAt < (this.#slotFreedAt[step.slot.consumerId] ?? 0);
         this.#slotNotBefore[step.slot.consumerId] = stale
           ? 0
-          : monotonicNow() + backoffDelay(effect.failures, this.#backoff);
+          : monotonicNow() + retryDelay(effect.failures, cause, this.#backoff);
         break;
       }
       case 'new_session':
@@ -1227,9 +1241,8 @@ export class Worker {
         if (!retrying) return;
         // Unreferenced: a stopped worker's process may exit meanwhile; the server then releases
         // the task at its authority deadline, as if the process had died.
-        await new Promise((resolve) =>
-          setTimeout(resolve, backoffDelay(failures, this.#backoff)).unref(),
-        );
+        const delay = retryDelay(failures, error, this.#backoff);
+        await new Promise((resolve) => setTimeout(resolve, delay).unref());
       }
     }
   }
@@ -1458,8 +1471,12 @@ export class Worker {
     const effect = step.effect;
     if (effect.kind === 'retry') {
       held.renewFailures += 1;
+      // A `Retry-After` lengthens the backoff, and `renewRetryDelay` then cuts the whole wait to
+      // the lease's due time (half what it has left): honouring a rate limiter must not lose a
+      // lease the server would still extend. The periodic heartbeat and the due timer may also
+      // renew sooner; they keep the lease, which outweighs the limiter's ask.
       const delay = renewRetryDelay(
-        backoffDelay(held.renewFailures, this.#backoff),
+        retryDelay(held.renewFailures, cause, this.#backoff),
         this.#renewIntervalMs,
         held.lease,
         monotonicNow(),
