@@ -40,10 +40,40 @@ function describe(name: string, allowed: readonly string[]): string {
   return allowed.includes(name) ? `the query parameter ${name}` : 'a query parameter';
 }
 
+// A `%` not followed by two hex digits stands for itself (WHATWG `application/x-www-form-urlencoded`).
+const LONE_PERCENT = /%(?![0-9A-Fa-f]{2})/g;
+
+/**
+ * One name or value of a query, decoded as `URLSearchParams` decodes it (`+` is a space, a lone
+ * `%` stands for itself) except that escaped bytes must be UTF-8: `URLSearchParams` turns
+ * `%FF`, a Latin-1 `%E9` or an escaped surrogate into U+FFFD, so distinct malformed filters
+ * would silently match a task labelled U+FFFD. A body with such bytes is refused; so is this.
+ */
+function decodeComponent(raw: string): string {
+  try {
+    return decodeURIComponent(raw.replaceAll('+', ' ').replace(LONE_PERCENT, '%25'));
+  } catch {
+    throw queryError('a query parameter is not percent-encoded UTF-8 text');
+  }
+}
+
+/** The query's (name, value) pairs in order, as `URLSearchParams` splits them, strictly decoded. */
+function queryPairs(url: URL): Array<[string, string]> {
+  const pairs: Array<[string, string]> = [];
+  for (const part of url.search.slice(1).split('&')) {
+    if (part.length === 0) continue;
+    const equals = part.indexOf('=');
+    const name = equals < 0 ? part : part.slice(0, equals);
+    const value = equals < 0 ? '' : part.slice(equals + 1);
+    pairs.push([decodeComponent(name), decodeComponent(value)]);
+  }
+  return pairs;
+}
+
 /**
  * The query of `url` as a map of single values. Throws `invalid_input` for a
- * parameter not in `allowed` (unless `allowPrefix` matches it) and for a
- * parameter given twice.
+ * parameter not in `allowed` (unless `allowPrefix` matches it), for a
+ * parameter given twice, and for escaped bytes that are not UTF-8.
  */
 export function singleValues(
   url: URL,
@@ -51,7 +81,7 @@ export function singleValues(
   allowPrefix?: string,
 ): Map<string, string> {
   const values = new Map<string, string>();
-  for (const [name, value] of url.searchParams) {
+  for (const [name, value] of queryPairs(url)) {
     const known =
       allowed.includes(name) || (allowPrefix !== undefined && name.startsWith(allowPrefix));
     if (!known) throw queryError('a query parameter this route does not accept was given');
