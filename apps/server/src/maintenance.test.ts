@@ -1,12 +1,14 @@
 /**
  * How a maintenance loop logs a run of failed rounds (startPeriodic): the first failure, then at
  * most one line per failure-log interval with the count so far, then one line when a round
- * succeeds again. Rounds are scripted here; the loops over a real PostgreSQL going away and
- * coming back are in e2e/src/server-operations.e2e.test.ts.
+ * succeeds again; and how a retention round logs the namespaces it failed to collect. Rounds and
+ * collections are scripted here; the loops over a real PostgreSQL going away and coming back are
+ * in e2e/src/server-operations.e2e.test.ts, retention over a real store in maintenance.int.
  */
+import type { RetentionProgress, Scope } from '@ledgence/contracts';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
-import { startPeriodic } from './maintenance.js';
+import { collectRetention, startPeriodic } from './maintenance.js';
 
 interface LogLine {
   level: number;
@@ -91,5 +93,65 @@ describe('startPeriodic: a run of failed rounds', () => {
 
   it('logs nothing while rounds succeed', async () => {
     expect(await runRounds([true, true, true], { stepMs: 1_000 })).toEqual([]);
+  });
+});
+
+describe('collectRetention: namespaces whose collection fails', () => {
+  const scopes: Scope[] = ['a', 'b', 'c', 'd'].map((ns) => ({ tenant_id: 'acme', namespace: ns }));
+  const progress: RetentionProgress = {
+    cutoff: 0,
+    tasks_removed: 1,
+    attempts_removed: 1,
+    history_removed: 2,
+    subscriptions_removed: 0,
+    sessions_removed: 0,
+    has_more: false,
+  };
+
+  async function round(
+    failing: ReadonlySet<string>,
+  ): Promise<{ removed: number; lines: LogLine[] }> {
+    const lines: LogLine[] = [];
+    const logger = pino(
+      { level: 'warn' },
+      { write: (line: string) => lines.push(JSON.parse(line)) },
+    );
+    const removed = await collectRetention({
+      logger,
+      store: {
+        retentionScopes: async (after) => (after === undefined ? scopes : []),
+        async collectRetired(scope) {
+          if (failing.has(scope.namespace)) throw new Error(`read-only (${scope.namespace})`);
+          return progress;
+        },
+      },
+    });
+    return { removed, lines };
+  }
+
+  it('logs the first with its error and counts the others in one line, collecting the rest', async () => {
+    // A database that reads but refuses writes: one line with a stack per namespace, every round.
+    const { removed, lines } = await round(new Set(['a', 'c', 'd']));
+    expect(removed).toBe(1);
+    expect(lines).toEqual([
+      expect.objectContaining({
+        msg: 'retention of a namespace failed; retrying it next round',
+        namespace: 'a',
+        err: expect.objectContaining({ message: 'read-only (a)' }),
+      }),
+      expect.objectContaining({
+        msg: 'retention of 3 namespaces failed this round; retrying them next round',
+        failed_namespaces: 3,
+        namespaces: ['acme/a', 'acme/c', 'acme/d'],
+      }),
+    ]);
+  });
+
+  it('logs one failing namespace once, and nothing when none fails', async () => {
+    const one = await round(new Set(['b']));
+    expect(one.lines.map((line) => line.msg)).toEqual([
+      'retention of a namespace failed; retrying it next round',
+    ]);
+    expect((await round(new Set())).lines).toEqual([]);
   });
 });

@@ -182,13 +182,62 @@ export interface RetentionLoopOptions {
  * answers `dueRetentionScopes`, only namespaces with something due are
  * collected: a round where nothing is due is a few reads, however many
  * namespaces hold terminal tasks. Logs each namespace's
- * totals when it removed anything. A namespace whose collection fails is
- * logged (one line per round) and left to a later round; the walk goes on to
- * the next one. Returns the tasks removed.
+ * totals when it removed anything. A namespace whose collection fails is left
+ * to a later round and the walk goes on to the next one; the round's first
+ * such failure is logged with its error, and a round with more of them ends
+ * with one line counting them (a database that reads but refuses writes fails
+ * every namespace due, every round). Returns the tasks removed.
  */
 export async function collectRetention(
   options: Omit<RetentionLoopOptions, 'intervalMs'>,
   stopping: () => boolean = () => false,
+): Promise<number> {
+  const { logger } = options;
+  const failed: Scope[] = [];
+  try {
+    return await walkRetention(options, stopping, (scope, totals, error) => {
+      // A collection that meets a row another transaction holds gives up after the store's
+      // lock_timeout (`unavailable`), by design. Ending the round here would leave every
+      // namespace after this one uncollected for as long as this one keeps failing, since each
+      // round starts the walk over.
+      if (failed.length === 0) {
+        logger.warn(
+          { ...scope, ...totals, err: error },
+          'retention of a namespace failed; retrying it next round',
+        );
+      }
+      failed.push(scope);
+    });
+  } finally {
+    if (failed.length > 1) {
+      logger.warn(
+        {
+          failed_namespaces: failed.length,
+          namespaces: failed
+            .slice(0, FAILED_SCOPES_LOGGED)
+            .map((scope) => `${scope.tenant_id}/${scope.namespace}`),
+        },
+        `retention of ${failed.length} namespaces failed this round; retrying them next round`,
+      );
+    }
+  }
+}
+
+/** Namespaces a round's failure summary names (it counts them all). */
+const FAILED_SCOPES_LOGGED = 10;
+
+/** Totals of one namespace's collection in a round. */
+interface ScopeTotals {
+  tasks: number;
+  sessions: number;
+  transactions: number;
+}
+
+/** {@link collectRetention}'s walk; `failed` hears of each namespace whose collection failed. */
+async function walkRetention(
+  options: Omit<RetentionLoopOptions, 'intervalMs'>,
+  stopping: () => boolean,
+  failed: (scope: Scope, totals: ScopeTotals, error: unknown) => void,
 ): Promise<number> {
   const { store, logger } = options;
   const batchSize = options.batchSize ?? MAX_RETENTION_BATCH;
@@ -200,7 +249,7 @@ export async function collectRetention(
         ? await store.dueRetentionScopes(after, RETENTION_SCOPES_PAGE)
         : await store.retentionScopes(after, RETENTION_SCOPES_PAGE);
     for (const scope of scopes) {
-      const totals = { tasks: 0, sessions: 0, transactions: 0 };
+      const totals: ScopeTotals = { tasks: 0, sessions: 0, transactions: 0 };
       try {
         for (;;) {
           const progress = await store.collectRetired(scope, batchSize);
@@ -211,15 +260,7 @@ export async function collectRetention(
           if (!progress.has_more || stopping()) break;
         }
       } catch (error) {
-        // A collection that meets a row another transaction holds gives up after the store's
-        // lock_timeout (`unavailable`), by design. Ending the round here would leave every
-        // namespace after this one uncollected for as long as this one keeps failing, since each
-        // round starts the walk over. A database that is down costs one line per namespace of
-        // the page in hand; the next scope listing then fails and ends the round as before.
-        logger.warn(
-          { ...scope, ...totals, err: error },
-          'retention of a namespace failed; retrying it next round',
-        );
+        failed(scope, totals, error);
       }
       removed += totals.tasks;
       if (totals.tasks + totals.sessions > 0) {
