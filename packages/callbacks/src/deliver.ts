@@ -24,6 +24,7 @@ import {
   canonicalJson,
   HTTP_STATUS_MAX,
   HTTP_STATUS_MIN,
+  parseRetryAfterMs as parseRetryAfter,
   validateCompletionEvent,
 } from '@ledgence/contracts';
 import type { Destination } from './destinations.js';
@@ -328,34 +329,17 @@ function retry(
   return outcome;
 }
 
-// RFC 9110 §10.2.3: delay-seconds is 1*DIGIT; an HTTP-date starts with a day name.
-const DELAY_SECONDS = /^\d+$/;
-const HTTP_DATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? /;
-
 /**
  * The delay a `Retry-After` value asks for, in ms from `nowMs`: delay-seconds
  * or an HTTP-date (RFC 9110 §10.2.3), capped at COMPLETION_MAX_RETRY_DELAY_MS;
  * a date in the past gives 0. `undefined` when absent or malformed, so a
- * broken header falls back to the normal backoff.
+ * broken header falls back to the normal backoff. The contracts' reading, with
+ * the sender's cap.
  *
  * @example
  * parseRetryAfterMs('7', Date.now()); // → 7000
  * parseRetryAfterMs('Wed, 21 Oct 2015 07:28:00 GMT', Date.UTC(2015, 9, 21, 7, 27, 0)); // → 60000
  */
 export function parseRetryAfterMs(value: string | undefined, nowMs: number): number | undefined {
-  if (value === undefined) return undefined;
-  const text = value.trim();
-  let delay: number;
-  if (DELAY_SECONDS.test(text)) {
-    delay = Number(text) * 1000;
-  } else if (HTTP_DATE.test(text)) {
-    // HTTP-dates are GMT; asctime() form says so nowhere, and Date.parse would read it as local.
-    const at = Date.parse(/ GMT$/.test(text) ? text : `${text} GMT`);
-    if (Number.isNaN(at)) return undefined;
-    delay = Math.max(0, at - nowMs);
-  } else {
-    return undefined;
-  }
-  // Number() of a long digit run is finite or Infinity; min() caps both.
-  return Math.min(delay, COMPLETION_MAX_RETRY_DELAY_MS);
+  return parseRetryAfter(value, nowMs, COMPLETION_MAX_RETRY_DELAY_MS);
 }

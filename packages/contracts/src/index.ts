@@ -180,6 +180,7 @@ export {
   exponentialCap,
   retryDelayMs,
 } from './retry.js';
+export { parseRetryAfterMs } from './retry-after.js';
 export type {
   AcceptedSettlement,
   AcquireBatchReply,

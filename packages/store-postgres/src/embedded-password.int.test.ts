@@ -222,4 +222,39 @@ describe('the embedded PostgreSQL superuser password', () => {
       expect(logged.filter((line) => line.includes(secret))).toEqual([]);
     }
   });
+
+  // A password changed by hand is one the folder's file may hold (the start's own remedy says
+  // so): printable ASCII, a space inside it included; and a file that is present is never
+  // reported missing.
+  it('starts with a hand-set printable ASCII password holding a space, written into its file', async () => {
+    const first = await start();
+    const byHand = 'correct horse battery staple';
+    await admin(first.url, `alter role postgres password '${byHand}'`);
+    await first.stop();
+    await writeFile(join(folder, PASSWORD_FILE), `${byHand}\n`, { mode: 0o600 });
+    const failure = await start().then(
+      (server) => {
+        expect(decodeURIComponent(new URL(server.url).password)).toBe(byHand);
+        return undefined;
+      },
+      (error: Error) => error,
+    );
+    // Before: the file was read as holding nothing, and the start failed saying it was missing.
+    expect(failure?.message).toBeUndefined();
+  });
+
+  it('does not call a password file that is there, but refused, missing', async () => {
+    const server = await start();
+    await admin(server.url, "alter role postgres password 'another-by-hand'");
+    await server.stop();
+    // Not printable ASCII: a password this start does not take from the file.
+    await writeFile(join(folder, PASSWORD_FILE), 'pässwort\n', { mode: 0o600 });
+    const failure = await start().then(
+      () => undefined,
+      (error: Error) => error,
+    );
+    expect(failure).toMatchObject({ code: 'start_failed' });
+    expect(failure?.message).not.toContain('is missing');
+    expect(failure?.message).toContain(join(folder, PASSWORD_FILE));
+  });
 });

@@ -5,15 +5,16 @@
  * the `Client` waits at least that long before sending again — measured at the server, between
  * the two requests — up to its backoff's `maxMs`.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { WorkerSessionSchema } from '@ledgence/contracts';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Client } from './client.js';
 import { ProblemError, TransportError } from './errors.js';
 import { type FetchLike, HttpTransport } from './http.js';
 import type { LogFields, Logger } from './logger.js';
 import { queuedSnapshotOf, type SentCommand } from './testdata/snapshots.js';
+import { stubServers } from './testdata/stub-servers.js';
+import { MAX_TIMER_MS } from './timers.js';
 
 /**
  * Timer slack of a measured wait: Node arms a timer from the event loop's cached time, which can
@@ -22,21 +23,7 @@ import { queuedSnapshotOf, type SentCommand } from './testdata/snapshots.js';
  */
 const SLACK_MS = 25;
 
-const servers: Server[] = [];
-const sockets = new Set<Socket>();
-afterEach(async () => {
-  for (const socket of sockets) socket.destroy();
-  sockets.clear();
-  await Promise.all(
-    servers.splice(0).map(
-      (server) =>
-        new Promise<void>((resolve) => {
-          server.closeAllConnections();
-          server.close(() => resolve());
-        }),
-    ),
-  );
-});
+const stubs = stubServers();
 
 type Handler = (req: IncomingMessage, res: ServerResponse, body: string, index: number) => void;
 
@@ -51,13 +38,7 @@ async function httpServer(handler: Handler): Promise<{ url: string; arrivals: nu
       handler(req, res, Buffer.concat(chunks).toString(), arrivals.length - 1);
     });
   });
-  server.on('connection', (s) => {
-    sockets.add(s);
-    s.on('close', () => sockets.delete(s));
-  });
-  servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, arrivals };
+  return { url: await stubs.listen(server), arrivals };
 }
 
 /** A logger keeping the `delay_ms` of every retry the client announces. */
@@ -110,6 +91,14 @@ describe.each(exchanges)('a failed reply carries its Retry-After (%s exchange)',
       status: 429,
       retryAfterMs: 7_000,
     });
+  });
+
+  it('a Retry-After longer than a timer holds is capped at what one holds', async () => {
+    const error = await failureFor(503, {
+      'content-type': 'text/html',
+      'retry-after': '9'.repeat(40),
+    });
+    expect(error).toMatchObject({ status: 503, retryAfterMs: MAX_TIMER_MS });
   });
 
   it("a 503 page's HTTP-date is read against the reply's Date, not this machine's clock", async () => {

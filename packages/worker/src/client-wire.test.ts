@@ -3,32 +3,18 @@
  * how replies that are not the contract's (gateway pages, empty or cut bodies) are reported, and
  * that the API key stays out of every error and log line.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { CONTROL_REQUEST_TIMEOUT_MS, ContractError, LedgenceError } from '@ledgence/contracts';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Client } from './client.js';
 import { ProblemError, ProtocolError, TransportError } from './errors.js';
 import { HttpTransport } from './http.js';
 import type { LogFields } from './logger.js';
 import { silentLogger } from './logger.js';
 import { queuedSnapshotOf, type SentCommand } from './testdata/snapshots.js';
+import { stubServers } from './testdata/stub-servers.js';
 
-const servers: Server[] = [];
-const sockets = new Set<Socket>();
-afterEach(async () => {
-  for (const socket of sockets) socket.destroy();
-  sockets.clear();
-  await Promise.all(
-    servers.splice(0).map(
-      (server) =>
-        new Promise<void>((resolve) => {
-          server.closeAllConnections();
-          server.close(() => resolve());
-        }),
-    ),
-  );
-});
+const stubs = stubServers();
 
 type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
 
@@ -39,13 +25,7 @@ async function httpServer(handler: Handler): Promise<string> {
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => handler(req, res, Buffer.concat(chunks).toString()));
   });
-  server.on('connection', (s) => {
-    sockets.add(s);
-    s.on('close', () => sockets.delete(s));
-  });
-  servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return stubs.listen(server);
 }
 
 function clientOf(url: string, extra: Partial<ConstructorParameters<typeof Client>[0]> = {}) {

@@ -16,6 +16,7 @@ import {
   decodeStrictJson,
   type Problem,
   ProblemSchema,
+  parseRetryAfterMs,
   parseWith,
 } from '@ledgence/contracts';
 import { ProblemError, ProtocolError, TransportError } from './errors.js';
@@ -194,41 +195,6 @@ export function isProblem(item: unknown): item is Problem {
   );
 }
 
-// RFC 9110 §10.2.3: delay-seconds is 1*DIGIT; an HTTP-date starts with a day name. The same
-// reading as @ledgence/callbacks' `parseRetryAfterMs` (the SDK installs alone, so it is not shared).
-const DELAY_SECONDS = /^\d+$/;
-const HTTP_DATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? /;
-
-/**
- * The wait a `Retry-After` value asks for, in ms from `nowMs`: delay-seconds or an HTTP-date
- * (RFC 9110 §10.2.3; a date in the past gives 0), at most {@link MAX_TIMER_MS} so it stays a
- * finite delay a timer holds. `undefined` when absent or malformed (`soon`, `-5`, `1.5`), so a
- * broken header leaves the retry to the backoff.
- *
- * @param nowMs - the time the date is read against: the reply's own `Date` when it has one, so a
- *   skew between the server's clock and this machine's does not shift the wait.
- * @example
- * parseRetryAfterMs('7', Date.now()); // → 7000
- * parseRetryAfterMs('Wed, 21 Oct 2015 07:28:00 GMT', Date.UTC(2015, 9, 21, 7, 27, 0)); // → 60000
- */
-export function parseRetryAfterMs(value: string | undefined, nowMs: number): number | undefined {
-  if (value === undefined) return undefined;
-  const text = value.trim();
-  let delay: number;
-  if (DELAY_SECONDS.test(text)) {
-    delay = Number(text) * 1000;
-  } else if (HTTP_DATE.test(text)) {
-    // HTTP-dates are GMT; asctime() form says so nowhere, and Date.parse would read it as local.
-    const at = Date.parse(/ GMT$/.test(text) ? text : `${text} GMT`);
-    if (Number.isNaN(at)) return undefined;
-    delay = Math.max(0, at - nowMs);
-  } else {
-    return undefined;
-  }
-  // Number() of a long digit run is finite or Infinity; min() caps both.
-  return Math.min(delay, MAX_TIMER_MS);
-}
-
 /** A reply's `Date` header in ms since the epoch; `null` when absent or unreadable. */
 function dateOf(header: string): number | null {
   const date = header === '' ? Number.NaN : Date.parse(header);
@@ -242,7 +208,9 @@ function failureOf(reply: WireReply, bytes: Uint8Array): Error {
   const retryAfterMs = (): number | undefined =>
     reply.retryAfter === undefined
       ? undefined
-      : parseRetryAfterMs(reply.retryAfter, dateOf(reply.date) ?? Date.now());
+      : // Capped at what a timer holds; an HTTP-date is read against the reply's own Date, so a
+        // skew between the server's clock and this machine's does not shift the wait.
+        parseRetryAfterMs(reply.retryAfter, dateOf(reply.date) ?? Date.now(), MAX_TIMER_MS);
   let problem: Problem | undefined;
   if (JSON_TYPE.test(contentType)) {
     try {

@@ -6,11 +6,11 @@
  * between the failed request and the one sent again. A renewal honours the header only as far as
  * its lease allows: the lease is never lost to it.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AcquireCommand, LeaseOwner, RenewCommand, SettleCommand } from '@ledgence/contracts';
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from './logger.js';
+import { stubServers } from './testdata/stub-servers.js';
 import { type TaskContext, Worker } from './worker.js';
 
 /** See client-retry-after.e2e.test.ts: a timer may end a few ms early by the server's clock. */
@@ -18,22 +18,11 @@ const SLACK_MS = 25;
 
 const scope = { tenant_id: 'acme', namespace: 'prod' };
 
-const servers: Server[] = [];
-const sockets = new Set<Socket>();
+const stubs = stubServers();
 const workers: Worker[] = [];
+// Registered after the servers' teardown, so it runs first: workers stop, then servers close.
 afterEach(async () => {
   await Promise.all(workers.splice(0).map((worker) => worker.stop({ graceMs: 0 })));
-  for (const socket of sockets) socket.destroy();
-  sockets.clear();
-  await Promise.all(
-    servers.splice(0).map(
-      (server) =>
-        new Promise<void>((resolve) => {
-          server.closeAllConnections();
-          server.close(() => resolve());
-        }),
-    ),
-  );
 });
 
 type Route = 'sessions' | 'acquire' | 'renew' | 'settle' | 'quiescence';
@@ -214,13 +203,7 @@ async function workerServer(options: StubOptions = {}): Promise<Stub> {
       answer(route, req, res, body);
     });
   });
-  server.on('connection', (s) => {
-    sockets.add(s);
-    s.on('close', () => sockets.delete(s));
-  });
-  servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  stub.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  stub.url = await stubs.listen(server);
   return stub;
 }
 

@@ -1,0 +1,35 @@
+/** Reading a `Retry-After` header (RFC 9110 §10.2.3): what the callback sender and the SDK share. */
+import { describe, expect, it } from 'vitest';
+import { parseRetryAfterMs } from './retry-after.js';
+
+const CAP = 2 ** 31 - 1;
+
+describe('parseRetryAfterMs', () => {
+  const now = Date.UTC(2015, 9, 21, 7, 27, 0);
+
+  it('reads delay-seconds', () => {
+    expect(parseRetryAfterMs('7', now, CAP)).toBe(7_000);
+    expect(parseRetryAfterMs(' 0 ', now, CAP)).toBe(0);
+    expect(parseRetryAfterMs('120', now, CAP)).toBe(120_000);
+  });
+
+  it('reads the three HTTP-date forms against the given now', () => {
+    expect(parseRetryAfterMs('Wed, 21 Oct 2015 07:28:00 GMT', now, CAP)).toBe(60_000);
+    expect(parseRetryAfterMs('Wednesday, 21-Oct-15 07:28:00 GMT', now, CAP)).toBe(60_000);
+    // asctime() carries no zone but means GMT, whatever the local time zone is.
+    expect(parseRetryAfterMs('Wed Oct 21 07:28:00 2015', now, CAP)).toBe(60_000);
+  });
+
+  it('gives 0 for a date in the past, and keeps a long delay within the cap', () => {
+    expect(parseRetryAfterMs('Wed, 21 Oct 2015 07:00:00 GMT', now, CAP)).toBe(0);
+    expect(parseRetryAfterMs('3600', now, CAP)).toBe(3_600_000);
+    expect(parseRetryAfterMs('9'.repeat(400), now, CAP)).toBe(CAP);
+    expect(parseRetryAfterMs('Fri, 31 Dec 9999 23:59:59 GMT', now, CAP)).toBe(CAP);
+  });
+
+  it('ignores what is absent or malformed, leaving the retry to the backoff', () => {
+    for (const value of [undefined, '', 'soon', '-5', '7.5', '1e3', '0x10', 'Wed, 99 Foo 2015']) {
+      expect(parseRetryAfterMs(value, now, CAP)).toBeUndefined();
+    }
+  });
+});

@@ -1,0 +1,42 @@
+/**
+ * Reading an HTTP `Retry-After` header (RFC 9110 §10.2.3), for the two clients that honour it:
+ * the callback sender (a receiver's answer) and the worker SDK (a gateway's or rate limiter's).
+ * Here because both depend on this package and neither may depend on the other.
+ */
+
+// delay-seconds is 1*DIGIT; an HTTP-date starts with a day name.
+const DELAY_SECONDS = /^\d+$/;
+const HTTP_DATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? /;
+
+/**
+ * The delay a `Retry-After` value asks for, in ms from `nowMs`: delay-seconds or an HTTP-date
+ * (a date in the past gives 0), at most `capMs`. `undefined` when absent or malformed (`soon`,
+ * `-5`, `1.5`), so a broken header leaves the retry to the caller's backoff.
+ *
+ * @param nowMs - the time an HTTP-date is read against.
+ * @param capMs - the longest delay returned (a long digit run or a far date gives this).
+ * @example
+ * parseRetryAfterMs('7', Date.now(), 3_600_000); // → 7000
+ * parseRetryAfterMs('Wed, 21 Oct 2015 07:28:00 GMT', Date.UTC(2015, 9, 21, 7, 27, 0), 3_600_000); // → 60000
+ */
+export function parseRetryAfterMs(
+  value: string | undefined,
+  nowMs: number,
+  capMs: number,
+): number | undefined {
+  if (value === undefined) return undefined;
+  const text = value.trim();
+  let delay: number;
+  if (DELAY_SECONDS.test(text)) {
+    delay = Number(text) * 1000;
+  } else if (HTTP_DATE.test(text)) {
+    // HTTP-dates are GMT; asctime() form says so nowhere, and Date.parse would read it as local.
+    const at = Date.parse(/ GMT$/.test(text) ? text : `${text} GMT`);
+    if (Number.isNaN(at)) return undefined;
+    delay = Math.max(0, at - nowMs);
+  } else {
+    return undefined;
+  }
+  // Number() of a long digit run is finite or Infinity; min() caps both.
+  return Math.min(delay, capMs);
+}
