@@ -252,6 +252,15 @@ describe('EXPLAIN of the hot statements', () => {
         store.submit(submitCommand('explain-keyed', { concurrency_key: 'explain-key' })),
       ),
     ).toEqual(['begin', 'with', 'insert', 'commit']);
+    // The key row: created only for an inserted task (its primary key) and an absent key (the
+    // key's primary key, passing over a row a claim holds), in the order given.
+    const [keyRow] = statementsMatching(/insert into concurrency_keys/).slice(-1);
+    const keyPlan = await explain(keyRow?.query ?? '', keyRow?.params ?? []);
+    expect(keyPlan).toMatch(/Index Only Scan using tasks_tenant_id_namespace_task_id_pk on tasks/);
+    expect(keyPlan).toMatch(
+      /Index Only Scan using concurrency_keys_tenant_id_namespace_concurrency_key_pk/,
+    );
+    expect(keyPlan).not.toMatch(/Seq Scan|Sort/);
     // An absolute available_at is checked against store time first, read with BEGIN.
     const now = await store.now();
     expect(

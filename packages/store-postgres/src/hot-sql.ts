@@ -393,9 +393,11 @@ export async function takeConcurrencySlot(
  * cannot close a deadlock cycle. Not taken when the row is busy or at `limit`. A row this
  * statement's snapshot does not show (retention deletes idle keys' rows while queued tasks of the
  * key may remain) is created holding the claim; `on conflict do nothing` makes a row committed
- * since then a refusal, for a later poll. The one wait left: a concurrent first claim of the same
- * absent key, uncommitted — a cycle only if that claim then waits for a key this one holds, which
- * PostgreSQL breaks by aborting one (the grouped poll is then answered alone).
+ * since then a refusal, for a later poll. The one wait left: a concurrent first claim or submit
+ * of the same absent key, uncommitted — a cycle only if that claim then waits for a key this one
+ * holds, or that submit for a key row this one creates (a submit passes over rows that exist:
+ * {@link ensureConcurrencyKeys}), which PostgreSQL breaks by aborting one (the grouped poll is
+ * then answered alone).
  */
 export async function takeConcurrencySlotNoWait(
   tx: Tx,
@@ -460,29 +462,47 @@ export async function releaseConcurrencySlots(
 }
 
 /**
- * Creates missing concurrency-key rows at submit; an existing committed row is left untouched and
- * unlocked. Lock: the rows it creates, until commit, and a wait on a key row another transaction
- * is creating, deleting or updating (the `on conflict` check waits that one out). Rows are
- * inserted in the order given (`with ordinality … order by`, which the function scan already
- * yields: no sort): the caller passes them distinct and in the order claims lock key rows
- * (store.ts `KeyLockOrder`), all of a submit's keys in one statement behind its inserts (store.ts
- * `sendConcurrencyKeys`). Two submits creating the same new keys in different orders, or chunk
- * by chunk (as before), each held a key the other then waited for: a deadlock, which PostgreSQL
- * broke after `deadlock_timeout` (1 s) by aborting one, whose batch was then retried item by item
- * (submit-deadlock.int.test.ts).
- * Index: the primary key of `concurrency_keys` as the conflict arbiter.
+ * Creates the missing concurrency-key rows of a submit's new tasks, once the transaction's inserts
+ * are sent: one `(key, task)` entry per keyed task the submit meant to create, and a key's row is
+ * created only if one of its tasks was inserted (the tasks primary key finds this transaction's
+ * rows: their ids are fresh) — a task the insert skipped (its idempotency key held: a replay or
+ * a `conflict`) writes nothing, or a refused submit would leave a row that retention, deleting
+ * only the keys of tasks it collects, never removes (submit-key-rows.int.test.ts).
+ *
+ * Lock: none on a key row the statement's snapshot shows — `not exists` passes it over before
+ * the insert, whose `on conflict` check would otherwise wait out a claim or settle updating it;
+ * a submit that had created one new row and then waited so for a claim's key closed a cycle with
+ * a claim creating that new row without waiting (`takeConcurrencySlotNoWait`). The rows it
+ * creates, until commit, and a wait on a key row another transaction is creating (the `on
+ * conflict` check waits that one out: a cycle only with a claim that creates a missing key row
+ * and then waits for another this submit creates). Rows are inserted in the order given (`with
+ * ordinality … order by`, which the function scan already yields: no sort): the caller passes
+ * them in the order claims lock key rows (store.ts `KeyLockOrder`), all of a submit's keys in
+ * one statement behind its inserts (store.ts `sendConcurrencyKeys`). Two submits creating the
+ * same new keys in different orders, or chunk by chunk (as before), each held a key the other
+ * then waited for: a deadlock, which PostgreSQL broke after `deadlock_timeout` (1 s) by aborting
+ * one, whose batch was then retried item by item (submit-deadlock.int.test.ts). A key named by
+ * several tasks comes once per task; `on conflict do nothing` skips its repeats.
+ * Index: the tasks primary key, and the primary key of `concurrency_keys` for `not exists` and as
+ * the conflict arbiter.
  */
 export async function ensureConcurrencyKeys(
   tx: Tx,
-  keys: readonly { tenant_id: string; namespace: string; key: string }[],
+  keys: readonly { tenant_id: string; namespace: string; key: string; task_id: string }[],
 ): Promise<void> {
   await tx`
     insert into concurrency_keys (tenant_id, namespace, concurrency_key, active)
     select v.tenant_id, v.namespace, v.key, 0
     from unnest(${column(keys, (k) => k.tenant_id)}::text[],
                 ${column(keys, (k) => k.namespace)}::text[],
-                ${column(keys, (k) => k.key)}::text[])
-      with ordinality as v(tenant_id, namespace, key, ord)
+                ${column(keys, (k) => k.key)}::text[],
+                ${column(keys, (k) => k.task_id)}::text[])
+      with ordinality as v(tenant_id, namespace, key, task_id, ord)
+    where exists (select 1 from tasks t
+        where t.tenant_id = v.tenant_id and t.namespace = v.namespace and t.task_id = v.task_id)
+      and not exists (select 1 from concurrency_keys k
+        where k.tenant_id = v.tenant_id and k.namespace = v.namespace
+          and k.concurrency_key = v.key)
     order by v.ord
     on conflict do nothing`;
 }

@@ -639,32 +639,39 @@ function sendSubmitted(
 
 /**
  * Sends the concurrency-key rows of a submit's new tasks ({@link ensureConcurrencyKeys}), added
- * to `writes`: every chunk's in one statement, behind the last chunk's insert, distinct and in
+ * to `writes`: every chunk's in one statement, behind the last chunk's insert, in
  * {@link KeyLockOrder}'s order. With the inserts' idempotency keys taken in key order before
  * them, every submit takes the rows other transactions may be creating in one global order —
  * idempotency keys, then key rows, each ascending — so overlapping submits cannot deadlock on
  * them (submit-deadlock.int.test.ts). Key rows come last, after every idempotency key, so all
  * of them go in one statement without holding back the first chunk's insert; and in the order
- * claims wait for key rows, so a submit and a claim waiting upward cannot close a cycle (the one
- * wait left is `takeConcurrencySlotNoWait` creating a key row this submit is creating). Sent
- * before the inserts' answers say which keys they skipped: a key row for a skipped task's
- * concurrency key (active 0) costs nothing. Marked handled, as in {@link sendSubmitted}.
+ * claims wait for key rows, so a submit and a claim waiting upward cannot close a cycle. Sent
+ * before the inserts' answers say which tasks they skipped, so each key goes with its tasks'
+ * ids and the statement creates the rows of the inserted ones' keys only. Marked handled, as in
+ * {@link sendSubmitted}.
  */
 function sendConcurrencyKeys(tx: Tx, tasks: Iterable<TaskRow>, writes: Promise<unknown>[]): void {
-  const keys = new Map<string, { tenant_id: string; namespace: string; key: string }>();
+  const keyed: {
+    lock: string;
+    tenant_id: string;
+    namespace: string;
+    key: string;
+    task_id: string;
+  }[] = [];
   for (const task of tasks) {
     if (task.concurrency_key === null) continue;
-    keys.set(concurrencyKeyOf(task), {
+    keyed.push({
+      lock: concurrencyKeyOf(task),
       tenant_id: task.tenant_id,
       namespace: task.namespace,
       key: task.concurrency_key,
+      task_id: task.task_id,
     });
   }
-  if (keys.size === 0) return;
-  const ordered = [...keys.entries()].sort(([a], [b]) => compareText(a, b));
+  if (keyed.length === 0) return;
   const ensure = ensureConcurrencyKeys(
     tx,
-    ordered.map(([, key]) => key),
+    keyed.sort((a, b) => compareText(a.lock, b.lock)),
   );
   ensure.catch(() => {});
   writes.push(ensure);
