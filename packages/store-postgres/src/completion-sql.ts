@@ -63,15 +63,20 @@ export async function loadSubscriptions(tx: Tx, task: TaskRef): Promise<DbRow[]>
 }
 
 /**
- * A task's subscriptions for the list route, from one snapshot: one row with `task_found` and
- * no subscription columns when the task has none, no row at all when there is no such task.
+ * A task's subscriptions for the list route, from one snapshot: one row with no subscription
+ * columns when the task has none, no row at all when there is no such task. Every row carries
+ * `store_now`, the database clock read by this same statement (without the store's offset): the
+ * time a lost last try is judged at (core `expireLostTry`) must not be read by a later statement,
+ * or a report committed in between — within its lease, so the row is `delivered` for good — would
+ * be judged by the clock after it against the row from before it, and shown `exhausted`.
  * No locks (a read). Indexes: the tasks primary key, then as {@link loadSubscriptions}.
  */
 export async function listSubscriptionRows(tx: Tx, task: TaskRef): Promise<DbRow[]> {
   return tx`
-    select s.*, d.state, d.generation, d.attempts, d.next_attempt_at, d.delivered_at,
-      d.finished_at, d.last_status_code, d.last_error
-    from tasks t
+    select clock.store_now, s.*, d.state, d.generation, d.attempts, d.next_attempt_at,
+      d.delivered_at, d.finished_at, d.last_status_code, d.last_error
+    from (select (extract(epoch from clock_timestamp()) * 1000)::bigint as store_now) as clock,
+      tasks t
     left join (
       completion_subscriptions s
       join completion_deliveries d on d.tenant_id = s.tenant_id and d.namespace = s.namespace

@@ -2151,12 +2151,12 @@ class PgTaskStore implements PostgresTaskStore {
 
   async listSubscriptions(scope: Scope, taskId: string): Promise<CompletionSubscription[]> {
     return this.transact(async (tx) => {
-      // Issued together, so postgres.js pipelines store time with the read.
-      const [rows, now] = await Promise.all([
-        listSubscriptionRows(tx, taskRefOf(scope, taskId)),
-        this.time(tx),
-      ]);
-      if (rows.length === 0) throw taskNotFound(taskId);
+      // Store time from the statement that read the rows: a clock read by a statement of its
+      // own could follow a report committed after the rows' snapshot (listSubscriptionRows).
+      const rows = await listSubscriptionRows(tx, taskRefOf(scope, taskId));
+      const [first] = rows;
+      if (first === undefined) throw taskNotFound(taskId);
+      const now = num(first.store_now) + this.offset();
       // A lost last try is shown as the next lease will write it, without writing it here.
       return rows
         .filter((row) => row.subscription_id !== null)
