@@ -5,14 +5,19 @@
  * the `Client` waits at least that long before sending again — measured at the server, between
  * the two requests — up to its backoff's `maxMs`.
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { WorkerSessionSchema } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
-import { Client } from './client.js';
 import { ProblemError, TransportError } from './errors.js';
 import { type FetchLike, HttpTransport } from './http.js';
 import type { LogFields, Logger } from './logger.js';
-import { queuedSnapshotOf, type SentCommand } from './testdata/snapshots.js';
+import { clientOf } from './testdata/clients.js';
+import {
+  queuedSnapshotOf,
+  queuedStatus,
+  type SentCommand,
+  unavailableProblem,
+} from './testdata/snapshots.js';
 import { stubServers } from './testdata/stub-servers.js';
 import { MAX_TIMER_MS } from './timers.js';
 
@@ -30,15 +35,11 @@ type Handler = (req: IncomingMessage, res: ServerResponse, body: string, index: 
 /** A local server calling `handler` with each request's body; `arrivals` are monotonic times. */
 async function httpServer(handler: Handler): Promise<{ url: string; arrivals: number[] }> {
   const arrivals: number[] = [];
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      arrivals.push(performance.now());
-      handler(req, res, Buffer.concat(chunks).toString(), arrivals.length - 1);
-    });
+  const url = await stubs.serve((req, res, body) => {
+    arrivals.push(performance.now());
+    handler(req, res, body, arrivals.length - 1);
   });
-  return { url: await stubs.listen(server), arrivals };
+  return { url, arrivals };
 }
 
 /** A logger keeping the `delay_ms` of every retry the client announces. */
@@ -50,18 +51,30 @@ function delays(): { logger: Logger; chosen: number[] } {
   return { logger: { debug: keep, info: keep, warn: keep, error: keep }, chosen };
 }
 
-const unavailable = JSON.stringify({
-  type: 'https://ledgence.dev/problems/unavailable',
-  title: 'Service unavailable',
-  status: 503,
-  code: 'unavailable',
-  detail: 'The service is temporarily unavailable; retry later.',
-});
-
 /** A submit answered with its task, as the server answers one. */
 function created(res: ServerResponse, body: string): void {
   res.writeHead(201, { 'content-type': 'application/json' });
   res.end(JSON.stringify(queuedSnapshotOf(JSON.parse(body) as SentCommand, 1)));
+}
+
+/** A reply refusing a request, as a rate limiter or gateway sends one: status, Retry-After, body. */
+type Refusal = [status: number, retryAfter: string, body: string];
+
+/**
+ * A submit through a Client backing off 5 ms–`maxMs`, to a server answering its first requests
+ * with `refusals`, in order, and the next with the task: what the Client answered, when each
+ * request arrived, and the retry delays the Client chose.
+ */
+async function submitRefused(maxMs: number, ...refusals: Refusal[]) {
+  const server = await httpServer((_req, res, body, index) => {
+    const refusal = refusals[index];
+    if (refusal === undefined) created(res, body);
+    else res.writeHead(refusal[0], { 'retry-after': refusal[1] }).end(refusal[2]);
+  });
+  const { logger, chosen } = delays();
+  const client = clientOf(server.url, { logger, backoff: { baseMs: 5, maxMs } });
+  const task = await client.submit({ queue: 'q', program: 'p' });
+  return { task, arrivals: server.arrivals, chosen };
 }
 
 const exchanges: [string, FetchLike | undefined][] = [
@@ -115,13 +128,13 @@ describe.each(exchanges)('a failed reply carries its Retry-After (%s exchange)',
 
   it('an `unavailable` problem carries it; a problem that is not retried does not', async () => {
     const problemType = { 'content-type': 'application/problem+json', 'retry-after': '3' };
-    const error = await failureFor(503, problemType, unavailable);
+    const error = await failureFor(503, problemType, unavailableProblem);
     expect(error).toBeInstanceOf(ProblemError);
     expect(error).toMatchObject({ code: 'unavailable', retryable: true, retryAfterMs: 3_000 });
     const conflict = await failureFor(
       409,
       problemType,
-      JSON.stringify({ ...JSON.parse(unavailable), status: 409, code: 'conflict' }),
+      JSON.stringify({ ...JSON.parse(unavailableProblem), status: 409, code: 'conflict' }),
     );
     expect(conflict).toMatchObject({ code: 'conflict', retryAfterMs: undefined });
   });
@@ -142,23 +155,11 @@ describe.each(exchanges)('a failed reply carries its Retry-After (%s exchange)',
 
 describe('the Client waits out a Retry-After before sending again', () => {
   it('a submit answered 429 with Retry-After: 1 is sent again no sooner than 1 s later', async () => {
-    const server = await httpServer((_req, res, body, index) => {
-      if (index === 0) res.writeHead(429, { 'retry-after': '1' }).end('rate limited');
-      else created(res, body);
-    });
-    const { logger, chosen } = delays();
-    const client = new Client({
-      url: server.url,
-      tenant: 'acme',
-      namespace: 'prod',
-      logger,
-      backoff: { baseMs: 5, maxMs: 2_000 },
-    });
-    const task = await client.submit({ queue: 'q', program: 'p' });
+    const { task, arrivals, chosen } = await submitRefused(2_000, [429, '1', 'rate limited']);
     expect(task.task_id).toBe('tsk_1');
-    expect(server.arrivals).toHaveLength(2);
+    expect(arrivals).toHaveLength(2);
     expect(chosen).toEqual([1_000]);
-    const [first = 0, second = 0] = server.arrivals;
+    const [first = 0, second = 0] = arrivals;
     expect(second - first).toBeGreaterThanOrEqual(1_000 - SLACK_MS);
   });
 
@@ -172,30 +173,13 @@ describe('the Client waits out a Retry-After before sending again', () => {
             date: new Date(at).toUTCString(),
             'retry-after': new Date(at + 1_000).toUTCString(),
           })
-          .end(unavailable);
+          .end(unavailableProblem);
         return;
       }
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(
-        JSON.stringify({
-          task_id: 'tsk_1',
-          run_id: 'run_1',
-          queue: 'q',
-          program: { name: 'p' },
-          state: 'queued',
-          submitted_at: 1,
-          available_at: 1,
-          terminal_at: null,
-          attempt_count: 0,
-          max_attempts: 3,
-          cancel_requested_at: null,
-        }),
-      );
+      res.end(JSON.stringify(queuedStatus));
     });
-    const client = new Client({
-      url: server.url,
-      tenant: 'acme',
-      namespace: 'prod',
+    const client = clientOf(server.url, {
       logger: delays().logger,
       backoff: { baseMs: 5, maxMs: 2_000 },
     });
@@ -205,57 +189,30 @@ describe('the Client waits out a Retry-After before sending again', () => {
   });
 
   it('ignores a malformed Retry-After (its own backoff), then honours a valid one', async () => {
-    const server = await httpServer((_req, res, body, index) => {
-      if (index === 0) res.writeHead(503, { 'retry-after': 'in a bit' }).end('busy');
-      else if (index === 1) res.writeHead(503, { 'retry-after': '1' }).end('busy');
-      else created(res, body);
-    });
-    const { logger, chosen } = delays();
-    const client = new Client({
-      url: server.url,
-      tenant: 'acme',
-      namespace: 'prod',
-      logger,
-      backoff: { baseMs: 5, maxMs: 2_000 },
-    });
-    await client.submit({ queue: 'q', program: 'p' });
-    expect(server.arrivals).toHaveLength(3);
+    const { arrivals, chosen } = await submitRefused(
+      2_000,
+      [503, 'in a bit', 'busy'],
+      [503, '1', 'busy'],
+    );
+    expect(arrivals).toHaveLength(3);
     // The first retry is the backoff's first delay, in [baseMs/2, baseMs]; the second is the ask.
     expect(chosen[0]).toBeLessThanOrEqual(5);
     expect(chosen[1]).toBe(1_000);
-    const [, second = 0, third = 0] = server.arrivals;
+    const [, second = 0, third = 0] = arrivals;
     expect(third - second).toBeGreaterThanOrEqual(1_000 - SLACK_MS);
   });
 
   it("waits no longer than the backoff's maxMs, and the error still says what was asked", async () => {
-    const server = await httpServer((_req, res, body, index) => {
-      if (index === 0) res.writeHead(429, { 'retry-after': '3600' }).end('come back in an hour');
-      else created(res, body);
-    });
-    const { logger, chosen } = delays();
-    const client = new Client({
-      url: server.url,
-      tenant: 'acme',
-      namespace: 'prod',
-      logger,
-      backoff: { baseMs: 5, maxMs: 300 },
-    });
-    await client.submit({ queue: 'q', program: 'p' });
+    const { arrivals, chosen } = await submitRefused(300, [429, '3600', 'come back in an hour']);
     expect(chosen).toEqual([300]);
-    const [first = 0, second = 0] = server.arrivals;
+    const [first = 0, second = 0] = arrivals;
     expect(second - first).toBeGreaterThanOrEqual(300 - SLACK_MS);
 
     // Without retries left, the caller gets the ask itself, to wait it out if it chooses.
     const limited = await httpServer((_req, res) =>
       res.writeHead(429, { 'retry-after': '3600' }).end('come back in an hour'),
     );
-    const once = new Client({
-      url: limited.url,
-      tenant: 'acme',
-      namespace: 'prod',
-      logger,
-      retries: 0,
-    });
+    const once = clientOf(limited.url, { retries: 0 });
     const error = await once.submit({ queue: 'q', program: 'p' }).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'transport_error', status: 429, retryAfterMs: 3_600_000 });
     expect(JSON.parse(JSON.stringify(error))).toMatchObject({ retryAfterMs: 3_600_000 });

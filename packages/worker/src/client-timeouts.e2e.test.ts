@@ -3,53 +3,23 @@
  * servers that misbehave on purpose — never answering, answering gateway pages, problem
  * documents with extension members — and a caller's AbortSignal at each stage.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { createServer as createTcpServer, type Socket, type Server as TcpServer } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
-import { Client } from './client.js';
+import { createServer as createTcpServer } from 'node:net';
+import { describe, expect, it } from 'vitest';
 import { ProblemError, ProtocolError, TransportError } from './errors.js';
-import { silentLogger } from './logger.js';
+import { clientOf } from './testdata/clients.js';
 import { queuedSnapshotOf } from './testdata/snapshots.js';
+import { type BodyHandler, stubServers } from './testdata/stub-servers.js';
 
-const servers: (Server | TcpServer)[] = [];
-const sockets = new Set<Socket>();
-afterEach(async () => {
-  for (const socket of sockets) socket.destroy();
-  sockets.clear();
-  await Promise.all(
-    servers.splice(0).map(
-      (server) =>
-        new Promise<void>((resolve) => {
-          if ('closeAllConnections' in server) server.closeAllConnections();
-          server.close(() => resolve());
-        }),
-    ),
-  );
-});
+const stubs = stubServers();
 
-type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
-
-async function httpServer(handler: Handler): Promise<{ url: string; requests: () => number }> {
+/** A local server calling `handler` with each request's whole body, counting the requests. */
+async function httpServer(handler: BodyHandler): Promise<{ url: string; requests: () => number }> {
   let requests = 0;
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      requests += 1;
-      handler(req, res, Buffer.concat(chunks).toString());
-    });
+  const url = await stubs.serve((req, res, body) => {
+    requests += 1;
+    handler(req, res, body);
   });
-  server.on('connection', (s) => {
-    sockets.add(s);
-    s.on('close', () => sockets.delete(s));
-  });
-  servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    requests: () => requests,
-  };
+  return { url, requests: () => requests };
 }
 
 /** Accepts connections and never answers. */
@@ -57,28 +27,10 @@ async function silentServer(): Promise<{ url: string; connections: () => number 
   let connections = 0;
   const server = createTcpServer((socket) => {
     connections += 1;
-    sockets.add(socket);
     socket.on('error', () => {});
-    socket.on('close', () => sockets.delete(socket));
     socket.resume();
   });
-  servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    connections: () => connections,
-  };
-}
-
-function clientOf(url: string, extra: Partial<ConstructorParameters<typeof Client>[0]> = {}) {
-  return new Client({
-    url,
-    tenant: 'acme',
-    namespace: 'prod',
-    logger: silentLogger,
-    backoff: { baseMs: 5, maxMs: 10 },
-    ...extra,
-  });
+  return { url: await stubs.listen(server), connections: () => connections };
 }
 
 function timers(): number {

@@ -3,59 +3,27 @@
  * how replies that are not the contract's (gateway pages, empty or cut bodies) are reported, and
  * that the API key stays out of every error and log line.
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { CONTROL_REQUEST_TIMEOUT_MS, ContractError, LedgenceError } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import { Client } from './client.js';
 import { ProblemError, ProtocolError, TransportError } from './errors.js';
 import { HttpTransport } from './http.js';
 import type { LogFields } from './logger.js';
-import { silentLogger } from './logger.js';
-import { queuedSnapshotOf, type SentCommand } from './testdata/snapshots.js';
+import { clientOf } from './testdata/clients.js';
+import { queuedSnapshotOf, type SentCommand, unavailableProblem } from './testdata/snapshots.js';
 import { stubServers } from './testdata/stub-servers.js';
 
 const stubs = stubServers();
 
-type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
-
-/** A local server calling `handler` with each request's whole body. */
-async function httpServer(handler: Handler): Promise<string> {
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => handler(req, res, Buffer.concat(chunks).toString()));
-  });
-  return stubs.listen(server);
-}
-
-function clientOf(url: string, extra: Partial<ConstructorParameters<typeof Client>[0]> = {}) {
-  return new Client({
-    url,
-    tenant: 'acme',
-    namespace: 'prod',
-    logger: silentLogger,
-    backoff: { baseMs: 5, maxMs: 10 },
-    ...extra,
-  });
-}
-
-const unavailable = JSON.stringify({
-  type: 'https://ledgence.dev/problems/unavailable',
-  title: 'Service unavailable',
-  status: 503,
-  code: 'unavailable',
-  detail: 'The service is temporarily unavailable; retry later.',
-});
-
 describe('Client retries send the bytes of the first send', () => {
   it("a submit retried after `unavailable` carries the data as it was when submit() was called, not the caller's later change", async () => {
     const bodies: string[] = [];
-    const url = await httpServer((_req, res, body) => {
+    const url = await stubs.serve((_req, res, body) => {
       bodies.push(body);
       if (bodies.length === 1) {
         // The commit's outcome is unknown: the first command may be recorded as sent.
         res.writeHead(503, { 'content-type': 'application/problem+json' });
-        res.end(unavailable);
+        res.end(unavailableProblem);
         return;
       }
       res.writeHead(201, { 'content-type': 'application/json' });
@@ -75,11 +43,11 @@ describe('Client retries send the bytes of the first send', () => {
 
   it('a batch entry sent again after `unavailable` carries its data as it was when submitBatch() was called', async () => {
     const bodies: { commands: SentCommand[] }[] = [];
-    const url = await httpServer((_req, res, body) => {
+    const url = await stubs.serve((_req, res, body) => {
       const request = JSON.parse(body) as { commands: SentCommand[] };
       bodies.push(request);
       const results = request.commands.map((command, i) =>
-        bodies.length === 1 ? JSON.parse(unavailable) : queuedSnapshotOf(command, i),
+        bodies.length === 1 ? JSON.parse(unavailableProblem) : queuedSnapshotOf(command, i),
       );
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ results }));
@@ -95,7 +63,7 @@ describe('Client retries send the bytes of the first send', () => {
 
   it('a submit whose connection dropped before any reply is sent again with the same key and takes the replayed task', async () => {
     const keys: string[] = [];
-    const url = await httpServer((req, res, body) => {
+    const url = await stubs.serve((req, res, body) => {
       const command = JSON.parse(body) as SentCommand;
       keys.push(command.idempotency_key);
       if (keys.length === 1) {
@@ -148,7 +116,7 @@ describe('Client replies that are not the contract', () => {
   it.each(cases)(
     '%s is a typed error naming the status, never a SyntaxError',
     async (_, status, type, body, expected) => {
-      const url = await httpServer((req, res) => {
+      const url = await stubs.serve((req, res) => {
         if (body === 'cut') {
           res.writeHead(status, { 'content-type': type, 'content-length': '100' });
           res.write('{"task_id":');
@@ -185,7 +153,7 @@ describe('Client timeouts', () => {
   });
 
   it('a reply that trickles in past the timeout is a retryable timeout, not a wait without end', async () => {
-    const url = await httpServer((_req, res) => {
+    const url = await stubs.serve((_req, res) => {
       res.writeHead(200, { 'content-type': 'application/json' });
       const drip = setInterval(() => res.write(' '), 20);
       res.on('close', () => clearInterval(drip));
@@ -205,11 +173,11 @@ describe('the API key', () => {
     const log = (message: string, fields?: LogFields) =>
       void lines.push(`${message} ${JSON.stringify(fields ?? {})}`);
     const logger = { debug: log, info: log, warn: log, error: log };
-    const gateway = await httpServer((_req, res) => {
+    const gateway = await stubs.serve((_req, res) => {
       res.writeHead(502, { 'content-type': 'text/html' });
       res.end('<html>Bad Gateway</html>');
     });
-    const unauthorized = await httpServer((_req, res) => {
+    const unauthorized = await stubs.serve((_req, res) => {
       res.writeHead(401, { 'content-type': 'application/problem+json' });
       res.end(
         JSON.stringify({
@@ -221,8 +189,8 @@ describe('the API key', () => {
         }),
       );
     });
-    const dropping = await httpServer((req) => req.socket.destroy());
-    const silent = await httpServer(() => {});
+    const dropping = await stubs.serve((req) => req.socket.destroy());
+    const silent = await stubs.serve(() => {});
     const errors: unknown[] = [];
     for (const url of [gateway, unauthorized, dropping, silent, 'http://127.0.0.1:1']) {
       const c = clientOf(url, { apiKey: key, logger, retries: 1, requestTimeoutMs: 100 });
@@ -244,7 +212,7 @@ describe('typed errors across copies of @ledgence/worker', () => {
     // @ts-expect-error: TypeScript cannot resolve a query string; the loader can.
     const copy = (await import('./errors.js?second-copy')) as typeof import('./errors.js');
     expect(copy.ProblemError).not.toBe(ProblemError);
-    const foreign = new copy.ProblemError(JSON.parse(unavailable));
+    const foreign = new copy.ProblemError(JSON.parse(unavailableProblem));
     expect(foreign instanceof ProblemError).toBe(true);
     expect(foreign instanceof ContractError).toBe(true);
     expect(foreign instanceof TransportError).toBe(false);
@@ -261,7 +229,7 @@ describe('typed errors across copies of @ledgence/worker', () => {
 describe('the base URL', () => {
   it('with a query string or fragment is refused at construction: every route would be appended to it and miss', async () => {
     const paths: string[] = [];
-    const url = await httpServer((req, res) => {
+    const url = await stubs.serve((req, res) => {
       paths.push(req.url ?? '');
       res.writeHead(404, { 'content-type': 'application/problem+json' });
       res.end(

@@ -3,8 +3,8 @@
  * purpose: the same request, limit, deadline and abort rules for each, and the node exchange's
  * kept-alive connections (reused, and re-sent on when the server closed one under them).
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   DeadlineExceeded,
@@ -14,8 +14,7 @@ import {
   UnsendableRequest,
   type WireRequest,
 } from './exchange.js';
-
-type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
+import { type BodyHandler, bodyServer, stubServers } from './testdata/stub-servers.js';
 
 interface TestServer {
   url: string;
@@ -25,46 +24,31 @@ interface TestServer {
   server: Server;
 }
 
-const servers: Server[] = [];
+const stubs = stubServers();
 const exchanges: ReturnType<typeof nodeExchange>[] = [];
-
-afterEach(async () => {
+// Registered after the servers' teardown, so it runs first: exchanges close, then servers.
+afterEach(() => {
   for (const exchange of exchanges.splice(0)) exchange.close();
-  await Promise.all(
-    servers.splice(0).map(
-      (server) =>
-        new Promise<void>((resolve) => {
-          server.closeAllConnections();
-          server.close(() => resolve());
-        }),
-    ),
-  );
 });
 
-async function serve(handler: Handler): Promise<TestServer> {
+async function serve(handler: BodyHandler): Promise<TestServer> {
   const ids = new WeakMap<Socket, number>();
-  const state: TestServer = { url: '', seen: [], connections: 0, server: createServer() };
-  state.server.on('connection', (socket) => {
+  const seen: TestServer['seen'] = [];
+  const server = bodyServer((req, res, body) => {
+    seen.push({
+      connection: ids.get(req.socket) ?? 0,
+      method: req.method ?? '',
+      body,
+      headers: req.headers,
+    });
+    handler(req, res, body);
+  });
+  const state: TestServer = { url: '', seen, connections: 0, server };
+  server.on('connection', (socket: Socket) => {
     state.connections += 1;
     ids.set(socket, state.connections);
   });
-  state.server.on('request', (req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks).toString('utf8');
-      state.seen.push({
-        connection: ids.get(req.socket) ?? 0,
-        method: req.method ?? '',
-        body,
-        headers: req.headers,
-      });
-      handler(req, res, body);
-    });
-  });
-  servers.push(state.server);
-  await new Promise<void>((resolve) => state.server.listen(0, '127.0.0.1', resolve));
-  state.url = `http://127.0.0.1:${(state.server.address() as AddressInfo).port}/x`;
+  state.url = `${await stubs.listen(server)}/x`;
   return state;
 }
 

@@ -1,12 +1,7 @@
-import {
-  type Assignment,
-  type Authority,
-  ContractError,
-  type LeaseOwner,
-} from '@ledgence/contracts';
+import type { Assignment, Authority } from '@ledgence/contracts';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ProblemError, TransportError } from './errors.js';
+import { TransportError } from './errors.js';
 import {
   clockTick,
   dispatchDecision,
@@ -19,16 +14,7 @@ import {
   renewReplied,
   renewRetryDelay,
 } from './lease.js';
-
-const owner: LeaseOwner = {
-  scope: { tenant_id: 'acme', namespace: 'prod' },
-  task_id: 't1',
-  attempt_id: 'a1',
-  lease_id: 'l1',
-  generation: 1,
-  worker_session_id: 's1',
-  consumer_id: 0,
-};
+import { owner, problemErrorOf } from './testdata/fixtures.js';
 
 function authority(overrides: Partial<Authority> = {}): Authority {
   return {
@@ -44,16 +30,6 @@ function authority(overrides: Partial<Authority> = {}): Authority {
 }
 
 const assignment = { authority: authority() } as unknown as Assignment;
-
-function problem(code: ConstructorParameters<typeof ContractError>[0]): ProblemError {
-  return new ProblemError({
-    type: 'about:blank',
-    title: code,
-    status: new ContractError(code, 'x').status,
-    code,
-    detail: 'x',
-  });
-}
 
 function send(lease: LeaseState, intent: 'dispatch' | 'keep_alive') {
   const next = nextRenew(lease, intent);
@@ -123,7 +99,7 @@ describe('lease protocol', () => {
 
   it('loses the lease on ownership_lost and sends nothing more, settlement included', () => {
     const lease = send(initialLease(assignment, 0), 'dispatch').lease;
-    const step = renewFailed(lease, problem('ownership_lost'));
+    const step = renewFailed(lease, problemErrorOf('ownership_lost'));
     expect(step.effect).toEqual({ kind: 'lost', why: 'ownership_lost' });
     expect(nextRenew(step.lease, 'keep_alive')).toBeNull();
     expect(maySettle(step.lease)).toBe(false);
@@ -132,7 +108,7 @@ describe('lease protocol', () => {
   it('stops renewing after a sequence conflict, but may still settle', () => {
     const lease = send(initialLease(assignment, 0), 'dispatch').lease;
     for (const code of ['sequence_conflict', 'conflict'] as const) {
-      const step = renewFailed(lease, problem(code));
+      const step = renewFailed(lease, problemErrorOf(code));
       expect(step.effect).toEqual({ kind: 'lost', why: 'renew_conflict' });
       expect(maySettle(step.lease)).toBe(true);
     }
@@ -140,7 +116,7 @@ describe('lease protocol', () => {
 
   it('retries on unavailable', () => {
     const lease = send(initialLease(assignment, 0), 'dispatch').lease;
-    expect(renewFailed(lease, problem('unavailable')).effect).toEqual({ kind: 'retry' });
+    expect(renewFailed(lease, problemErrorOf('unavailable')).effect).toEqual({ kind: 'retry' });
   });
 
   it('is lost locally once the estimated expiry passes without a renewal', () => {
@@ -169,7 +145,7 @@ describe('lease protocol', () => {
     expect(clockTick(granted.lease, 58_999).effect).toEqual({ kind: 'none' });
     expect(clockTick(granted.lease, 59_000).effect).toEqual({ kind: 'lost', why: 'expired' });
     // The server's own word still ends it.
-    expect(renewFailed(asked, problem('ownership_lost')).effect).toEqual({
+    expect(renewFailed(asked, problemErrorOf('ownership_lost')).effect).toEqual({
       kind: 'lost',
       why: 'ownership_lost',
     });
@@ -204,32 +180,23 @@ describe('lease protocol', () => {
 
   it('refuses to run user code when dispatch is not granted', () => {
     const base = send(initialLease(assignment, 0), 'dispatch').lease;
-    const cancelled = renewReplied(
-      base,
-      authority({ renew_sequence: 1, cancel_requested: true }),
-      0,
-    ).lease;
+    // `base` after the dispatch renewal's reply, granting `granted`.
+    const answered = (granted: Partial<Authority>) =>
+      renewReplied(base, authority({ renew_sequence: 1, ...granted }), 0).lease;
+    const cancelled = answered({ cancel_requested: true });
     expect(dispatchDecision(cancelled)).toMatchObject({
       kind: 'refuse',
       failure: 'cancelled',
       retryable: false,
     });
-    const tooLate = renewReplied(
-      base,
-      authority({ renew_sequence: 1, execution_remaining_ms: 10 }),
-      0,
-    ).lease;
+    const tooLate = answered({ execution_remaining_ms: 10 });
     expect(dispatchDecision(tooLate)).toMatchObject({
       kind: 'refuse',
       failure: 'timed_out',
       retryable: true,
     });
     // A replayed grant with a cancel requested since: still not run.
-    const both = renewReplied(
-      base,
-      authority({ renew_sequence: 1, dispatch_allowed: true, cancel_requested: true }),
-      0,
-    ).lease;
+    const both = answered({ dispatch_allowed: true, cancel_requested: true });
     expect(dispatchDecision(both)).toMatchObject({ kind: 'refuse', failure: 'cancelled' });
   });
 });

@@ -2,27 +2,18 @@
  * The settle command is a snapshot of what the handler returned, and a
  * handler reported while still running says why.
  */
-import type { LeaseOwner } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import { ApplicationError } from './errors.js';
 import { reportFor, settleCommandFor } from './settle.js';
-
-const owner: LeaseOwner = {
-  scope: { tenant_id: 'acme', namespace: 'prod' },
-  task_id: 't1',
-  attempt_id: 'att_1',
-  lease_id: 'l1',
-  generation: 1,
-  worker_session_id: 's1',
-  consumer_id: 0,
-};
-const id = { taskId: 't1', attemptId: 'att_1' };
-const times = { startedAt: 1, finishedAt: 2 };
+import { identity, owner, times } from './testdata/fixtures.js';
 
 describe('settleCommandFor', () => {
   it('keeps the output as it was when built, whatever later happens to the returned object', () => {
     const out: Record<string, unknown> = { n: 1, list: [1] };
-    const command = settleCommandFor(owner, reportFor(id, { kind: 'returned', value: out }, times));
+    const command = settleCommandFor(
+      owner,
+      reportFor(identity, { kind: 'returned', value: out }, times),
+    );
     const bytes = JSON.stringify(command);
     out.n = 2;
     (out.list as unknown[]).push(10n);
@@ -34,7 +25,7 @@ describe('settleCommandFor', () => {
     const error = new ApplicationError('busy', 'busy', { details });
     const command = settleCommandFor(
       owner,
-      reportFor(id, { kind: 'threw', error, aborted: null }, times),
+      reportFor(identity, { kind: 'threw', error, aborted: null }, times),
     );
     const bytes = JSON.stringify(command);
     details.tries = 2;
@@ -49,7 +40,10 @@ describe('settleCommandFor', () => {
         return reads === 1 ? 1 : 'lone \ud800';
       },
     };
-    const command = settleCommandFor(owner, reportFor(id, { kind: 'returned', value: out }, times));
+    const command = settleCommandFor(
+      owner,
+      reportFor(identity, { kind: 'returned', value: out }, times),
+    );
     expect(command.report).toMatchObject({
       kind: 'failed',
       report: { kind: 'crashed', retryable: false },
@@ -59,7 +53,7 @@ describe('settleCommandFor', () => {
 
 describe('reportFor a handler still running', () => {
   it('after a cancel it ignored: cancelled, not a shutdown', () => {
-    expect(reportFor(id, { kind: 'abandoned', aborted: 'cancelled' }, times)).toEqual({
+    expect(reportFor(identity, { kind: 'abandoned', aborted: 'cancelled' }, times)).toEqual({
       kind: 'failed',
       report: {
         kind: 'cancelled',

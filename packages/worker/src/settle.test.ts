@@ -1,37 +1,14 @@
 import {
-  ContractError,
   isWellFormedText,
-  type LeaseOwner,
   MESSAGE_MAX_BYTES,
   OPERATION_ID_MAX_BYTES,
   utf8ByteLength,
 } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import { backoffDelay } from './backoff.js';
-import { ApplicationError, ProblemError, ProtocolError, TransportError } from './errors.js';
+import { ApplicationError, ProtocolError, TransportError } from './errors.js';
 import { classifySettleError, operationIdFor, reportFor, settleCommandFor } from './settle.js';
-
-const owner: LeaseOwner = {
-  scope: { tenant_id: 'acme', namespace: 'prod' },
-  task_id: 't1',
-  attempt_id: 'att_1',
-  lease_id: 'l1',
-  generation: 1,
-  worker_session_id: 's1',
-  consumer_id: 0,
-};
-const id = { taskId: 't1', attemptId: 'att_1' };
-const times = { startedAt: 1, finishedAt: 2 };
-
-function problem(code: ConstructorParameters<typeof ContractError>[0]): ProblemError {
-  return new ProblemError({
-    type: 'about:blank',
-    title: code,
-    status: new ContractError(code, 'x').status,
-    code,
-    detail: 'x',
-  });
-}
+import { identity, owner, problemErrorOf, times } from './testdata/fixtures.js';
 
 describe('operation ids', () => {
   it('derive from the attempt id alone, so retries reuse them', () => {
@@ -49,9 +26,12 @@ describe('operation ids', () => {
   });
 
   it('build byte-identical commands for the same outcome', () => {
-    const report = reportFor(id, { kind: 'returned', value: { a: 1 } }, times);
+    const report = reportFor(identity, { kind: 'returned', value: { a: 1 } }, times);
     const a = settleCommandFor(owner, report);
-    const b = settleCommandFor(owner, reportFor(id, { kind: 'returned', value: { a: 1 } }, times));
+    const b = settleCommandFor(
+      owner,
+      reportFor(identity, { kind: 'returned', value: { a: 1 } }, times),
+    );
     expect(JSON.stringify(a)).toBe(JSON.stringify(b));
     expect(a.operation_id).toBe('settle:att_1');
     expect(a.quiescence).toBe('confirmed');
@@ -60,7 +40,7 @@ describe('operation ids', () => {
 
 describe('reports', () => {
   it('map a return value to success (undefined as null)', () => {
-    expect(reportFor(id, { kind: 'returned', value: undefined }, times)).toEqual({
+    expect(reportFor(identity, { kind: 'returned', value: undefined }, times)).toEqual({
       kind: 'completed',
       report: {
         context: { identity: { task_id: 't1', attempt_id: 'att_1' } },
@@ -76,7 +56,7 @@ describe('reports', () => {
       retryable: false,
       details: { last4: '4242' },
     });
-    const report = reportFor(id, { kind: 'threw', error, aborted: null }, times);
+    const report = reportFor(identity, { kind: 'threw', error, aborted: null }, times);
     expect(report).toMatchObject({
       kind: 'completed',
       report: {
@@ -95,27 +75,33 @@ describe('reports', () => {
 
   it('map other throws to crashed (retryable), or to the abort cause', () => {
     const error = new Error('boom\nwith newline');
-    expect(reportFor(id, { kind: 'threw', error, aborted: null }, times)).toEqual({
+    expect(reportFor(identity, { kind: 'threw', error, aborted: null }, times)).toEqual({
       kind: 'failed',
       report: { kind: 'crashed', message: 'boom with newline', retryable: true },
     });
-    expect(reportFor(id, { kind: 'threw', error, aborted: 'cancelled' }, times)).toMatchObject({
+    expect(
+      reportFor(identity, { kind: 'threw', error, aborted: 'cancelled' }, times),
+    ).toMatchObject({
       report: { kind: 'cancelled', retryable: false },
     });
-    expect(reportFor(id, { kind: 'threw', error, aborted: 'shutdown' }, times)).toMatchObject({
-      report: { kind: 'cancelled', retryable: true },
-    });
-    expect(reportFor(id, { kind: 'threw', error, aborted: 'timeout' }, times)).toMatchObject({
+    expect(reportFor(identity, { kind: 'threw', error, aborted: 'shutdown' }, times)).toMatchObject(
+      {
+        report: { kind: 'cancelled', retryable: true },
+      },
+    );
+    expect(reportFor(identity, { kind: 'threw', error, aborted: 'timeout' }, times)).toMatchObject({
       report: { kind: 'timed_out', retryable: true },
     });
-    expect(reportFor(id, { kind: 'threw', error: 'str', aborted: null }, times)).toMatchObject({
+    expect(
+      reportFor(identity, { kind: 'threw', error: 'str', aborted: null }, times),
+    ).toMatchObject({
       report: { kind: 'crashed', message: 'str' },
     });
-    expect(reportFor(id, { kind: 'abandoned' }, times)).toMatchObject({
+    expect(reportFor(identity, { kind: 'abandoned' }, times)).toMatchObject({
       report: { kind: 'cancelled', retryable: true },
     });
     // Still running past the abort grace after its budget ran out: a timeout, not a shutdown.
-    expect(reportFor(id, { kind: 'abandoned', aborted: 'timeout' }, times)).toMatchObject({
+    expect(reportFor(identity, { kind: 'abandoned', aborted: 'timeout' }, times)).toMatchObject({
       report: { kind: 'timed_out', retryable: true },
     });
   });
@@ -136,7 +122,7 @@ describe('reports', () => {
     for (const error of unreadable) {
       const command = settleCommandFor(
         owner,
-        reportFor(id, { kind: 'threw', error, aborted: null }, times),
+        reportFor(identity, { kind: 'threw', error, aborted: null }, times),
       );
       expect(command.report).toEqual({
         kind: 'failed',
@@ -149,13 +135,17 @@ describe('reports', () => {
     }
     // An ApplicationError whose fields throw when read is reported like any other throw.
     const broken = Object.defineProperty(new ApplicationError('c', 'm'), 'code', { get: throwing });
-    expect(reportFor(id, { kind: 'threw', error: broken, aborted: null }, times)).toEqual({
+    expect(reportFor(identity, { kind: 'threw', error: broken, aborted: null }, times)).toEqual({
       kind: 'failed',
       report: { kind: 'crashed', message: 'm', retryable: true },
     });
     // The abort cause still decides the kind.
     expect(
-      reportFor(id, { kind: 'threw', error: Object.create(null), aborted: 'shutdown' }, times),
+      reportFor(
+        identity,
+        { kind: 'threw', error: Object.create(null), aborted: 'shutdown' },
+        times,
+      ),
     ).toMatchObject({ report: { kind: 'cancelled', retryable: true } });
   });
 
@@ -167,7 +157,7 @@ describe('reports', () => {
       });
       const command = settleCommandFor(
         owner,
-        reportFor(id, { kind: 'threw', error, aborted: null }, times),
+        reportFor(identity, { kind: 'threw', error, aborted: null }, times),
       );
       expect(command.report).toMatchObject({
         kind: 'completed',
@@ -197,7 +187,7 @@ describe('reports', () => {
       for (const error of [new Error(message), new ApplicationError('upstream', message)]) {
         const command = settleCommandFor(
           owner,
-          reportFor(id, { kind: 'threw', error, aborted: null }, times),
+          reportFor(identity, { kind: 'threw', error, aborted: null }, times),
         );
         const report = command.report;
         const sent =
@@ -213,14 +203,14 @@ describe('reports', () => {
       }
     }
     const cut = reportFor(
-      id,
+      identity,
       { kind: 'threw', error: new Error(`!${emoji.repeat(2_000)}`), aborted: null },
       times,
     );
     // As much as fits: 1 + 1 023 × 4 bytes, then the ellipsis.
     expect(cut).toMatchObject({ report: { message: `!${emoji.repeat(1_023)}…` } });
     expect(
-      reportFor(id, { kind: 'threw', error: new Error('a \ud800 b'), aborted: null }, times),
+      reportFor(identity, { kind: 'threw', error: new Error('a \ud800 b'), aborted: null }, times),
     ).toMatchObject({ report: { message: 'a \ufffd b' } });
   });
 
@@ -234,7 +224,10 @@ describe('reports', () => {
       cyclic,
       new Map(),
     ]) {
-      const command = settleCommandFor(owner, reportFor(id, { kind: 'returned', value }, times));
+      const command = settleCommandFor(
+        owner,
+        reportFor(identity, { kind: 'returned', value }, times),
+      );
       expect(command.report).toMatchObject({
         kind: 'failed',
         report: { kind: 'crashed', retryable: false },
@@ -243,7 +236,7 @@ describe('reports', () => {
     const badCode = new ApplicationError('', 'empty code');
     const command = settleCommandFor(
       owner,
-      reportFor(id, { kind: 'threw', error: badCode, aborted: null }, times),
+      reportFor(identity, { kind: 'threw', error: badCode, aborted: null }, times),
     );
     expect(command.report.kind).toBe('failed');
   });
@@ -255,18 +248,18 @@ describe('settle retry policy', () => {
     expect(classifySettleError(new TransportError('x', { reason: 'server', status: 502 }))).toBe(
       'retry',
     );
-    expect(classifySettleError(problem('unavailable'))).toBe('retry');
+    expect(classifySettleError(problemErrorOf('unavailable'))).toBe('retry');
     for (const code of ['ownership_lost', 'conflict', 'not_found', 'invalid_input'] as const) {
-      expect(classifySettleError(problem(code))).toBe('definitive');
+      expect(classifySettleError(problemErrorOf(code))).toBe('definitive');
     }
     expect(classifySettleError(new ProtocolError('bad'))).toBe('definitive');
   });
 
   it('splits a request of several settlements refused as too large; one alone is definitive', () => {
-    expect(classifySettleError(problem('payload_too_large'), 2)).toBe('split');
-    expect(classifySettleError(problem('payload_too_large'), 1)).toBe('definitive');
-    expect(classifySettleError(problem('payload_too_large'))).toBe('definitive');
-    expect(classifySettleError(problem('invalid_input'), 2)).toBe('definitive');
+    expect(classifySettleError(problemErrorOf('payload_too_large'), 2)).toBe('split');
+    expect(classifySettleError(problemErrorOf('payload_too_large'), 1)).toBe('definitive');
+    expect(classifySettleError(problemErrorOf('payload_too_large'))).toBe('definitive');
+    expect(classifySettleError(problemErrorOf('invalid_input'), 2)).toBe('definitive');
   });
 
   it('backs off exponentially with jitter between half the ceiling and the ceiling', () => {

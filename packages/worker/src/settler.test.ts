@@ -1,32 +1,16 @@
-import {
-  ContractError,
-  type LeaseOwner,
-  type SettleCommand,
-  type SettleReply,
-} from '@ledgence/contracts';
+import type { SettleCommand, SettleReply } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
-import { ProblemError, TransportError } from './errors.js';
+import { TransportError } from './errors.js';
 import { silentLogger } from './logger.js';
 import { reportFor, settleCommandFor } from './settle.js';
-import { Settler } from './settler.js';
+import { type SendSettleBatch, Settler, type SettlerOptions } from './settler.js';
+import { owner, problemErrorOf, problemOf, times } from './testdata/fixtures.js';
 
 function command(attempt: string, output: unknown = attempt): SettleCommand {
-  const owner: LeaseOwner = {
-    scope: { tenant_id: 'acme', namespace: 'prod' },
-    task_id: `t-${attempt}`,
-    attempt_id: attempt,
-    lease_id: 'l',
-    generation: 1,
-    worker_session_id: 's',
-    consumer_id: 0,
-  };
+  const taskId = `t-${attempt}`;
   return settleCommandFor(
-    owner,
-    reportFor(
-      { taskId: owner.task_id, attemptId: attempt },
-      { kind: 'returned', value: output },
-      { startedAt: 1, finishedAt: 2 },
-    ),
+    { ...owner, task_id: taskId, attempt_id: attempt },
+    reportFor({ taskId, attemptId: attempt }, { kind: 'returned', value: output }, times),
   );
 }
 
@@ -43,28 +27,19 @@ function reply(c: SettleCommand, already = false): SettleReply {
   };
 }
 
-function problem(code: ConstructorParameters<typeof ContractError>[0]) {
-  return {
-    type: 'about:blank',
-    title: code,
-    status: new ContractError(code, 'x').status,
-    code,
-    detail: 'x',
-  };
-}
-
 const fast = { baseMs: 1, maxMs: 4 };
+
+/** A Settler sending with `send`, logging nothing, retrying after 1–4 ms unless `options` say. */
+function settlerOf(send: SendSettleBatch, options: Partial<SettlerOptions> = {}): Settler {
+  return new Settler({ logger: silentLogger, backoff: fast, send, ...options });
+}
 
 describe('Settler', () => {
   it('batches settlements ready in the same tick into one request', async () => {
     const sent: SettleCommand[][] = [];
-    const settler = new Settler({
-      logger: silentLogger,
-      backoff: fast,
-      send: async (commands) => {
-        sent.push(commands);
-        return commands.map((c) => reply(c));
-      },
+    const settler = settlerOf(async (commands) => {
+      sent.push(commands);
+      return commands.map((c) => reply(c));
     });
     const results = await Promise.all(['a', 'b', 'c'].map((a) => settler.settle(command(a))));
     expect(sent).toHaveLength(1);
@@ -75,17 +50,13 @@ describe('Settler', () => {
   it('re-sends the same bytes after transport failures until accepted (already_accepted counts)', async () => {
     const bodies: string[] = [];
     let calls = 0;
-    const settler = new Settler({
-      logger: silentLogger,
-      backoff: fast,
-      send: async (commands) => {
-        bodies.push(JSON.stringify(commands));
-        calls += 1;
-        if (calls === 1) throw new TransportError('timed out', { reason: 'timeout' });
-        if (calls === 2) throw new TransportError('reply lost', { reason: 'network' });
-        if (calls === 3) return commands.map(() => problem('unavailable'));
-        return commands.map((c) => reply(c, true));
-      },
+    const settler = settlerOf(async (commands) => {
+      bodies.push(JSON.stringify(commands));
+      calls += 1;
+      if (calls === 1) throw new TransportError('timed out', { reason: 'timeout' });
+      if (calls === 2) throw new TransportError('reply lost', { reason: 'network' });
+      if (calls === 3) return commands.map(() => problemOf('unavailable'));
+      return commands.map((c) => reply(c, true));
     });
     const result = await settler.settle(command('a'));
     expect(result).toMatchObject({ kind: 'accepted', reply: { already_accepted: true } });
@@ -95,15 +66,11 @@ describe('Settler', () => {
 
   it('treats ownership_lost and conflict as definitive, without retrying', async () => {
     let calls = 0;
-    const settler = new Settler({
-      logger: silentLogger,
-      backoff: fast,
-      send: async (commands) => {
-        calls += 1;
-        return commands.map((c) =>
-          c.owner.attempt_id === 'lost' ? problem('ownership_lost') : problem('conflict'),
-        );
-      },
+    const settler = settlerOf(async (commands) => {
+      calls += 1;
+      return commands.map((c) =>
+        c.owner.attempt_id === 'lost' ? problemOf('ownership_lost') : problemOf('conflict'),
+      );
     });
     const [lost, conflict] = await Promise.all([
       settler.settle(command('lost')),
@@ -116,15 +83,11 @@ describe('Settler', () => {
 
   it('answers each item on its own within a batch', async () => {
     let calls = 0;
-    const settler = new Settler({
-      logger: silentLogger,
-      backoff: fast,
-      send: async (commands) => {
-        calls += 1;
-        return commands.map((c) =>
-          c.owner.attempt_id === 'flaky' && calls === 1 ? problem('unavailable') : reply(c),
-        );
-      },
+    const settler = settlerOf(async (commands) => {
+      calls += 1;
+      return commands.map((c) =>
+        c.owner.attempt_id === 'flaky' && calls === 1 ? problemOf('unavailable') : reply(c),
+      );
     });
     const results = await Promise.all([
       settler.settle(command('ok')),
@@ -171,16 +134,12 @@ describe('Settler', () => {
 
   it('sends each settlement of a request refused as too large on its own; one refused alone is rejected', async () => {
     const sent: string[][] = [];
-    const tooLarge = new ProblemError(problem('payload_too_large'));
-    const settler = new Settler({
-      logger: silentLogger,
-      backoff: fast,
-      send: async (commands) => {
-        const attempts = commands.map((c) => c.owner.attempt_id);
-        sent.push(attempts);
-        if (attempts.length > 1 || attempts[0] === 'huge') throw tooLarge;
-        return commands.map((c) => reply(c));
-      },
+    const tooLarge = problemErrorOf('payload_too_large');
+    const settler = settlerOf(async (commands) => {
+      const attempts = commands.map((c) => c.owner.attempt_id);
+      sent.push(attempts);
+      if (attempts.length > 1 || attempts[0] === 'huge') throw tooLarge;
+      return commands.map((c) => reply(c));
     });
     const results = await Promise.all(['a', 'huge', 'b'].map((a) => settler.settle(command(a))));
     expect(results.map((r) => r.kind)).toEqual(['accepted', 'rejected', 'accepted']);
@@ -190,13 +149,12 @@ describe('Settler', () => {
   });
 
   it('abandons what is unsent when asked, and everything after', async () => {
-    const settler = new Settler({
-      logger: silentLogger,
-      backoff: { baseMs: 10_000, maxMs: 10_000 },
-      send: async () => {
+    const settler = settlerOf(
+      async () => {
         throw new TransportError('down', { reason: 'network' });
       },
-    });
+      { backoff: { baseMs: 10_000, maxMs: 10_000 } },
+    );
     const pending = settler.settle(command('a'));
     await new Promise((r) => setTimeout(r, 20));
     settler.abandon();

@@ -1,8 +1,7 @@
 import type { AcquireReply, Assignment } from '@ledgence/contracts';
-import { ContractError } from '@ledgence/contracts';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ProblemError, ProtocolError, TransportError } from './errors.js';
+import { ProtocolError, TransportError } from './errors.js';
 import {
   beginPoll,
   classifyPollError,
@@ -13,6 +12,7 @@ import {
   released,
   type SlotState,
 } from './slot.js';
+import { problemErrorOf } from './testdata/fixtures.js';
 
 const fakeAssignment = (attempt: string) => ({ attempt }) as unknown as Assignment;
 
@@ -20,17 +20,6 @@ function start(slot: SlotState, session: string | null): { slot: SlotState; comm
   const started = beginPoll(slot, session);
   if (started === null) throw new Error('slot could not poll');
   return started;
-}
-
-function problem(code: ConstructorParameters<typeof ContractError>[0]): ProblemError {
-  const error = new ContractError(code, 'x');
-  return new ProblemError({
-    type: 'about:blank',
-    title: code,
-    status: error.status,
-    code,
-    detail: 'x',
-  });
 }
 
 const empty = (sequence: number): AcquireReply => ({ disposition: 'empty', sequence });
@@ -169,13 +158,13 @@ describe('slot protocol', () => {
 
   it('classifies errors', () => {
     expect(classifyPollError(new TransportError('x', { reason: 'network' }))).toBe('transport');
-    expect(classifyPollError(problem('unavailable'))).toBe('transport');
-    expect(classifyPollError(problem('consumer_busy'))).toBe('consumer_busy');
-    expect(classifyPollError(problem('session_expired'))).toBe('session_gone');
-    expect(classifyPollError(problem('session_not_found'))).toBe('session_gone');
-    expect(classifyPollError(problem('sequence_conflict'))).toBe('sequence_conflict');
-    expect(classifyPollError(problem('unauthorized'))).toBe('fatal');
-    expect(classifyPollError(problem('invalid_input'))).toBe('fatal');
+    expect(classifyPollError(problemErrorOf('unavailable'))).toBe('transport');
+    expect(classifyPollError(problemErrorOf('consumer_busy'))).toBe('consumer_busy');
+    expect(classifyPollError(problemErrorOf('session_expired'))).toBe('session_gone');
+    expect(classifyPollError(problemErrorOf('session_not_found'))).toBe('session_gone');
+    expect(classifyPollError(problemErrorOf('sequence_conflict'))).toBe('sequence_conflict');
+    expect(classifyPollError(problemErrorOf('unauthorized'))).toBe('fatal');
+    expect(classifyPollError(problemErrorOf('invalid_input'))).toBe('fatal');
     expect(classifyPollError(new ProtocolError('bad reply'))).toBe('fatal');
     expect(classifyPollError(new Error('anything'), true)).toBe('aborted');
   });

@@ -4,55 +4,26 @@
  * preference is sent over a transport." The SDK is driven against a real `node:http` server on
  * 127.0.0.1 that records each request's URL and answers with a valid reply.
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { WorkerApi } from './api.js';
 import { Client } from './client.js';
 import { HttpTransport } from './http.js';
+import { queuedStatus } from './testdata/snapshots.js';
+import { stubServers } from './testdata/stub-servers.js';
 
-const servers: Server[] = [];
-afterEach(async () => {
-  await Promise.all(
-    servers.splice(0).map(
-      (server) =>
-        new Promise<void>((resolve) => {
-          server.closeAllConnections();
-          server.close(() => resolve());
-        }),
-    ),
-  );
-});
+const stubs = stubServers();
 
-const STATUS = {
-  task_id: 'tsk_1',
-  run_id: 'run_1',
-  queue: 'q',
-  program: { name: 'p' },
-  state: 'queued',
-  submitted_at: 1,
-  available_at: 1,
-  terminal_at: null,
-  attempt_count: 0,
-  max_attempts: 3,
-  cancel_requested_at: null,
-};
-
+/** A server answering every request validly, keeping each request's URL. */
 async function recorder(): Promise<{ url: string; urls: string[] }> {
   const urls: string[] = [];
-  const server = createServer((req, res) => {
-    req.resume();
-    req.on('end', () => {
-      urls.push(req.url ?? '');
-      const body = req.url?.startsWith('/v1/worker/acquire:batch')
-        ? { replies: [{ disposition: 'empty', sequence: 1 }] }
-        : { status: STATUS, outcome: { state: 'pending' } };
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
-    });
+  const url = await stubs.serve((req, res) => {
+    urls.push(req.url ?? '');
+    const body = req.url?.startsWith('/v1/worker/acquire:batch')
+      ? { replies: [{ disposition: 'empty', sequence: 1 }] }
+      : { status: queuedStatus, outcome: { state: 'pending' } };
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(body));
   });
-  servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, urls };
+  return { url, urls };
 }
 
 describe('only a nonzero wait preference is sent over the transport', () => {

@@ -6,7 +6,7 @@
  * between the failed request and the one sent again. A renewal honours the header only as far as
  * its lease allows: the lease is never lost to it.
  */
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AcquireCommand, LeaseOwner, RenewCommand, SettleCommand } from '@ledgence/contracts';
 import { afterEach, describe, expect, it } from 'vitest';
 import { silentLogger } from './logger.js';
@@ -183,27 +183,21 @@ async function workerServer(options: StubOptions = {}): Promise<Stub> {
     if (path === '/v1/worker/quiescence') return 'quiescence';
     return undefined;
   };
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const route = routeOf(new URL(req.url ?? '', 'http://x').pathname);
-      if (route === undefined) {
-        // Session extensions and anything else: a period of 100 s is never reached here.
-        res.writeHead(404, { 'content-type': 'text/plain' }).end('not here');
-        return;
-      }
-      const body = Buffer.concat(chunks).toString();
-      const index = stub.arrivals[route].push(performance.now()) - 1;
-      const refusal = options.refuse?.(route, index, body);
-      if (refusal !== undefined) {
-        res.writeHead(refusal.status, refusal.headers).end(refusal.body ?? 'slow down');
-        return;
-      }
-      answer(route, req, res, body);
-    });
+  stub.url = await stubs.serve((req, res, body) => {
+    const route = routeOf(new URL(req.url ?? '', 'http://x').pathname);
+    if (route === undefined) {
+      // Session extensions and anything else: a period of 100 s is never reached here.
+      res.writeHead(404, { 'content-type': 'text/plain' }).end('not here');
+      return;
+    }
+    const index = stub.arrivals[route].push(performance.now()) - 1;
+    const refusal = options.refuse?.(route, index, body);
+    if (refusal !== undefined) {
+      res.writeHead(refusal.status, refusal.headers).end(refusal.body ?? 'slow down');
+      return;
+    }
+    answer(route, req, res, body);
   });
-  stub.url = await stubs.listen(server);
   return stub;
 }
 
