@@ -16,3 +16,21 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
 export function timerDelay(ms: number): number {
   return ms > 0 ? Math.min(ms, MAX_TIMER_MS) : 0;
 }
+
+/**
+ * A function that gathers what it is given during one turn of the event loop and hands it all
+ * to `flush` at the turn's end (`setImmediate`), once per item: what asks together (the leases of
+ * one poll asking for dispatch, leases due together) goes out in one request, not one each.
+ */
+export function perTurn<T>(flush: (items: T[]) => void): (item: T) => void {
+  const pending = new Set<T>();
+  return (item) => {
+    pending.add(item);
+    if (pending.size > 1) return;
+    setImmediate(() => {
+      const items = [...pending];
+      pending.clear();
+      flush(items);
+    });
+  };
+}

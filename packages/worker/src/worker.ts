@@ -69,7 +69,7 @@ import {
   type SlotStep,
 } from './slot.js';
 import { issuePath, type StandardSchemaV1 } from './standard-schema.js';
-import { timerDelay } from './timers.js';
+import { perTurn, timerDelay } from './timers.js';
 
 /**
  * Lease, backoff and deadline timing: a monotonic clock, so a wall-clock step (NTP) can neither
@@ -410,8 +410,8 @@ export class Worker {
   /** Quiescence confirmations under way (sent, or waiting to be sent again). */
   readonly #confirmations = new Set<Promise<void>>();
   readonly #held = new Map<string, Held>();
-  readonly #renewQueue = new Set<Held>();
-  readonly #resendQueue = new Set<Held>();
+  readonly #renewThisTurn = perTurn<Held>((helds) => this.#renew(helds));
+  readonly #resendThisTurn = perTurn<Held>((helds) => this.#resend(helds));
   #renewTimer: ReturnType<typeof setInterval> | undefined;
   #extendTimer: ReturnType<typeof setTimeout> | undefined;
   #fatal: unknown;
@@ -1336,13 +1336,7 @@ export class Worker {
    * for dispatch together: one request, not one each).
    */
   #renewSoon(held: Held): void {
-    this.#renewQueue.add(held);
-    if (this.#renewQueue.size > 1) return;
-    setImmediate(() => {
-      const helds = [...this.#renewQueue];
-      this.#renewQueue.clear();
-      this.#renew(helds);
-    });
+    this.#renewThisTurn(held);
   }
 
   /** Renews the given leases in one batch (skipping those with a renewal in flight). */
@@ -1386,13 +1380,7 @@ export class Worker {
     held.resendTimer = setTimeout(
       () => {
         // Leases due together (one batch renewed them) are sent again together.
-        this.#resendQueue.add(held);
-        if (this.#resendQueue.size > 1) return;
-        setImmediate(() => {
-          const helds = [...this.#resendQueue];
-          this.#resendQueue.clear();
-          this.#resend(helds);
-        });
+        this.#resendThisTurn(held);
       },
       timerDelay(Math.max(dueIn, MIN_RESEND_DELAY_MS)),
     );
