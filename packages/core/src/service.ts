@@ -320,6 +320,12 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
    * assignment at shutdown: a settlement before any user code ran (never granted dispatch, the
    * attempt does not count), re-queuing the task after its retry delay instead of leaving it
    * leased to nobody until the lease expires. Best effort: should it fail, the lease still does.
+   *
+   * Only an assignment nobody has renewed is given back. A replayed poll answers an assignment
+   * an earlier request of the same sequence may have delivered: a late copy of an answered poll
+   * (one its worker gave up on, held in a proxy or a full pool) whose client is gone must leave
+   * the attempt to the worker that renewed it — granted dispatch, its user code runs, and a
+   * hand-back would settle the attempt under it, counting it and discarding its result.
    */
   async function handBackUndelivered(
     replies: readonly AcquireReply[],
@@ -329,6 +335,7 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     const commands: SettleCommand[] = [];
     for (const reply of replies) {
       if (reply.disposition !== 'assigned') continue;
+      if (reply.assignment.authority.renew_sequence > 0) continue;
       const owner = reply.assignment.lease.owner;
       commands.push({
         owner,

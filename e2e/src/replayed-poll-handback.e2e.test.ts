@@ -1,0 +1,123 @@
+/**
+ * A replayed poll writes nothing (DESIGN §5 Acquire: `sequence == last` answers the same
+ * assignment with freshly sampled authority). A copy of an already answered poll that reaches
+ * the server after its client left — a request the worker gave up on, late out of a proxy or a
+ * full pool — must not give back the assignment the worker holds and runs: the hand-back of an
+ * undelivered claim is for a claim nobody can have heard of.
+ */
+import { request as httpRequest } from 'node:http';
+import { connect } from 'node:net';
+import type { AcquireCommand, WorkerSession } from '@ledgence/contracts';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { NAMESPACE, Stack, TENANT } from './test/harness.js';
+
+const scope = { tenant_id: TENANT, namespace: NAMESPACE };
+const base = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
+
+// biome-ignore lint/suspicious/noExplicitAny: replies of several routes, read field by field
+function post(url: string, path: string, body: unknown): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      new URL(path, url),
+      { method: 'POST', headers: { 'content-type': 'application/json' } },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8').on('data', (c: string) => {
+          text += c;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
+      },
+    );
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
+/** Sends `path` with `body` and resets the connection at once: the client is gone before any reply. */
+function postAndLeave(url: string, path: string, body: unknown): Promise<void> {
+  const text = JSON.stringify(body);
+  return new Promise<void>((resolve) => {
+    const socket = connect(Number(new URL(url).port), '127.0.0.1', () => {
+      socket.write(
+        `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\n\r\n${text}`,
+      );
+      socket.resetAndDestroy();
+    });
+    socket.on('error', () => undefined);
+    socket.on('close', () => resolve());
+  });
+}
+
+describe('a replayed poll whose client left', () => {
+  const stack = new Stack('replayleft');
+  beforeAll(async () => {
+    await stack.open();
+  });
+  afterAll(async () => {
+    await stack.close();
+  });
+
+  for (const path of ['/v1/worker/acquire', '/v1/worker/acquire?wait_ms=1000']) {
+    it(`${path}: leaves the running attempt to its worker, whose settlement is accepted`, async () => {
+      const server = await stack.start({ LEDGENCE_LEASE_DURATION_MS: '60000' });
+      const queue = `replay-left-${path.length}`;
+      const session = (
+        await post(server.url, '/v1/worker/sessions', { scope, queue, concurrency: 1 })
+      ).body as WorkerSession;
+      const submitted = await post(server.url, `${base}/tasks`, {
+        idempotency_key: queue,
+        input: {
+          ...scope,
+          queue,
+          program: { name: 'noop' },
+          data: {},
+          retry: { max_attempts: 1, delay_ms: 1000 },
+        },
+      });
+      expect(submitted.status).toBe(201);
+      const poll: AcquireCommand = {
+        scope,
+        queue,
+        worker_session_id: session.id,
+        consumer_id: 0,
+        sequence: 1,
+      };
+      const assigned = await post(server.url, '/v1/worker/acquire', poll);
+      expect(assigned.body.disposition).toBe('assigned');
+      const owner = assigned.body.assignment.lease.owner;
+      // The worker is granted dispatch: its user code runs from here on.
+      const dispatch = await post(server.url, '/v1/worker/renew', {
+        owner,
+        sequence: 1,
+        intent: 'dispatch',
+      });
+      expect(dispatch.body.dispatch_allowed).toBe(true);
+
+      // A late copy of the answered poll, its client gone before the server looked at it.
+      await postAndLeave(server.url, path, poll);
+      // A replay is one read and, before the fix, one settlement: answered well within this.
+      // Nothing observable tells when a replay that changes nothing has been served; a server
+      // slower than this could only let the test pass without having checked, never fail it.
+      await new Promise((r) => setTimeout(r, 300));
+
+      const settle = await post(server.url, '/v1/worker/settle', {
+        owner,
+        operation_id: 'done',
+        report: {
+          kind: 'completed',
+          report: {
+            context: { identity: { task_id: owner.task_id, attempt_id: owner.attempt_id } },
+            outcome: { kind: 'success', output: { ok: true } },
+          },
+        },
+        quiescence: 'confirmed',
+        processing_trace: null,
+      });
+      expect(settle.status).toBe(200);
+      const status = await (
+        await fetch(new URL(`${base}/tasks/${owner.task_id}`, server.url))
+      ).json();
+      expect(status.state).toBe('succeeded');
+    });
+  }
+});
