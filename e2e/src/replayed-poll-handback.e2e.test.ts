@@ -7,7 +7,7 @@
  */
 import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
-import type { AcquireCommand, WorkerSession } from '@ledgence/contracts';
+import type { AcquireCommand, TaskStatus, WorkerSession } from '@ledgence/contracts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NAMESPACE, Stack, TENANT } from './test/harness.js';
 
@@ -114,9 +114,9 @@ describe('a replayed poll whose client left', () => {
         processing_trace: null,
       });
       expect(settle.status).toBe(200);
-      const status = await (
+      const status = (await (
         await fetch(new URL(`${base}/tasks/${owner.task_id}`, server.url))
-      ).json();
+      ).json()) as TaskStatus;
       expect(status.state).toBe('succeeded');
     });
   }
