@@ -230,6 +230,38 @@ export async function startServer(
       },
     });
 
+    // Without TLS or HTTP/2 options, @hono/node-server serves over node:http.
+    const http = await new Promise<Server>((listening, failed) => {
+      // While stopping, every reply asks the client to close its connection, so keep-alive
+      // connections drain with their last request instead of lingering until the timeout.
+      const fetch = async (request: Request, env: unknown): Promise<Response> => {
+        const response = await app.fetch(request, env);
+        if (failpoints.enabled) {
+          await armAfterReply(failpoints, request, response, (env as HttpBindings).outgoing);
+        }
+        if (!accepting) {
+          try {
+            response.headers.set('connection', 'close');
+          } catch {
+            // A response with immutable headers is sent as is; the timeout still bounds it.
+          }
+        }
+        return response;
+      };
+      const server = serve({ fetch, hostname: settings.host, port: settings.port }, () =>
+        listening(server as Server),
+      );
+      server.once('error', (error: NodeJS.ErrnoException) =>
+        failed(listenError(error, settings.host, settings.port)),
+      );
+    });
+    const address = http.address() as AddressInfo;
+    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+
+    // DESIGN §11: connect, migrate, listen, then the loops and the sender. A start that fails
+    // at listen (a taken port, a foreign HOST) has then done no work on the shared database: no
+    // lease recovered, no completion event posted with the configuration of a server that never
+    // served.
     const recovery = startRecoveryLoop({
       recover: (limit) => service.recoverExpiredLeases(limit),
       intervalMs: settings.maintenanceIntervalMs,
@@ -263,34 +295,6 @@ export async function startServer(
     });
     sender.start();
     cleanups.push(() => sender.stop());
-
-    // Without TLS or HTTP/2 options, @hono/node-server serves over node:http.
-    const http = await new Promise<Server>((listening, failed) => {
-      // While stopping, every reply asks the client to close its connection, so keep-alive
-      // connections drain with their last request instead of lingering until the timeout.
-      const fetch = async (request: Request, env: unknown): Promise<Response> => {
-        const response = await app.fetch(request, env);
-        if (failpoints.enabled) {
-          await armAfterReply(failpoints, request, response, (env as HttpBindings).outgoing);
-        }
-        if (!accepting) {
-          try {
-            response.headers.set('connection', 'close');
-          } catch {
-            // A response with immutable headers is sent as is; the timeout still bounds it.
-          }
-        }
-        return response;
-      };
-      const server = serve({ fetch, hostname: settings.host, port: settings.port }, () =>
-        listening(server as Server),
-      );
-      server.once('error', (error: NodeJS.ErrnoException) =>
-        failed(listenError(error, settings.host, settings.port)),
-      );
-    });
-    const address = http.address() as AddressInfo;
-    const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
 
     let stopping: Promise<void> | undefined;
     return {
