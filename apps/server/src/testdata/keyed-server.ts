@@ -3,6 +3,7 @@
  * environment variables as `main.ts` would be, for test files that send requests as several API
  * keys. The database and the server are made before the file's tests and stopped after them.
  */
+import { request as httpRequest } from 'node:http';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import pino from 'pino';
 import { afterAll, beforeAll } from 'vitest';
@@ -19,6 +20,17 @@ export interface KeyedReply<T = Loose> {
   body: T;
 }
 
+/** A request sent byte for byte: only the headers given (no client-added Content-Type). */
+export interface RawRequest {
+  method: string;
+  path: string;
+  /** Sent as `Authorization: Bearer <key>`; none when absent. */
+  key?: string;
+  headers?: Record<string, string>;
+  /** Sent with a `Content-Length`; no body at all when absent. */
+  body?: string | Buffer;
+}
+
 /** The file's server: its URL, and one request sent as `key` (a POST of `json` when given). */
 export interface KeyedServer {
   readonly url: string;
@@ -28,6 +40,11 @@ export interface KeyedServer {
     path: string,
     json?: unknown,
   ): Promise<KeyedReply<T>>;
+  /**
+   * One request over `node:http`, which adds no Content-Type of its own (fetch sends a string
+   * body as `text/plain`), for the wire rules about content types and empty bodies.
+   */
+  send<T = Loose>(request: RawRequest): Promise<KeyedReply<T>>;
 }
 
 /**
@@ -70,6 +87,40 @@ export function keyedServer(prefix: string, env: Record<string, string>): KeyedS
         bytes: Buffer.byteLength(text),
         body: text.length === 0 ? undefined : JSON.parse(text),
       };
+    },
+    send(request) {
+      const url = new URL(started().url);
+      const headers: Record<string, string> = { ...request.headers };
+      if (request.key !== undefined) headers.authorization = `Bearer ${request.key}`;
+      if (request.body !== undefined) {
+        headers['content-length'] = String(Buffer.byteLength(request.body));
+      }
+      return new Promise((resolve, reject) => {
+        const req = httpRequest(
+          {
+            host: url.hostname,
+            port: url.port,
+            path: request.path,
+            method: request.method,
+            headers,
+          },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (chunk: Buffer) => chunks.push(chunk));
+            res.on('end', () => {
+              const text = Buffer.concat(chunks).toString('utf8');
+              resolve({
+                status: res.statusCode ?? 0,
+                bytes: Buffer.byteLength(text),
+                body: text.length === 0 ? undefined : JSON.parse(text),
+              });
+            });
+            res.on('error', reject);
+          },
+        );
+        req.on('error', reject);
+        req.end(request.body);
+      });
     },
   };
 }
