@@ -26,9 +26,13 @@ export { isLoopbackHost };
 
 /** One API key as the operator configures it (DESIGN §6). */
 export interface ApiKeySetting {
+  /** The secret bearer token; the HTTP layer keeps only its SHA-256 hash. */
   key: string;
+  /** The one tenant the key acts for. */
   tenant: string;
+  /** The tenant's namespaces the key may use, or `['*']` for all of them. */
   namespaces: string[];
+  /** What the key may do; `admin` implies `client` and `worker`. */
   roles: ('client' | 'worker' | 'admin')[];
 }
 

@@ -27,6 +27,7 @@ export interface PeriodicOptions {
   name: string;
   /** Pause between rounds. */
   intervalMs: number;
+  /** Where failed rounds (spaced by `failureLog`) and the first success after them are logged. */
   logger: Logger;
   /** One round; `stopping()` turns true once stop() was called, so a long round ends early. */
   round(stopping: () => boolean): Promise<void>;
@@ -94,6 +95,7 @@ export interface RecoveryLoopOptions {
   recover(limit: number): Promise<RecoveryProgress>;
   /** Pause between rounds (`LEDGENCE_MAINTENANCE_INTERVAL_MS`). */
   intervalMs: number;
+  /** Where recovered leases and failed rounds are logged. */
   logger: Logger;
   /** Called with each pass's progress (metrics). */
   onProgress?: (progress: RecoveryProgress) => void;
@@ -156,6 +158,7 @@ const RETENTION_SCOPES_PAGE = 100;
 
 /** Options of {@link startRetentionLoop} and {@link collectRetention}. */
 export interface RetentionLoopOptions {
+  /** The retention operations the walk uses; the PostgreSQL store fits as it is. */
   store: Pick<RetentionStore, 'retentionScopes' | 'collectRetired'> & {
     /**
      * The walk's namespaces that have something due now (the PostgreSQL store's
@@ -166,6 +169,7 @@ export interface RetentionLoopOptions {
   };
   /** Pause between rounds (`LEDGENCE_RETENTION_INTERVAL_MS`). */
   intervalMs: number;
+  /** Where removals and failed rounds are logged. */
   logger: Logger;
   /** Tasks removed per transaction; MAX_RETENTION_BATCH by default. */
   batchSize?: number;

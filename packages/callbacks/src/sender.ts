@@ -93,8 +93,11 @@ export type LogFields = Record<string, unknown>;
  * a URL or a secret.
  */
 export interface SenderLogger {
+  /** Routine progress: started, a try recorded (delivered or due again), the store back. */
   info(fields: LogFields, message: string): void;
+  /** A delivery ended without success (410, exhausted, stale report), or a report is retried. */
   warn(fields: LogFields, message: string): void;
+  /** A try left unrecorded (its lease decides), leasing failing, or an unexpected failure. */
   error(fields: LogFields, message: string): void;
 }
 

@@ -85,10 +85,15 @@ export function completionResultRef(scope: Scope, taskId: string): string {
 
 /** What {@link buildTaskEvent} needs to know about one attempt. */
 export interface TaskEventInput {
+  /** The task's tenant and namespace (`ldgtenant`, `ldgnamespace`; part of `source`). */
   scope: Scope;
+  /** The task's queue (`ldgqueue`; the end of `source`). */
   queue: string;
+  /** The task id (`ldgtaskid`). */
   task_id: string;
+  /** The task's run id (`ldgrunid`). */
   run_id: string;
+  /** The attempt id: the event's `id` and `ldgattemptid`. */
   attempt_id: string;
   /** The attempt's 1-based ordinal (`ldgattempt`). */
   attempt: number;
@@ -142,10 +147,15 @@ export function buildTaskEvent(input: TaskEventInput): CloudEvent {
 
 /** What {@link buildCompletionEvent} needs to know about a terminal task. */
 export interface CompletionEventInput {
+  /** The task's tenant and namespace (`ldgtenant`, `ldgnamespace`; in `source`, `result_ref`). */
   scope: Scope;
+  /** The task's queue (`ldgqueue`; the end of `source`). */
   queue: string;
+  /** The task id: the event's `subject` and `data.task_id`. */
   task_id: string;
+  /** The task's run id (`data.run_id`). */
   run_id: string;
+  /** The terminal state the task reached (`data.state`). */
   state: TerminalTaskState;
   /** The subscription's `event_id`: also the webhook id, stable across retries. */
   event_id: string;

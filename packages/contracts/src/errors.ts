@@ -123,12 +123,14 @@ export class LedgenceError extends Error {
   /** The brand `instanceof` checks for; each subclass declares its own. */
   static readonly brand: string = '@ledgence/LedgenceError';
 
+  /** By brand, not prototype chain, so that `instanceof` holds across installed copies. */
   static override [Symbol.hasInstance](value: unknown): boolean {
     // `this` is the class on the right of `instanceof` (a subclass too).
     // biome-ignore lint/complexity/noThisInStatic: the receiver is the point
     return isBranded(this, value);
   }
 
+  /** The brands of this error's class chain, most derived first, checked by `instanceof`. */
   declare readonly [BRANDS]: readonly string[];
 
   constructor(message: string, options?: LedgenceErrorOptions) {
@@ -161,10 +163,15 @@ export interface ContractErrorOptions extends LedgenceErrorOptions {
 
 /** The JSON shape of a {@link ContractError} (see {@link ContractError.toJSON}). */
 export interface ContractErrorData {
+  /** The stable code; decides the HTTP status. */
   code: ErrorCode;
+  /** The error's message. */
   message: string;
+  /** Whether the same request may succeed when retried unchanged. */
   retryable: boolean;
+  /** A stable, finer-grained reason; absent when the code alone says it. */
   reason?: string;
+  /** The JSON path of the offending value; absent when the error concerns none. */
   path?: string;
 }
 

@@ -102,16 +102,23 @@ export function emptyPoll(command: AcquireCommand): { cursor: CursorRow; reply: 
 
 /** Identifiers a store issues for a new attempt. */
 export interface ClaimIds {
+  /** The new attempt's id. */
   attempt_id: string;
+  /** The id of its lease, part of the fencing owner. */
   lease_id: string;
 }
 
 /** Everything one claim writes, and its reply. */
 export interface ClaimResult {
+  /** The task, now `active` with the new attempt current. */
   task: TaskRow;
+  /** The new attempt and its lease. */
   attempt: AttemptRow;
+  /** The `claimed` record. */
   history: HistoryRow[];
+  /** The slot's cursor, advanced to this poll with its assignment. */
   cursor: CursorRow;
+  /** The `assigned` reply. */
   reply: AcquireReply;
 }
 

@@ -4,9 +4,13 @@ import type { HistoryRow, TaskRow } from './rows.js';
 
 /** What a cancel wrote (nothing for a terminal or already-cancelling task) and its reply. */
 export interface CancelResult {
+  /** Whether anything is to be written; false for a terminal or already-cancelling task. */
   changed: boolean;
+  /** The task after the cancel. */
   task: TaskRow;
+  /** The `cancelled` or `cancel_requested` record, if any. */
   history: HistoryRow[];
+  /** The task's state afterwards (`{task_state}`). */
   reply: TaskState;
 }
 

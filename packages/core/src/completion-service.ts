@@ -9,6 +9,7 @@ import type { CompletionStore, SubscribeOutcome } from './ports.js';
 
 /** Options of {@link createCompletionService}. */
 export interface CompletionServiceOptions {
+  /** Where subscriptions and deliveries persist. */
   store: CompletionStore;
   /**
    * The operator's destination aliases (DESIGN §8). A client names an alias,

@@ -31,13 +31,17 @@ export function isTerminalState(state: TaskState): state is TerminalTaskState {
 
 /** The identifiers a new subscription gets. */
 export interface SubscribeIds {
+  /** The new subscription's id. */
   subscription_id: string;
+  /** Its event id: the CloudEvent `id` and `webhook-id` of every try. */
   event_id: string;
 }
 
 /** A subscribe's row and whether it created it (201) or found it by key (200). */
 export interface SubscribeResult {
+  /** True for a new subscription (201), false when found by key (200). */
   created: boolean;
+  /** The subscription, new or as it stands at `now`. */
   row: SubscriptionRow;
 }
 
@@ -113,6 +117,7 @@ export function markDue(row: SubscriptionRow, now: Timestamp): SubscriptionRow {
 export interface RedeliverResult {
   /** A new generation started, or a lost last try was exhausted first ({@link expireLostTry}). */
   changed: boolean;
+  /** The subscription after the redelivery, or unchanged. */
   row: SubscriptionRow;
 }
 
@@ -238,7 +243,10 @@ export function expireLostTry(row: SubscriptionRow, now: Timestamp): Subscriptio
   return deliveringLastTry(row) && deliveryLeasable(row, now) ? exhaustLostTry(row, now) : row;
 }
 
-/** What one try of a leased delivery decided (the callbacks package computes it). */
+/**
+ * What one try of a leased delivery decided (the callbacks package computes it): `delivered`,
+ * `exhausted`, or `due` again after `delay_ms`.
+ */
 export type DeliveryNext =
   | { readonly state: 'delivered' }
   | { readonly state: 'exhausted' }
@@ -246,11 +254,15 @@ export type DeliveryNext =
 
 /** A sender's report of one try, fenced by the generation and try it leased. */
 export interface DeliveryReport {
+  /** The subscription's scope. */
   scope: Scope;
+  /** The subscription the try delivered. */
   subscription_id: string;
+  /** The generation the lease was for; a report for another is stale. */
   generation: number;
   /** The try's ordinal within the generation: the lease's `attempt`. */
   attempt: number;
+  /** What the try decided ({@link DeliveryNext}). */
   next: DeliveryNext;
   /** The receiver's HTTP status, when it answered. */
   status_code?: number;

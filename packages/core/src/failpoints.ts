@@ -133,7 +133,9 @@ export type FailpointAction = 'crash' | 'error' | 'off';
 
 /** One parsed entry of a spec. */
 export interface FailpointSetting {
+  /** The failpoint the entry arms. */
   readonly name: FailpointName;
+  /** What it does when hit; an `off` entry arms nothing. */
   readonly action: FailpointAction;
   /** Fire on the first `count` hits only; `undefined` = every hit. */
   readonly count: number | undefined;

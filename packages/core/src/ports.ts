@@ -43,7 +43,9 @@ export type ItemResult<T> = { ok: true; value: T } | { ok: false; error: Contrac
 
 /** A submit's reply and whether it created the task (201) or found it (200). */
 export interface SubmitOutcome {
+  /** True when this submit created the task (201), false when it found it (200). */
   created: boolean;
+  /** The task as it stands after the submit. */
   snapshot: TaskSnapshot;
 }
 
@@ -53,12 +55,15 @@ export interface SubmitOutcome {
  * is a new poll), and records the empty answer only when it finally replies.
  */
 export interface AcquireStoreOptions {
+  /** Whether an `empty` answer to a new poll advances the slot's cursor. */
   recordEmpty: boolean;
 }
 
 /** An acquire's reply and whether the store recorded it (always, unless an unrecorded empty). */
 export interface AcquireOutcome {
+  /** The poll's answer. */
   reply: AcquireReply;
+  /** Whether the cursor now holds this poll (false only for an unrecorded `empty`). */
   recorded: boolean;
   /**
    * On an unrecorded `empty` only (a long poll's probe, which parks next): the earliest
@@ -137,7 +142,9 @@ export interface TaskStore {
 
 /** A subscribe's reply and whether it created the subscription (201) or found it by key (200). */
 export interface SubscribeOutcome {
+  /** True when this call created the subscription (201), false when found by key (200). */
   created: boolean;
+  /** The subscription with its delivery state. */
   subscription: CompletionSubscription;
 }
 
@@ -148,18 +155,29 @@ export interface SubscribeOutcome {
  * try and every generation posts the same bytes.
  */
 export interface CompletionLease {
+  /** The task's scope (`ldgtenant`, `ldgnamespace`). */
   scope: Scope;
+  /** The leased subscription; named again in the report. */
   subscription_id: string;
+  /** The terminal task the event is about. */
   task_id: string;
+  /** The destination alias to post to; the sender resolves it to a URL and secret. */
   destination: string;
+  /** The CloudEvent `id` and `webhook-id`, the same on every try and generation. */
   event_id: string;
+  /** The delivery generation leased; fences the report. */
   generation: number;
+  /** This try's 1-based ordinal within the generation; fences the report. */
   attempt: number;
   /** When the lease ends: a report after this may find the row taken by another sender. */
   lease_expires_at: Timestamp;
+  /** The task's queue (the event's `source`, `ldgqueue`). */
   queue: string;
+  /** The task's run id (`data.run_id`). */
   run_id: string;
+  /** The terminal state (`data.state`). */
   state: TerminalTaskState;
+  /** When the task became terminal: the event's `time`. */
   terminal_at: Timestamp;
 }
 

@@ -14,9 +14,13 @@ export type RecoveryOutcome = 'requeued' | 'failed' | 'cancelled' | 'finalized';
 
 /** What recovering one expired lease wrote. */
 export interface RecoveryResult {
+  /** How it ended. */
   outcome: RecoveryOutcome;
+  /** The task after recovery: re-queued or terminal. */
   task: TaskRow;
+  /** The attempt, now finished (`lost`, or its held decision applied). */
   attempt: AttemptRow;
+  /** The records written: `lease_expired` (unless a held decision applied), then the outcome's. */
   history: HistoryRow[];
 }
 

@@ -12,10 +12,15 @@ import type { AttemptRow, HistoryRow, TaskRow } from './rows.js';
 
 /** What a renewal wrote (nothing when it replayed) and its reply. */
 export interface RenewResult {
+  /** Whether anything is to be written; false for a replayed sequence. */
   changed: boolean;
+  /** The task (its `dispatch_count` advanced when dispatch was granted). */
   task: TaskRow;
+  /** The attempt with its renewed lease and sequence. */
   attempt: AttemptRow;
+  /** `dispatch_authorized` on the first granted dispatch; otherwise empty. */
   history: HistoryRow[];
+  /** The current authority. */
   reply: Authority;
 }
 

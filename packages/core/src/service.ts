@@ -43,6 +43,7 @@ export interface WaitOptions {
 
 /** Options of {@link createTaskService}. */
 export interface TaskServiceOptions {
+  /** Where every lifecycle operation persists; its replies follow its commits. */
   store: TaskStore;
   /** Delivers wake hints (e.g. LISTEN/NOTIFY); without one, waits rely on the rescan alone. */
   wake?: WakeSource;
@@ -68,9 +69,13 @@ export interface TaskServiceOptions {
  * store's); the service adds long polls and result waits on top.
  */
 export interface TaskService {
+  /** Insert-or-return by `(tenant, namespace, idempotency_key)` (DESIGN §5 Submit). */
   submit(command: SubmitCommand): Promise<SubmitOutcome>;
+  /** Many submits; each item succeeds or fails alone, in request order. */
   submitBatch(commands: readonly SubmitCommand[]): Promise<ItemResult<SubmitOutcome>[]>;
+  /** Issues a worker session valid for the session validity. */
   openSession(command: OpenSessionCommand): Promise<WorkerSession>;
+  /** Pushes a live session's expiry to `now + validity`. */
   extendSession(scope: Scope, sessionId: string): Promise<WorkerSession>;
   /** One poll; with `waitMs`, an empty poll parks until work may be ready or the wait ends. */
   acquire(command: AcquireCommand, options?: WaitOptions): Promise<AcquireReply>;
@@ -82,18 +87,29 @@ export interface TaskService {
     commands: readonly AcquireCommand[],
     options?: WaitOptions,
   ): Promise<ItemResult<AcquireReply>[]>;
+  /** Renews a lease (heartbeat or dispatch request); a replayed sequence extends nothing. */
   renew(command: RenewCommand): Promise<Authority>;
+  /** Many renewals; each answered on its own. */
   renewBatch(commands: readonly RenewCommand[]): Promise<ItemResult<Authority>[]>;
+  /** Settles an attempt exactly once; a replay by operation id answers the stored receipt. */
   settle(command: SettleCommand): Promise<SettleReply>;
+  /** Many settlements; each answered on its own. */
   settleBatch(commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]>;
+  /** Confirms cleanup of a settled attempt whose report said `unconfirmed`. */
   confirmQuiescence(owner: LeaseOwner): Promise<TaskState>;
+  /** Cancels a task; a terminal task answers its state unchanged. */
   cancel(scope: Scope, taskId: string): Promise<TaskState>;
+  /** Compact scheduling metadata without application payloads. */
   status(scope: Scope, taskId: string): Promise<TaskStatus>;
   /** The result; with `waitMs`, waits for a terminal state first. */
   result(scope: Scope, taskId: string, options?: WaitOptions): Promise<TaskResult>;
+  /** The full scheduling record. */
   inspect(scope: Scope, taskId: string): Promise<TaskSnapshot>;
+  /** One attempt as recorded. */
   inspectAttempt(scope: Scope, taskId: string, attemptId: string): Promise<AttemptSnapshot>;
+  /** At most 100 ordered history records after `afterSequence`. */
   history(scope: Scope, taskId: string, afterSequence: number): Promise<RecordedHistoryEvent[]>;
+  /** One bounded page in descending (submitted_at, task_id) order. */
   listTasks(scope: Scope, query: TaskListQuery): Promise<TaskPage>;
   /** One bounded recovery pass (maintenance). */
   recoverExpiredLeases(limit?: number): Promise<RecoveryProgress>;

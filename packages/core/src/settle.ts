@@ -18,10 +18,15 @@ import type { AttemptRow, HistoryRow, SettlementDecision, TaskRow } from './rows
 
 /** What a settle-side transition wrote (nothing when it replayed) and its reply. */
 export interface SettleSideResult<R> {
+  /** Whether anything is to be written; false for a replay. */
   changed: boolean;
+  /** The task afterwards: terminal, re-queued, or still active awaiting cleanup. */
   task: TaskRow;
+  /** The attempt afterwards. */
   attempt: AttemptRow;
+  /** The records written. */
   history: HistoryRow[];
+  /** The operation's reply. */
   reply: R;
 }
 

@@ -16,7 +16,9 @@ import { taskSnapshot } from './views.js';
 
 /** Identifiers a store issues for a new task. */
 export interface SubmitIds {
+  /** The new task's id. */
   task_id: string;
+  /** The new task's run id. */
   run_id: string;
 }
 

@@ -174,6 +174,7 @@ export interface HttpAppVariables extends PolicyVariables {
 
 /** The Hono environment of the app. */
 export interface HttpAppEnv {
+  /** What the app's middleware sets on each request's context. */
   Variables: HttpAppVariables;
 }
 

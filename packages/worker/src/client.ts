@@ -77,7 +77,9 @@ export interface ClientOptions extends HttpOptions {
  * `null`.
  */
 export type SubmitInput = Omit<SubmitTask, 'tenant_id' | 'namespace' | 'program' | 'data'> & {
+  /** The handler to run: a name, or `{name, version}`. */
   program: string | ProgramDescriptor;
+  /** The task's input, any JSON; `null` when absent. */
   data?: unknown;
 };
 
@@ -93,7 +95,9 @@ export interface SubmitOptions {
 
 /** One entry of {@link Client.submitBatch}. */
 export type SubmitBatchEntry = SubmitInput & {
+  /** This entry's key; a random UUID when absent, as with {@link SubmitOptions}. */
   idempotencyKey?: string | undefined;
+  /** The W3C trace context this task was submitted from. */
   originTrace?: TraceContext | undefined;
 };
 

@@ -1,17 +1,26 @@
 /**
  * A pluggable structured logger. Every SDK log line is a fixed message plus
- * a flat object of fields (task id, attempt id, sequence, error…), so it maps
- * onto pino, winston or console alike.
+ * a flat object of fields (task id, attempt id, sequence, error…), in that
+ * order, which console and winston take as they are; pino takes fields first
+ * and needs a wrapper (see {@link Logger}).
  */
 
 /** Structured fields attached to a log line. */
 export type LogFields = Record<string, unknown>;
 
-/** The logger the SDK writes to; pino's and console's methods both fit. */
+/**
+ * The logger the SDK writes to, message first: `console` fits as it is; a pino logger needs
+ * its arguments swapped (`{ info: (m, f) => log.info(f ?? {}, m), … }`), or its fields are lost.
+ * Calls are made through a guard, so a throwing or async logger cannot break the SDK.
+ */
 export interface Logger {
+  /** Per-task detail, e.g. each settlement sent. */
   debug(message: string, fields?: LogFields): void;
+  /** Lifecycle events: starting, stopping, a session opened, a task aborted or refused. */
   info(message: string, fields?: LogFields): void;
+  /** Something failed that the SDK retries, works around, or leaves to lease expiry. */
   warn(message: string, fields?: LogFields): void;
+  /** A fault to fix: no handler for a program, an unexpected failure, a fatal stop. */
   error(message: string, fields?: LogFields): void;
 }
 

@@ -495,6 +495,11 @@ export class Worker {
     handler: TaskHandler<StandardSchemaV1.InferOutput<Schema>>,
     options: RegisterOptions<Schema> & { schema: Schema },
   ): this;
+  /**
+   * Registers the handler of a program (by name), untyped: the handler
+   * receives `unknown` (the task's data, or the output of `options.schema`
+   * when one is given). Returns the worker, for chaining. Register before `run()`.
+   */
   register(program: string, handler: TaskHandler<unknown>, options?: RegisterOptions): this;
   register(program: string, handler: TaskHandler<never>, options?: RegisterOptions): this {
     if (typeof program !== 'string' || program.length === 0) {

@@ -188,16 +188,23 @@ export type SubmitRequestBody = v.InferOutput<typeof SubmitRequestBodySchema>;
 
 /** A retry policy with its defaults applied: `backoff` always present. */
 export interface ResolvedRetryPolicy {
+  /** Dispatched attempts allowed, the first included (1..MAX_ATTEMPTS_LIMIT). */
   max_attempts: number;
+  /** The fixed delay, or the first exponential delay, in milliseconds. */
   delay_ms: number;
+  /** `fixed` when the submitted policy named none (the a3s encoding). */
   backoff: RetryBackoff;
+  /** The exponential cap in milliseconds; absent (or 0) for a fixed policy. */
   max_delay_ms?: number;
 }
 
 /** A SubmitTask with the retry, priority and timeout defaults of DESIGN §4.1 filled in. */
 export type SubmitTaskWithDefaults = Omit<SubmitTask, 'retry' | 'priority' | 'timeout_ms'> & {
+  /** The given policy with `backoff` resolved, or the default exponential one. */
   retry: ResolvedRetryPolicy;
+  /** The given priority, or 0. */
   priority: number;
+  /** The given attempt timeout, or 300 000 ms. */
   timeout_ms: number;
 };
 

@@ -18,6 +18,7 @@ import type { TaskStore } from '../ports.js';
 
 /** What the model needs from the store under test. */
 export interface LifecycleModelHarness {
+  /** The store under test; each run uses a fresh scope of it. */
   store: TaskStore;
   /** Moves store time forward. */
   advance(ms: number): Promise<void>;

@@ -21,8 +21,9 @@
  */
 import net from 'node:net';
 
-/** The proxy: its URL (the database's, through the proxy) and its two arming calls. */
+/** The proxy: its URL (the database's, through it), the calls arming its faults, its counts. */
 export interface PgProxy {
+  /** The database's URL with the proxy's host and port: connect clients under test to it. */
   readonly url: string;
   /** Arms the next lost reply: the first server chunk carrying the command tag `tag`. */
   loseReplyCarrying(tag: string): void;
@@ -51,6 +52,7 @@ export interface PgProxy {
   refuse(down: boolean): void;
   /** When (performance.now()) each connection refused so far was attempted. */
   readonly refusedAt: readonly number[];
+  /** Destroys every proxied connection and stops listening. */
   close(): Promise<void>;
 }
 
@@ -66,6 +68,7 @@ function errorReply(sqlstate: string, message: string): Buffer {
 
 /** What the clients of a proxy sent: each statement's text, and the transactions. */
 export interface ProxyCounts {
+  /** Each statement's text, whitespace collapsed, in the order sent. */
   statements: string[];
   /** BEGIN … COMMIT/ROLLBACK, or a statement outside one. */
   transactions: number;
