@@ -64,8 +64,8 @@ export {
   TransportError,
 } from './errors.js';
 export type { FetchLike, HttpOptions } from './http.js';
-export type { LogFields, Logger } from './logger.js';
-export { consoleLogger, silentLogger } from './logger.js';
+export type { FieldsFirstLogger, LogFields, Logger } from './logger.js';
+export { consoleLogger, fieldsFirst, silentLogger } from './logger.js';
 export type { AbortCause } from './settle.js';
 export { operationIdFor } from './settle.js';
 export type { StandardSchemaV1 } from './standard-schema.js';

@@ -1,17 +1,17 @@
 /**
  * A pluggable structured logger. Every SDK log line is a fixed message plus
  * a flat object of fields (task id, attempt id, sequence, error…), in that
- * order, which console and winston take as they are; pino takes fields first
- * and needs a wrapper (see {@link Logger}).
+ * order (as Temporal's SDK logger), which console and winston take as they
+ * are; pino and bunyan take fields first, through {@link fieldsFirst}.
  */
 
 /** Structured fields attached to a log line. */
 export type LogFields = Record<string, unknown>;
 
 /**
- * The logger the SDK writes to, message first: `console` fits as it is; a pino logger needs
- * its arguments swapped (`{ info: (m, f) => log.info(f ?? {}, m), … }`), or its fields are lost.
- * Calls are made through a guard, so a throwing or async logger cannot break the SDK.
+ * The logger the SDK writes to, message first: `console` fits as it is; a pino or bunyan logger
+ * goes through {@link fieldsFirst}, or its fields are lost. Calls are made through a guard, so a
+ * throwing or async logger cannot break the SDK.
  */
 export interface Logger {
   /** Per-task detail, e.g. each settlement sent. */
@@ -22,6 +22,38 @@ export interface Logger {
   warn(message: string, fields?: LogFields): void;
   /** A fault to fix: no handler for a program, an unexpected failure, a fatal stop. */
   error(message: string, fields?: LogFields): void;
+}
+
+/** A logger whose methods take a line's fields first, then its message: pino's and bunyan's. */
+export interface FieldsFirstLogger {
+  /** Writes a debug line. */
+  debug(fields: LogFields, message: string): unknown;
+  /** Writes an info line. */
+  info(fields: LogFields, message: string): unknown;
+  /** Writes a warning. */
+  warn(fields: LogFields, message: string): unknown;
+  /** Writes an error. */
+  error(fields: LogFields, message: string): unknown;
+}
+
+/**
+ * `target`, which takes fields first, as a {@link Logger}. Passed as it is, pino reads the SDK's
+ * fields object as a format argument for the message and drops it: every line would lose its
+ * task and attempt ids. Each level is looked up on every call, so a level changed later holds.
+ *
+ * @example
+ * ```ts
+ * // `pino` being the pino package's default export:
+ * const worker = new Worker({ ...options, logger: fieldsFirst(pino()) });
+ * ```
+ */
+export function fieldsFirst(target: FieldsFirstLogger): Logger {
+  const level =
+    (name: keyof FieldsFirstLogger) =>
+    (message: string, fields?: LogFields): void => {
+      target[name](fields ?? {}, message);
+    };
+  return { debug: level('debug'), info: level('info'), warn: level('warn'), error: level('error') };
 }
 
 const noop = (): void => {};
