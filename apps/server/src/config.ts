@@ -19,22 +19,16 @@ import {
   TERMINAL_RETENTION_MS,
 } from '@ledgence/contracts';
 import { type FailpointSetting, FailpointSpecError, parseFailpoints } from '@ledgence/core';
-import { apiKeyProblems, isLoopbackHost } from '@ledgence/http';
+import { type ApiKeyConfig, apiKeyProblems, isLoopbackHost } from '@ledgence/http';
 
 // The one loopback rule (development mode's), shared with the HTTP app's Host check.
 export { isLoopbackHost };
 
-/** One API key as the operator configures it (DESIGN §6). */
-export interface ApiKeySetting {
-  /** The secret bearer token; the HTTP layer keeps only its SHA-256 hash. */
-  key: string;
-  /** The one tenant the key acts for. */
-  tenant: string;
-  /** The tenant's namespaces the key may use, or `['*']` for all of them. */
-  namespaces: string[];
-  /** What the key may do; `admin` implies `client` and `worker`. */
-  roles: ('client' | 'worker' | 'admin')[];
-}
+/**
+ * One API key as the operator configures it in `LEDGENCE_API_KEYS` (DESIGN §6): the HTTP layer's
+ * own key configuration, so the two cannot drift apart.
+ */
+export type ApiKeySetting = ApiKeyConfig;
 
 /** The log levels pino understands. */
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
