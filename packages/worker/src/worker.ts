@@ -797,9 +797,14 @@ export class Worker {
       // Let slots freed in the same tick join one request.
       await new Promise((resolve) => setImmediate(resolve));
       if (this.#state !== 'running') break;
-      const commands = this.#startPolls(this.#session?.id ?? null, monotonicNow());
+      // One clock reading for both: a backoff ending between two readings would make the first
+      // skip the slot and the second see no backoff left, and the loop would wait for a
+      // notification that never comes (no poll in flight, nothing held) — a worker that never
+      // polls again, seen on a loaded machine.
+      const now = monotonicNow();
+      const commands = this.#startPolls(this.#session?.id ?? null, now);
       if (commands.length === 0) {
-        await this.#notifier.wait(this.#nextSlotDueIn());
+        await this.#notifier.wait(this.#nextSlotDueIn(now));
         continue;
       }
       this.#sendPolls(commands, this.#pollWaitMs);
@@ -822,9 +827,11 @@ export class Worker {
     return commands;
   }
 
-  /** How long until the first idle slot's backoff ends; `undefined` when none is backing off. */
-  #nextSlotDueIn(): number | undefined {
-    const now = monotonicNow();
+  /**
+   * How long after `now` the first idle slot's backoff ends; `undefined` when none is backing
+   * off at `now` (the same reading `#startPolls` skipped slots by).
+   */
+  #nextSlotDueIn(now: number): number | undefined {
     let next = Number.POSITIVE_INFINITY;
     for (const slot of this.#slots) {
       const notBefore = this.#slotNotBefore[slot.consumerId] ?? 0;
