@@ -338,6 +338,7 @@ export async function startHttpProxy(
   let forwarded = 0;
   const forward = (req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
+    req.on('error', () => res.destroy());
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
       const body = Buffer.concat(chunks);
@@ -362,6 +363,10 @@ export async function startHttpProxy(
         observed?.();
       };
       res.on('close', done);
+      // Either peer may go away mid-exchange (a server answering 401 before reading the body, a
+      // client aborting a long poll): the other side is closed, never left to throw EPIPE or
+      // ECONNRESET unhandled in the test process.
+      res.on('error', () => out.destroy());
       const out = httpRequest(
         {
           host: upstream.hostname,
@@ -371,6 +376,7 @@ export async function startHttpProxy(
           headers: req.headers,
         },
         (reply) => {
+          reply.on('error', () => res.destroy());
           const pass = () => {
             res.writeHead(reply.statusCode ?? 502, reply.headers);
             reply.pipe(res);
