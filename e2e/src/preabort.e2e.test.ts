@@ -2,33 +2,13 @@
  * A long poll whose client is already gone when the server gets to it must
  * consume nothing (DESIGN §5: "A client disconnect ends the wait without consuming a task").
  */
-import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import type { WorkerSession } from '@ledgence/contracts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NAMESPACE, Stack, TENANT } from './test/harness.js';
+import { NAMESPACE, postJson, Stack, TENANT } from './test/harness.js';
 
 const scope = { tenant_id: TENANT, namespace: NAMESPACE };
 const base = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
-
-// biome-ignore lint/suspicious/noExplicitAny: replies of several routes, read field by field
-function post(url: string, path: string, body: unknown): Promise<{ status: number; body: any }> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      new URL(path, url),
-      { method: 'POST', headers: { 'content-type': 'application/json' } },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8').on('data', (c: string) => {
-          text += c;
-        });
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
-      },
-    );
-    req.on('error', reject);
-    req.end(JSON.stringify(body));
-  });
-}
 
 describe('a poll whose client left before the server looked', () => {
   const stack = new Stack('preabort');
@@ -50,9 +30,9 @@ describe('a poll whose client left before the server looked', () => {
     for (let i = 0; i < trials; i++) {
       const queue = `pre${i}`;
       const session = (
-        await post(server.url, '/v1/worker/sessions', { scope, queue, concurrency: 2 })
+        await postJson(server.url, '/v1/worker/sessions', { scope, queue, concurrency: 2 })
       ).body as WorkerSession;
-      const submitted = await post(server.url, `${base}/tasks`, {
+      const submitted = await postJson(server.url, `${base}/tasks`, {
         idempotency_key: `pre-${i}`,
         input: { ...scope, queue, program: { name: 'noop' }, data: {} },
       });
@@ -76,7 +56,7 @@ describe('a poll whose client left before the server looked', () => {
         socket.on('close', () => resolve());
       });
       await new Promise((r) => setTimeout(r, 100));
-      const next = await post(server.url, '/v1/worker/acquire?wait_ms=5000', {
+      const next = await postJson(server.url, '/v1/worker/acquire?wait_ms=5000', {
         scope,
         queue,
         worker_session_id: session.id,

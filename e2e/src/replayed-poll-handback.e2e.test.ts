@@ -5,33 +5,13 @@
  * full pool — must not give back the assignment the worker holds and runs: the hand-back of an
  * undelivered claim is for a claim nobody can have heard of.
  */
-import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import type { AcquireCommand, TaskStatus, WorkerSession } from '@ledgence/contracts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NAMESPACE, Stack, TENANT } from './test/harness.js';
+import { NAMESPACE, postJson, Stack, TENANT } from './test/harness.js';
 
 const scope = { tenant_id: TENANT, namespace: NAMESPACE };
 const base = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
-
-// biome-ignore lint/suspicious/noExplicitAny: replies of several routes, read field by field
-function post(url: string, path: string, body: unknown): Promise<{ status: number; body: any }> {
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      new URL(path, url),
-      { method: 'POST', headers: { 'content-type': 'application/json' } },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8').on('data', (c: string) => {
-          text += c;
-        });
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
-      },
-    );
-    req.on('error', reject);
-    req.end(JSON.stringify(body));
-  });
-}
 
 /** Sends `path` with `body` and resets the connection at once: the client is gone before any reply. */
 function postAndLeave(url: string, path: string, body: unknown): Promise<void> {
@@ -62,9 +42,9 @@ describe('a replayed poll whose client left', () => {
       const server = await stack.start({ LEDGENCE_LEASE_DURATION_MS: '60000' });
       const queue = `replay-left-${path.length}`;
       const session = (
-        await post(server.url, '/v1/worker/sessions', { scope, queue, concurrency: 1 })
+        await postJson(server.url, '/v1/worker/sessions', { scope, queue, concurrency: 1 })
       ).body as WorkerSession;
-      const submitted = await post(server.url, `${base}/tasks`, {
+      const submitted = await postJson(server.url, `${base}/tasks`, {
         idempotency_key: queue,
         input: {
           ...scope,
@@ -82,11 +62,11 @@ describe('a replayed poll whose client left', () => {
         consumer_id: 0,
         sequence: 1,
       };
-      const assigned = await post(server.url, '/v1/worker/acquire', poll);
+      const assigned = await postJson(server.url, '/v1/worker/acquire', poll);
       expect(assigned.body.disposition).toBe('assigned');
       const owner = assigned.body.assignment.lease.owner;
       // The worker is granted dispatch: its user code runs from here on.
-      const dispatch = await post(server.url, '/v1/worker/renew', {
+      const dispatch = await postJson(server.url, '/v1/worker/renew', {
         owner,
         sequence: 1,
         intent: 'dispatch',
@@ -100,7 +80,7 @@ describe('a replayed poll whose client left', () => {
       // slower than this could only let the test pass without having checked, never fail it.
       await new Promise((r) => setTimeout(r, 300));
 
-      const settle = await post(server.url, '/v1/worker/settle', {
+      const settle = await postJson(server.url, '/v1/worker/settle', {
         owner,
         operation_id: 'done',
         report: {

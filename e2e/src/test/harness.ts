@@ -409,6 +409,33 @@ export async function startHttpProxy(
 }
 
 /**
+ * POSTs `body` as JSON to `path` of `url` over a fresh `node:http` request (no SDK, no retries):
+ * for tests that speak the wire protocol by hand. The reply's status and parsed JSON body.
+ */
+export function postJson(
+  url: string,
+  path: string,
+  body: unknown,
+  // biome-ignore lint/suspicious/noExplicitAny: replies of several routes, read field by field
+): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      new URL(path, url),
+      { method: 'POST', headers: { 'content-type': 'application/json' } },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8').on('data', (c: string) => {
+          text += c;
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) }));
+      },
+    );
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
+/**
  * Collects unhandled rejections of this process while installed: the SDK
  * promises to leave none, whatever the network does.
  */
