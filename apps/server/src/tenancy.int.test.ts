@@ -5,7 +5,6 @@
  * to namespace `b` (or to another tenant) must change nothing there and be answered like a
  * missing resource (DESIGN §6, §4.1).
  */
-import { request as httpRequest } from 'node:http';
 import type {
   AcquireReply,
   Assignment,
@@ -64,32 +63,7 @@ const call = server.call;
 
 /** A request whose path is sent byte for byte (no client-side dot-segment removal). */
 function raw(key: string, path: string): Promise<Reply> {
-  const url = new URL(server.url);
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      {
-        host: url.hostname,
-        port: url.port,
-        path,
-        method: 'GET',
-        headers: { authorization: `Bearer ${key}` },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          resolve({
-            status: res.statusCode ?? 0,
-            bytes: Buffer.byteLength(text),
-            body: text.length === 0 ? undefined : JSON.parse(text),
-          });
-        });
-      },
-    );
-    req.on('error', reject);
-    req.end();
-  });
+  return server.send({ method: 'GET', path, key });
 }
 
 const scopePath = (s: Scope) =>
