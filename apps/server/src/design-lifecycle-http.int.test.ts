@@ -34,10 +34,7 @@ const server = keyedServer('lifecycle_http', {
   LEDGENCE_LEASE_DURATION_MS: '600000',
   LEDGENCE_CLEANUP_GRACE_MS: '600000',
 });
-// biome-ignore lint/suspicious/noExplicitAny: a reply is a value or a problem, read loosely
-type Loose = any;
-const post = <T = Loose>(path: string, json?: unknown) => server.call<T>(KEY, 'POST', path, json);
-const get = <T = Loose>(path: string) => server.call<T>(KEY, 'GET', path);
+const { post, get } = server.as(KEY);
 
 let n = 0;
 /** `count` tasks on a queue of their own, each assigned to a slot of one session. */

@@ -28,10 +28,7 @@ const server = keyedServer('optional_fields', {
   LEDGENCE_LEASE_DURATION_MS: '600000',
   LEDGENCE_CLEANUP_GRACE_MS: '600000',
 });
-// biome-ignore lint/suspicious/noExplicitAny: replies are read loosely, field by field
-type Loose = any;
-const post = <T = Loose>(path: string, json?: unknown) => server.call<T>(KEY, 'POST', path, json);
-const get = <T = Loose>(path: string) => server.call<T>(KEY, 'GET', path);
+const { post, get } = server.as(KEY);
 
 /** Every optional field of a submission, spelled `null`. */
 const NULL_TASK_FIELDS = {

@@ -45,6 +45,16 @@ export interface KeyedServer {
    * body as `text/plain`), for the wire rules about content types and empty bodies.
    */
   send<T = Loose>(request: RawRequest): Promise<KeyedReply<T>>;
+  /** {@link call} as `key`, by method: for files that send every request as one key. */
+  as(key: string): KeyedCalls;
+}
+
+/** Requests sent as one key (see {@link KeyedServer.as}). */
+export interface KeyedCalls {
+  /** A POST of `json` (no body when absent). */
+  post<T = Loose>(path: string, json?: unknown): Promise<KeyedReply<T>>;
+  /** A GET. */
+  get<T = Loose>(path: string): Promise<KeyedReply<T>>;
 }
 
 /**
@@ -69,10 +79,14 @@ export function keyedServer(prefix: string, env: Record<string, string>): KeyedS
     if (server === undefined) throw new Error('the server starts in beforeAll');
     return server;
   };
-  return {
+  const keyed: KeyedServer = {
     get url() {
       return started().url;
     },
+    as: (key) => ({
+      post: (path, json) => keyed.call(key, 'POST', path, json),
+      get: (path) => keyed.call(key, 'GET', path),
+    }),
     async call(key, method, path, json) {
       const headers: Record<string, string> = { authorization: `Bearer ${key}` };
       let body: string | undefined;
@@ -123,4 +137,5 @@ export function keyedServer(prefix: string, env: Record<string, string>): KeyedS
       });
     },
   };
+  return keyed;
 }
