@@ -1,7 +1,9 @@
 // Counts passed, failed and skipped tests from vitest's JSON reports, and names each failed test
 // with the head of its failure message: CI keeps only the tail of its output, so without this the
 // record of a failed run says how many tests failed but not which, nor why.
-// Usage: node .ci/report.mjs report.json... → stderr: the failures; stdout: "passed failed skipped".
+// The record keeps standard output only (a failed run on record named no test when these lines went
+// to stderr), so everything goes to stdout, the counts last.
+// Usage: node .ci/report.mjs report.json... → stdout: the failures, then "passed failed skipped".
 import { readFileSync } from 'node:fs';
 
 const MESSAGE_LINES = 12;
@@ -29,11 +31,11 @@ for (const file of process.argv.slice(2)) {
   }
 }
 for (const { file, title, messages } of failures) {
-  console.error(`::: FAILED ${file.replace(`${process.cwd()}/`, '')} > ${title}`);
+  console.log(`::: FAILED ${file.replace(`${process.cwd()}/`, '')} > ${title}`);
   const lines = messages
     .join('\n')
     .split('\n')
     .filter((line) => line.trim() !== '');
-  for (const line of lines.slice(0, MESSAGE_LINES)) console.error(`    ${line}`);
+  for (const line of lines.slice(0, MESSAGE_LINES)) console.log(`    ${line}`);
 }
 console.log(total.join(' '));
