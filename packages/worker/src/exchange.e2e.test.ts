@@ -4,7 +4,7 @@
  * kept-alive connections (reused, and re-sent on when the server closed one under them).
  */
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
+import { createServer as createNetServer, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   DeadlineExceeded,
@@ -235,6 +235,45 @@ describe('node exchange connections', () => {
     const error = await ownedNodeExchange()(wire(server.url)).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: 'ECONNRESET' });
     expect(server.seen).toHaveLength(1);
+  });
+
+  it('raises no uncaught error when a server answers before reading a large body and resets the connection', async () => {
+    // A 413 sent on the headers alone, kept alive in its headers, then the connection reset with
+    // the body unread: the write's broken pipe, reported after node:http freed the connection,
+    // used to be an uncaught exception (every time, on this machine) that ended the process.
+    const reply = '{"code":"payload_too_large"}';
+    const server = createNetServer((socket) => {
+      socket.on('error', () => {});
+      let head = '';
+      const onData = (chunk: Buffer) => {
+        head += chunk.toString('latin1');
+        if (!head.includes('\r\n\r\n')) return;
+        socket.off('data', onData);
+        socket.write(
+          'HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\n' +
+            `content-length: ${reply.length}\r\nconnection: keep-alive\r\n\r\n${reply}`,
+          () => socket.destroy(),
+        );
+      };
+      socket.on('data', onData);
+    });
+    const url = `${await stubs.listen(server)}/x`;
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown) => uncaught.push(error);
+    process.on('uncaughtException', onUncaught);
+    try {
+      const exchange = ownedNodeExchange();
+      const body = JSON.stringify({ data: 'x'.repeat(4 * 1024 * 1024) });
+      for (let i = 0; i < 5; i++) {
+        const answer = await exchange(wire(url, { body }));
+        expect(answer.status).toBe(413);
+      }
+      // The broken pipe is reported a few ticks after the reply.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    } finally {
+      process.off('uncaughtException', onUncaught);
+    }
+    expect(uncaught).toEqual([]);
   });
 
   it('closes its idle connections on close', async () => {

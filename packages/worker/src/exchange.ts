@@ -23,6 +23,7 @@ import {
   type IncomingMessage,
 } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { Socket } from 'node:net';
 import { timerDelay } from './timers.js';
 
 /** One request as it goes on the wire. */
@@ -221,6 +222,7 @@ export function nodeExchange(): NodeExchange {
           return;
         }
         current = req;
+        req.on('socket', guardSocket);
         let answered = false;
         req.on('error', (error: NodeJS.ErrnoException) => {
           if (settled || req !== current) return;
@@ -259,6 +261,21 @@ export function nodeExchange(): NodeExchange {
     },
   });
 }
+
+/**
+ * Gives a connection an error listener of its own, once. A server refusing a large body (a 413)
+ * answers before reading it, keeps the connection alive in its headers, then resets it with the
+ * body unread. `node:http` frees the connection once the request is written, taking its error
+ * listener off; its agent sees the connection no longer writable and destroys it without adding
+ * one, and the broken pipe of the write, reported a moment later, was an uncaught exception that
+ * ended the application's process. While a request holds the connection, `node:http`'s listener
+ * still passes its errors to the request; this one only keeps a freed connection's from throwing.
+ */
+function guardSocket(socket: Socket): void {
+  if (!socket.listeners('error').includes(ignoreSocketError)) socket.on('error', ignoreSocketError);
+}
+
+function ignoreSocketError(): void {}
 
 /** A reset or broken pipe on a reused connection: the server closed it as we reused it. */
 function isStaleConnection(error: NodeJS.ErrnoException): boolean {
