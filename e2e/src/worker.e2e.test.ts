@@ -480,7 +480,17 @@ describe('Worker against the real server', () => {
     // at that moment.
     const polls: { size: number; outstanding: number }[] = [];
     let outstanding = 0;
+    // The first wave's replies are held until its fourth request arrives (or 5 s pass, for the
+    // assertions to name a missing request): with 600 tasks ready, the server's first answer
+    // would otherwise free its lane to poll again before a loaded machine sent the fourth.
+    let releaseFirstWave = () => {};
+    const firstWave = new Promise<void>((resolve) => {
+      releaseFirstWave = resolve;
+      setTimeout(resolve, 5_000).unref();
+    });
     const proxy = await startHttpProxy(server.url, {
+      hold: ({ path }) =>
+        path.startsWith('/v1/worker/acquire:batch') && polls.length <= 4 ? firstWave : undefined,
       observe({ path, body }) {
         if (!path.startsWith('/v1/worker/acquire:batch')) return undefined;
         outstanding += 1;
@@ -488,6 +498,7 @@ describe('Worker against the real server', () => {
           size: (JSON.parse(body.toString()) as { commands: unknown[] }).commands.length,
           outstanding,
         });
+        if (polls.length === 4) releaseFirstWave();
         return () => {
           outstanding -= 1;
         };
