@@ -23,6 +23,10 @@ const report = process.env.LEDGENCE_TEST_REPORT;
 export default defineConfig({
   test: {
     reporters: report ? ['default', ['json', { outputFile: report }]] : ['default'],
+    // Vitest 4 runs one file at a time on a 2-core machine by default (available parallelism
+    // less one). Int and e2e files spend most of their time waiting on leases, long polls and
+    // other processes, so two at a time nearly halve the run; each file has its own database.
+    maxWorkers: 2,
     projects: [
       {
         ...shared,
