@@ -223,6 +223,7 @@ export async function deliverEvent(options: DeliverEventOptions): Promise<Delive
     signal?.addEventListener('abort', onAbort, { once: true });
 
     req.once('socket', (socket: Socket) => {
+      guardSocket(socket);
       // A kept-alive socket is connected already; a new one has until connectMs.
       if (!socket.connecting) return;
       connectTimer = setTimeout(
@@ -250,6 +251,22 @@ export async function deliverEvent(options: DeliverEventOptions): Promise<Delive
     req.end(event.body);
   });
 }
+
+/**
+ * Gives a connection an error listener of its own, once. A receiver answering 2xx before reading
+ * the body (keep-alive in its headers) and then closing the connection leaves the POST's write
+ * pending after the answer: once it fails, `node:http` frees the connection (taking its error
+ * listener off) and the global agent destroys it, no longer writable, without adding one, so the
+ * broken pipe reported a moment later was an uncaught exception that ended the sender's process.
+ * While a request holds the connection, `node:http`'s listener still passes its errors to the
+ * request; this one only keeps a freed connection's from throwing. The worker SDK's exchange has
+ * the same guard: the SDK installs alone, so the two packages cannot share it.
+ */
+function guardSocket(socket: Socket): void {
+  if (!socket.listeners('error').includes(ignoreSocketError)) socket.on('error', ignoreSocketError);
+}
+
+function ignoreSocketError(): void {}
 
 interface ResponseHandlers {
   settle: (outcome: DeliveryOutcome) => void;

@@ -270,6 +270,7 @@ export function nodeExchange(): NodeExchange {
  * one, and the broken pipe of the write, reported a moment later, was an uncaught exception that
  * ended the application's process. While a request holds the connection, `node:http`'s listener
  * still passes its errors to the request; this one only keeps a freed connection's from throwing.
+ * The callback sender (packages/callbacks) has the same guard; the SDK installs alone.
  */
 function guardSocket(socket: Socket): void {
   if (!socket.listeners('error').includes(ignoreSocketError)) socket.on('error', ignoreSocketError);
