@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import { defaultServerConditions } from 'vite';
 import { defineConfig } from 'vitest/config';
 
@@ -23,10 +24,11 @@ const report = process.env.LEDGENCE_TEST_REPORT;
 export default defineConfig({
   test: {
     reporters: report ? ['default', ['json', { outputFile: report }]] : ['default'],
-    // Vitest 4 runs one file at a time on a 2-core machine by default (available parallelism
-    // less one). Int and e2e files spend most of their time waiting on leases, long polls and
-    // other processes, so two at a time nearly halve the run; each file has its own database.
-    maxWorkers: 2,
+    // Vitest 4 runs as many files at once as the machine's available parallelism less one: one
+    // at a time on a 2-core machine. Int and e2e files spend most of their time waiting on
+    // leases, long polls and other processes (each file has its own database), so at least two
+    // run at once: on this project's 2-core machine `pnpm test` took 11 minutes instead of 16.
+    maxWorkers: Math.max(2, availableParallelism() - 1),
     projects: [
       {
         ...shared,
