@@ -4,6 +4,7 @@
  * or fail to.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
+import { globalAgent } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { buildCompletionEvent, COMPLETION_RESPONSE_MAX_BYTES } from '@ledgence/contracts';
@@ -436,6 +437,81 @@ describe('connection failures', () => {
       kind: 'retry',
       reason: 'network',
     });
+  });
+});
+
+/**
+ * A raw receiver that answers the first request of each of its first `answered` connections
+ * with a kept-alive 200, and ends any other request as it arrives, without an answer: `reset`
+ * (RST) or `close` (FIN), the two ways a server's keep-alive timeout meets a reused connection.
+ */
+async function closingReused(
+  how: 'reset' | 'close',
+  answered: number,
+): Promise<{ origin: string; connections: number[] }> {
+  // Per connection, the number of requests it carried (complete or not).
+  const connections: number[] = [];
+  const r = await rawReceiver((socket) => {
+    const index = connections.push(0) - 1;
+    let pending = Buffer.alloc(0);
+    socket.on('data', (chunk: Buffer) => {
+      pending = Buffer.concat([pending, chunk]);
+      const headEnd = pending.indexOf('\r\n\r\n');
+      if (headEnd < 0) return;
+      if ((connections[index] ?? 0) > 0 || index >= answered) {
+        connections[index] = (connections[index] ?? 0) + 1;
+        if (how === 'reset') socket.resetAndDestroy();
+        else socket.end();
+        return;
+      }
+      const length = Number(/content-length: *(\d+)/i.exec(pending.toString('latin1'))?.[1]);
+      if (pending.byteLength < headEnd + 4 + length) return;
+      pending = pending.subarray(headEnd + 4 + length);
+      connections[index] = 1;
+      socket.write('HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: keep-alive\r\n\r\n');
+    });
+  });
+  return { ...r, connections };
+}
+
+/** Resolves once the global agent holds an idle connection to `origin`, ready for reuse. */
+async function pooled(origin: string): Promise<void> {
+  const { hostname, port } = new URL(origin);
+  const key = globalAgent.getName({ host: hostname, port: Number(port) });
+  while ((globalAgent.freeSockets[key]?.length ?? 0) === 0) await sleep(1);
+}
+
+describe('a kept-alive connection the receiver closes as it is reused', () => {
+  it.each(['reset', 'close'] as const)(
+    'is no failed try: the event goes again on a new connection and is delivered (%s)',
+    async (how) => {
+      const r = await closingReused(how, 2);
+      const to = destination(r.origin);
+      expect(await deliverEvent({ destination: to, event })).toEqual({
+        kind: 'delivered',
+        status: 200,
+      });
+      await pooled(r.origin);
+      expect(await deliverEvent({ destination: to, event })).toEqual({
+        kind: 'delivered',
+        status: 200,
+      });
+      // The first connection carried the first event and the second's lost send.
+      expect(r.connections).toEqual([2, 1]);
+    },
+  );
+
+  it('is sent again once, not again when the new connection fails as well', async () => {
+    const r = await closingReused('reset', 1);
+    const to = destination(r.origin);
+    await deliverEvent({ destination: to, event });
+    await pooled(r.origin);
+    expect(await deliverEvent({ destination: to, event })).toEqual({
+      kind: 'retry',
+      reason: 'network',
+      error: 'connection failed: ECONNRESET',
+    });
+    expect(r.connections).toEqual([2, 1]);
   });
 });
 

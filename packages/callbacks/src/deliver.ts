@@ -149,6 +149,10 @@ export interface DeliverEventOptions {
  *   timeout, the total deadline (the destination's `timeoutMs`, measured from
  *   the call, not from the last byte), connection errors and an abort.
  *
+ * A kept-alive connection the receiver closes as it is reused (a reset
+ * before any answer) is not a failed try: the same bytes, with the same
+ * headers, go again on another connection within the same deadline.
+ *
  * At most COMPLETION_RESPONSE_MAX_BYTES of a 2xx body is read, counted and
  * never kept, within the same deadline; past it the socket is destroyed. Any
  * other answer is not read at all.
@@ -189,8 +193,9 @@ export async function deliverEvent(options: DeliverEventOptions): Promise<Delive
   return new Promise<DeliveryOutcome>((resolve) => {
     let settled = false;
     let connectTimer: NodeJS.Timeout | undefined;
+    // The request on the wire: a stale kept-alive connection's request is replaced by a resend.
+    let current: ClientRequest | undefined;
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
-    const req: ClientRequest = send(url, { method: 'POST', headers });
 
     // The outcome is settled once, the first to come winning; the exchange may go on after it
     // (a delivered 2xx's body is still drained), so ending it is a step of its own.
@@ -204,7 +209,7 @@ export async function deliverEvent(options: DeliverEventOptions): Promise<Delive
       clearTimeout(connectTimer);
       signal?.removeEventListener('abort', onAbort);
       // Destroying the socket is how an unwanted or endless response stops being read.
-      if (destroy) req.destroy();
+      if (destroy) current?.destroy();
     };
     const finish = (outcome: DeliveryOutcome, destroy: boolean): void => {
       settle(outcome);
@@ -213,8 +218,9 @@ export async function deliverEvent(options: DeliverEventOptions): Promise<Delive
     // After a delivered 2xx this only ends the drain: the outcome stays `delivered`.
     const fail = (reason: RetryReason, error: string, status?: number, after?: number) =>
       finish(retry(reason, error, status, after), true);
+    const handlers: ResponseHandlers = { settle, end, finish, fail };
 
-    // One timer for the whole exchange: a trickling body cannot push it back.
+    // One timer for the whole exchange, resends included: a trickling body cannot push it back.
     const deadline = setTimeout(
       () => fail('timeout', `no complete response within ${totalMs} ms`),
       totalMs,
@@ -222,34 +228,61 @@ export async function deliverEvent(options: DeliverEventOptions): Promise<Delive
     const onAbort = () => fail('aborted', 'aborted');
     signal?.addEventListener('abort', onAbort, { once: true });
 
-    req.once('socket', (socket: Socket) => {
-      guardSocket(socket);
-      // A kept-alive socket is connected already; a new one has until connectMs.
-      if (!socket.connecting) return;
-      connectTimer = setTimeout(
-        () => fail('connect_timeout', `no connection within ${connectMs} ms`),
-        connectMs,
-      );
-      socket.once(url.protocol === 'https:' ? 'secureConnect' : 'connect', () =>
-        clearTimeout(connectTimer),
-      );
-    });
-    // Also the route of every error after `end` destroyed the request: the outcome stands then.
-    req.on('error', (error: NodeJS.ErrnoException) =>
-      fail('network', `connection failed: ${error.code ?? error.message}`),
-    );
-    req.on('response', (res: IncomingMessage) =>
-      onResponse(res, now(), { settle, end, finish, fail }),
-    );
-    // A 101 with Upgrade headers comes here, not as a response. Unheard, Node drops the socket
-    // without an error and the try would wait out its whole deadline as a timeout. Handed
-    // over, the socket is ours (the agent let go of it): close it and decide by the status.
-    req.on('upgrade', (res: IncomingMessage, socket: Socket) => {
-      socket.destroy();
-      onResponse(res, now(), { settle, end, finish, fail });
-    });
-    req.end(event.body);
+    const post = (): void => {
+      const req: ClientRequest = send(url, { method: 'POST', headers });
+      current = req;
+      let answered = false;
+      req.once('socket', (socket: Socket) => {
+        guardSocket(socket);
+        // A kept-alive socket is connected already; a new one has until connectMs.
+        if (!socket.connecting) return;
+        clearTimeout(connectTimer);
+        connectTimer = setTimeout(
+          () => fail('connect_timeout', `no connection within ${connectMs} ms`),
+          connectMs,
+        );
+        socket.once(url.protocol === 'https:' ? 'secureConnect' : 'connect', () =>
+          clearTimeout(connectTimer),
+        );
+      });
+      // Also the route of every error after `end` destroyed the request: the outcome stands then.
+      req.on('error', (error: NodeJS.ErrnoException) => {
+        if (req !== current) return;
+        if (!settled && !answered && req.reusedSocket && isStaleConnection(error)) {
+          post();
+          return;
+        }
+        fail('network', `connection failed: ${error.code ?? error.message}`);
+      });
+      req.on('response', (res: IncomingMessage) => {
+        answered = true;
+        onResponse(res, now(), handlers);
+      });
+      // A 101 with Upgrade headers comes here, not as a response. Unheard, Node drops the socket
+      // without an error and the try would wait out its whole deadline as a timeout. Handed
+      // over, the socket is ours (the agent let go of it): close it and decide by the status.
+      req.on('upgrade', (res: IncomingMessage, socket: Socket) => {
+        answered = true;
+        socket.destroy();
+        onResponse(res, now(), handlers);
+      });
+      req.end(event.body);
+    };
+    post();
   });
+}
+
+/**
+ * A reset, a close without an answer (`socket hang up`, also ECONNRESET) or a broken pipe: on a
+ * reused connection, the receiver closed it as we reused it (its keep-alive timeout, which few
+ * servers announce). The POST is then sent again, once per reused connection, on another one,
+ * within the same deadline: a reset does not say whether the receiver saw the event, and
+ * webhooks are at-least-once (a receiver drops a repeat by `webhook-id`), whereas counting the
+ * race as a failed try would delay the event by a backoff and bring it closer to exhaustion for
+ * nothing the receiver did wrong. The worker SDK's exchange resends the same way.
+ */
+function isStaleConnection(error: NodeJS.ErrnoException): boolean {
+  return error.code === 'ECONNRESET' || error.code === 'EPIPE';
 }
 
 /**
