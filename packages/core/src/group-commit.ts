@@ -191,6 +191,7 @@ function bindAll(store: TaskStore): TaskStore {
     'renewBatch',
     'settle',
     'settleBatch',
+    'handBackBatch',
     'confirmQuiescence',
     'cancel',
     'status',

@@ -154,6 +154,7 @@ export {
   confirmQuiescence,
   decideSettlement,
   dispatchPossible,
+  handBackAttempt,
   heldDecision,
   type RetryConfig,
   retryDelayFor,

@@ -117,6 +117,12 @@ export interface TaskStore {
   settle(command: SettleCommand): Promise<SettleReply>;
   /** Many settlements in one transaction; each answered on its own. */
   settleBatch(commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]>;
+  /**
+   * Gives back claims whose poll reply could not be delivered: settles each like
+   * {@link TaskStore.settleBatch}, except an attempt renewed meanwhile, which is refused as
+   * `conflict` and left to its worker (`handBackAttempt`, checked under the task's lock).
+   */
+  handBackBatch(commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]>;
 
   /** Confirms cleanup of a settled attempt whose report said `unconfirmed`. */
   confirmQuiescence(owner: LeaseOwner): Promise<TaskState>;

@@ -369,7 +369,9 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
       });
     }
     if (commands.length === 0) return;
-    await store.settleBatch(commands).catch(() => {});
+    // The renewal check above saves a transaction; the store checks again under the task's lock,
+    // since a worker's renewal may commit between the replay that read the reply and this.
+    await store.handBackBatch(commands).catch(() => {});
   }
 
   async function acquire(command: AcquireCommand, wait?: WaitOptions): Promise<AcquireReply> {

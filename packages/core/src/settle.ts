@@ -266,6 +266,33 @@ export function settleAttempt(
 }
 
 /**
+ * Gives back a claim whose poll reply could not be delivered (the service's hand-back, DESIGN §5
+ * "a client disconnect ends the wait without consuming a task"): settles it as
+ * {@link settleAttempt} does, unless its attempt has been renewed. A renewal means the reply did
+ * reach a worker — the hand-back answers a late copy of a delivered poll — and, once dispatch is
+ * granted, that worker runs the task: settling under it would count the attempt and refuse the
+ * worker's own result. Checked here, under the task's lock, because the caller's reading of the
+ * reply came from an earlier transaction, and a renewal may commit in between. Refused as
+ * `409 conflict`, writing nothing.
+ */
+export function handBackAttempt(
+  loadedTask: TaskRow | null,
+  loadedAttempt: AttemptRow | null,
+  command: SettleCommand,
+  now: Timestamp,
+  config: RetryConfig = DEFAULT_LIFECYCLE_CONFIG,
+): SettleSideResult<SettleReply> {
+  const { attempt } = requireOwnedAttempt(loadedTask, loadedAttempt, command.owner);
+  if (attempt.renew_sequence > 0) {
+    throw new ContractError(
+      'conflict',
+      `attempt ${attempt.attempt_id} was renewed by its worker; it is not given back`,
+    );
+  }
+  return settleAttempt(loadedTask, loadedAttempt, command, now, config);
+}
+
+/**
  * Confirms that required cleanup is done for a settled attempt whose report
  * said `unconfirmed`, applying its decision (`cleanup_confirmed`). Confirming
  * again, or an attempt settled `confirmed`, answers the task's state and

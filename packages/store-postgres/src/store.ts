@@ -75,6 +75,7 @@ import {
   type FailpointStoreOperation,
   type Failpoints,
   type HistoryRow,
+  handBackAttempt,
   type ItemResult,
   type LifecycleConfig,
   NO_FAILPOINTS,
@@ -1795,10 +1796,19 @@ class PgTaskStore implements PostgresTaskStore {
     );
   }
 
+  async handBackBatch(commands: readonly SettleCommand[]): Promise<ItemResult<SettleReply>[]> {
+    return this.batch(
+      commands,
+      (tx, items, finish) => this.settleTx(tx, items, finish, handBackAttempt),
+      SETTLE_POINT,
+    );
+  }
+
   private settleTx(
     tx: Tx,
     commands: readonly SettleCommand[],
     finish: Finish,
+    step: typeof settleAttempt = settleAttempt,
   ): Promise<ItemResult<SettleReply>[]> {
     return this.ownerSteps(
       tx,
@@ -1806,7 +1816,7 @@ class PgTaskStore implements PostgresTaskStore {
       commands,
       (c) => c.owner,
       'full',
-      (task, attempt, c, now) => settleAttempt(task, attempt, c, now, this.config),
+      (task, attempt, c, now) => step(task, attempt, c, now, this.config),
     );
   }
 

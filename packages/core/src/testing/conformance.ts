@@ -2474,6 +2474,35 @@ export function runTaskStoreConformance(
         );
         expect(await w.store.settleBatch([])).toEqual([]);
       });
+
+      it('handBackBatch gives back an attempt never renewed, and refuses one renewed since, writing nothing', async () => {
+        const w = setup();
+        const retry = { max_attempts: 1, delay_ms: 0 };
+        const unrenewed = await w.submitAndClaim({ retry });
+        const renewed = await w.submitAndClaim({ retry });
+        // The worker of the second got its reply: it renewed and runs the task.
+        await w.dispatch(renewed.assignment);
+        const handBack = (assignment: Assignment) =>
+          settleExecutionFailure(assignment, { kind: 'rejected', retryable: true });
+        const items = await w.store.handBackBatch([
+          handBack(unrenewed.assignment),
+          handBack(renewed.assignment),
+        ]);
+        expect(items.map((item) => (item.ok ? item.value.task_state : item.error.code))).toEqual([
+          'queued',
+          'conflict',
+        ]);
+        // Given back before any dispatch, the first attempt does not count: the task runs again.
+        expect(await w.store.status(w.scope, unrenewed.task.task_id)).toMatchObject({
+          state: 'queued',
+          attempt_count: 1,
+        });
+        // The refused item wrote nothing: the worker's own result is taken.
+        expect((await w.store.settle(settleSuccess(renewed.assignment, 1))).task_state).toBe(
+          'succeeded',
+        );
+        expect(await w.store.handBackBatch([])).toEqual([]);
+      });
     });
   });
 }

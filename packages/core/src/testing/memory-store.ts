@@ -100,7 +100,11 @@ import {
   requireLiveSession,
   workerSession,
 } from '../session.js';
-import { confirmQuiescence as confirmQuiescenceOf, settleAttempt } from '../settle.js';
+import {
+  confirmQuiescence as confirmQuiescenceOf,
+  handBackAttempt,
+  settleAttempt,
+} from '../settle.js';
 import { submitTask } from '../submit.js';
 import {
   attemptSnapshot,
@@ -473,13 +477,17 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     return copy(result.reply);
   };
 
-  const settle = async (command: SettleCommand): Promise<SettleReply> => {
-    const now = clock();
-    const { task, attempt } = loadOwned(command.owner);
-    const result = settleAttempt(task, attempt, command, now, config);
-    if (result.changed) write(result);
-    return copy(result.reply);
-  };
+  const settleBy =
+    (step: typeof settleAttempt) =>
+    async (command: SettleCommand): Promise<SettleReply> => {
+      const now = clock();
+      const { task, attempt } = loadOwned(command.owner);
+      const result = step(task, attempt, command, now, config);
+      if (result.changed) write(result);
+      return copy(result.reply);
+    };
+  const settle = settleBy(settleAttempt);
+  const handBack = settleBy(handBackAttempt);
 
   const recoverExpiredLeases = async (limit?: number): Promise<RecoveryProgress> => {
     const bound = limit ?? MAX_RECOVERY_BATCH;
@@ -807,6 +815,8 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     settle,
 
     settleBatch: (commands) => eachItem(commands, settle),
+
+    handBackBatch: (commands) => eachItem(commands, handBack),
 
     async confirmQuiescence(owner: LeaseOwner): Promise<TaskState> {
       const now = clock();
