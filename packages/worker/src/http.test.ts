@@ -264,6 +264,25 @@ describe('HttpTransport configuration', () => {
     }
   });
 
+  it('refuses a URL with whitespace or a control character, saying where, though the URL parser would drop it', () => {
+    const scope = { tenant: 'acme', namespace: 'prod' };
+    const cases: [string, RegExp][] = [
+      // From an env file or a YAML value: every route was appended after the space.
+      ['http://127.0.0.1:8080 ', /url contains whitespace .*\(at character 22 of 22\); trim it/],
+      ['http://127.0.0.1:8080/ ', /at character 23 of 23/],
+      [' http://127.0.0.1:8080', /at character 1 of 22/],
+      ['http://127.0.0.1:8080\n', /whitespace or a control character/],
+      ['http://127.0.0.1:\t8080', /at character 18 of 22/],
+    ];
+    for (const [url, message] of cases) {
+      expect(URL.canParse(url)).toBe(true);
+      expect(() => new HttpTransport({ url })).toThrow(message);
+      expect(() => new Client({ ...scope, url })).toThrow(TypeError);
+      expect(() => new Worker({ ...scope, url, queue: 'q', concurrency: 1 })).toThrow(TypeError);
+    }
+    expect(() => new HttpTransport({ url: 'http://127.0.0.1:8080/ledgence/' })).not.toThrow();
+  });
+
   it('refuses an API key it could not send as it is, saying what to fix', () => {
     const url = 'http://127.0.0.1:1';
     const scope = { url, tenant: 'acme', namespace: 'prod' };

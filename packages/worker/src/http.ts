@@ -283,6 +283,15 @@ export class HttpTransport {
     if (typeof options.url !== 'string' || !URL.canParse(options.url)) {
       throw new TypeError('url must be an absolute http(s) URL');
     }
+    // The URL parser drops spaces at the ends and tabs or line breaks anywhere, so such a url
+    // parses; but every route is appended to the text as given, which then is no URL ("Invalid
+    // URL" on every call) or a path under `/%20/` (every call `not_found`).
+    const blank = options.url.search(/[\s\p{Cc}]/u);
+    if (blank >= 0) {
+      throw new TypeError(
+        `url contains whitespace or a control character (at character ${blank + 1} of ${options.url.length}); trim it: a value read from an env file often has some`,
+      );
+    }
     // Checked here: a bad scheme would surface as a network failure, which
     // the SDK would retry forever.
     const parsed = new URL(options.url);
