@@ -59,7 +59,39 @@ describe('execution budget in the worker', () => {
     expect(abortedAt).toBeGreaterThanOrEqual(deadline - 100);
     expect(result?.outcome).toMatchObject({
       state: 'failed',
-      failure: { kind: 'execution', error: { kind: 'timed_out' } },
+      failure: {
+        kind: 'execution',
+        error: { kind: 'timed_out', message: 'the execution budget ran out: stopped' },
+      },
+    });
+  });
+
+  it('says the cause once when the handler lets the abort’s own reason through', async () => {
+    const c = client(suite.server.url);
+    const queue = 'budget-reason';
+    const task = await c.submit({
+      queue,
+      program: 'through',
+      data: null,
+      timeout_ms: 1_500,
+      retry: { max_attempts: 1, delay_ms: 0 },
+    });
+    const w = worker(queue);
+    w.register('through', async (_data, ctx) => {
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
+      ctx.signal.throwIfAborted();
+    });
+    const running = w.run();
+    const [result] = await settled(c, [task.task_id], 30_000);
+    await w.stop();
+    await running;
+    // Not "the execution budget ran out: the attempt's execution budget ran out".
+    expect(result?.outcome).toMatchObject({
+      state: 'failed',
+      failure: {
+        kind: 'execution',
+        error: { kind: 'timed_out', message: 'the execution budget ran out' },
+      },
     });
   });
 

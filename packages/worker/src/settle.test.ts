@@ -7,7 +7,13 @@ import {
 import { describe, expect, it } from 'vitest';
 import { backoffDelay } from './backoff.js';
 import { ApplicationError, ProtocolError, TransportError } from './errors.js';
-import { classifySettleError, operationIdFor, reportFor, settleCommandFor } from './settle.js';
+import {
+  type AbortCause,
+  classifySettleError,
+  operationIdFor,
+  reportFor,
+  settleCommandFor,
+} from './settle.js';
 import { identity, owner, problemErrorOf, times } from './testdata/fixtures.js';
 
 describe('operation ids', () => {
@@ -71,6 +77,21 @@ describe('reports', () => {
         },
       },
     });
+  });
+
+  it('name the abort cause, then what the handler threw unless it was the abort’s own reason', () => {
+    const error = new Error('stopped');
+    const cases: [AbortCause, string][] = [
+      ['cancelled', 'cancelled'],
+      ['shutdown', 'the worker shut down'],
+      ['timeout', 'the execution budget ran out'],
+    ];
+    for (const [aborted, cause] of cases) {
+      const thrown = reportFor(identity, { kind: 'threw', error, aborted }, times);
+      expect(thrown).toMatchObject({ report: { message: `${cause}: stopped` } });
+      const own = reportFor(identity, { kind: 'threw', error, aborted, ownAbort: true }, times);
+      expect(own).toMatchObject({ report: { message: cause } });
+    }
   });
 
   it('map other throws to crashed (retryable), or to the abort cause', () => {

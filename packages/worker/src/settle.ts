@@ -53,7 +53,11 @@ export type AbortCause = 'cancelled' | 'lease_lost' | 'timeout' | 'shutdown';
 /** How a handler ended, as the runtime observed it. */
 export type HandlerOutcome =
   | { kind: 'returned'; value: unknown }
-  | { kind: 'threw'; error: unknown; aborted: AbortCause | null }
+  /**
+   * `ownAbort`: what it threw is the abort's own reason (let through, e.g. by
+   * `signal.throwIfAborted()` or an aborted `fetch`), which says nothing the cause does not.
+   */
+  | { kind: 'threw'; error: unknown; aborted: AbortCause | null; ownAbort?: boolean }
   /**
    * Still running when it had to be reported: past the shutdown deadline, or past the abort
    * grace after its budget ran out (`aborted: 'timeout'`).
@@ -191,13 +195,16 @@ export function reportFor(
     };
   }
   const message = describeThrown(outcome.error);
+  // The cause first; then what the handler threw, unless that was the abort's own reason, whose
+  // message only repeats the cause ("the execution budget ran out: the attempt's execution …").
+  const because = (cause: string) => (outcome.ownAbort === true ? cause : `${cause}: ${message}`);
   switch (outcome.aborted) {
     case 'cancelled':
-      return failureReport('cancelled', `cancelled: ${message}`, false);
+      return failureReport('cancelled', because('cancelled'), false);
     case 'shutdown':
-      return failureReport('cancelled', `the worker shut down: ${message}`, true);
+      return failureReport('cancelled', because('the worker shut down'), true);
     case 'timeout':
-      return failureReport('timed_out', `the execution budget ran out: ${message}`, true);
+      return failureReport('timed_out', because('the execution budget ran out'), true);
     default:
       return failureReport('crashed', message, true);
   }

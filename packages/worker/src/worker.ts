@@ -1185,7 +1185,12 @@ export class Worker {
     })();
     const finished: Promise<HandlerOutcome> = running.then(
       (value): HandlerOutcome => ({ kind: 'returned', value }),
-      (error: unknown): HandlerOutcome => ({ kind: 'threw', error, aborted: held.abortCause }),
+      (error: unknown): HandlerOutcome => ({
+        kind: 'threw',
+        error,
+        aborted: held.abortCause,
+        ownAbort: held.abort.signal.aborted && error === held.abort.signal.reason,
+      }),
     );
     const outcome = await Promise.race([
       finished,
