@@ -59,9 +59,11 @@ export function submitTask(
 ): SubmitResult {
   if (existing !== null) {
     if (!isSameSubmit(existing, command)) {
+      // Naming the task the key holds lets the caller look at what it submitted before (the key
+      // is the caller's, scoped to its namespace, so the id tells it nothing foreign).
       throw new ContractError(
         'conflict',
-        'this idempotency key was used for a different submit command',
+        `this idempotency key already names task ${existing.task_id}, submitted with a different command`,
         { reason: 'idempotency_key_reused' },
       );
     }

@@ -437,6 +437,13 @@ export function runTaskStoreConformance(
           w.store.submit({ ...command, input: { ...command.input, priority: 5 } }),
           'conflict',
         );
+        // It says which task holds the key, so the caller can look at what it submitted first.
+        await expect(
+          w.store.submit({ ...command, input: { ...command.input, priority: 6 } }),
+        ).rejects.toMatchObject({
+          reason: 'idempotency_key_reused',
+          message: expect.stringContaining(first.snapshot.task_id),
+        });
         expect(await w.store.inspect(w.scope, first.snapshot.task_id)).toEqual(first.snapshot);
       });
 
