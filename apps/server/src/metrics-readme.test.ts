@@ -25,6 +25,12 @@ function documented(): Map<string, string> {
   return rows;
 }
 
+interface RegisteredMetric {
+  name: string;
+  labelNames: string[];
+  get(): Promise<{ type: string }>;
+}
+
 describe('the README documents every metric', () => {
   it('with its type and labels, and documents none the server does not register', async () => {
     // Both read-on-scrape gauges registered: they exist only with their readers.
@@ -34,10 +40,10 @@ describe('the README documents every metric', () => {
       dueBacklog: async () => 0,
     });
     const registered = new Map<string, string>();
-    for (const metric of metrics.registry.getMetricsAsArray()) {
-      const { name, labelNames } = metric as unknown as { name: string; labelNames: string[] };
-      const type = (await metric.get()).type;
-      registered.set(name, `${type}: ${labelNames.join(', ')}`);
+    // prom-client's metric objects carry their label names; its MetricObject type omits them.
+    for (const metric of metrics.registry.getMetricsAsArray() as unknown as RegisteredMetric[]) {
+      const { type } = await metric.get();
+      registered.set(metric.name, `${type}: ${metric.labelNames.join(', ')}`);
     }
     expect(registered.size).toBeGreaterThan(10);
     expect(documented()).toEqual(registered);
