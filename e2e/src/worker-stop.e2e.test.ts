@@ -444,7 +444,9 @@ describe('requests left running after stop()', () => {
     expect(w.lines.find((l) => l.event === 'run')).toMatchObject({ ok: true });
     // The poll parked at SIGTERM was replayed, and its reply waited for: not cut by the drain's
     // end as a failed acquire.
-    expect(w.lines.filter((l) => l.event === 'log' && l.message === 'acquire failed')).toEqual([]);
+    expect(
+      w.lines.filter((l) => l.event === 'log' && l.message === 'acquire failed; retrying'),
+    ).toEqual([]);
   });
 
   // With a `fetch` of the caller's (WorkerOptions.fetch), the drain's closeIdle() reaches no

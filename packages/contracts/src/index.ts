@@ -91,6 +91,13 @@ export {
   PROBLEM_TYPE_BASE,
   problemDocument,
 } from './errors.js';
+export {
+  FAILURE_LOG_INTERVAL_MS,
+  type FailureRun,
+  type FailureRunOptions,
+  type FailureVerdict,
+  failureRun,
+} from './failure-run.js';
 export type {
   JsonInput,
   JsonValueOptions,

@@ -26,6 +26,16 @@
  * console.log(config.leaseDurationMs); // → 30000
  * ```
  */
+
+// Moved to contracts so the worker SDK (which installs alone) logs its retrying loops alike;
+// re-exported here for the server's and the callback sender's loops.
+export {
+  FAILURE_LOG_INTERVAL_MS,
+  type FailureRun,
+  type FailureRunOptions,
+  type FailureVerdict,
+  failureRun,
+} from '@ledgence/contracts';
 export {
   AcquireReplyBudget,
   type ClaimIds,
@@ -78,13 +88,6 @@ export {
   NO_FAILPOINTS,
   parseFailpoints,
 } from './failpoints.js';
-export {
-  FAILURE_LOG_INTERVAL_MS,
-  type FailureRun,
-  type FailureRunOptions,
-  type FailureVerdict,
-  failureRun,
-} from './failure-run.js';
 export { type GroupCommitOptions, withGroupCommit } from './group-commit.js';
 export { type HistoryEntry, recordHistory } from './history.js';
 export { type IdKind, newId } from './ids.js';

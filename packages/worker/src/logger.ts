@@ -4,6 +4,7 @@
  * order (as Temporal's SDK logger), which console and winston take as they
  * are; pino and bunyan take fields first, through {@link fieldsFirst}.
  */
+import { inspect } from 'node:util';
 
 /** Structured fields attached to a log line. */
 export type LogFields = Record<string, unknown>;
@@ -67,17 +68,22 @@ export const silentLogger: Logger = Object.freeze({
 });
 
 /**
- * The default logger: warnings and errors to the console, the rest dropped,
- * so a misbehaving server or handler is visible without configuration.
+ * The default logger: warnings and errors to the console, the rest dropped, so a misbehaving
+ * server or handler is visible without configuration. Each on one line: fields printed as
+ * `console.warn(message, fields)` prints them span several once they are long.
  */
 export const consoleLogger: Logger = Object.freeze({
   debug: noop,
   info: noop,
   warn: (message: string, fields?: LogFields) =>
-    console.warn(`[ledgence] ${message}`, fields ?? {}),
+    console.warn(`[ledgence] ${message}`, oneLine(fields)),
   error: (message: string, fields?: LogFields) =>
-    console.error(`[ledgence] ${message}`, fields ?? {}),
+    console.error(`[ledgence] ${message}`, oneLine(fields)),
 });
+
+function oneLine(fields: LogFields | undefined): string {
+  return inspect(fields ?? {}, { breakLength: Number.POSITIVE_INFINITY, depth: 4 });
+}
 
 /** The fields describing an error in a log line, without throwing on odd values. */
 export function errorFields(error: unknown): LogFields {

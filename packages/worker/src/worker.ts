@@ -10,6 +10,8 @@ import {
   type Assignment,
   type CloudEvent,
   CONTROL_REQUEST_TIMEOUT_MS,
+  type FailureRun,
+  failureRun,
   fitText,
   LedgenceError,
   LONG_POLL_WAIT_MS,
@@ -47,7 +49,7 @@ import {
   renewReplied,
   renewRetryDelay,
 } from './lease.js';
-import { consoleLogger, errorFields, type Logger, safeLogger } from './logger.js';
+import { consoleLogger, errorFields, type LogFields, type Logger, safeLogger } from './logger.js';
 import { extensionDelayMs, shorterValidity, validityShownBy } from './session.js';
 import {
   type AbortCause,
@@ -192,6 +194,9 @@ export class TaskAbortedError extends LedgenceError {
     return { name: this.name, code: this.code, message: this.message, why: this.why };
   }
 }
+
+/** The loops that retry through an outage, named as their log lines begin. */
+type RetryingLoop = 'opening a session' | 'acquire' | 'renewal';
 
 const ABORT_MESSAGES: Record<AbortCause, string> = {
   cancelled: 'the task was cancelled',
@@ -380,6 +385,17 @@ export class Worker {
   readonly #handlers = new Map<string, Registration>();
   readonly #notifier = new Notifier();
   readonly #settler: Settler;
+  /**
+   * The runs of failures of the loops that retry through an outage. Each failed try was a warning
+   * (22 for one short outage, at the default backoff); now a run's first failure is a warning,
+   * then one a minute with the count, and the first success says the loop works again — as the
+   * server's loops log (`failureRun`).
+   */
+  readonly #failureRuns: Record<RetryingLoop, FailureRun> = {
+    'opening a session': failureRun(),
+    acquire: failureRun(),
+    renewal: failureRun(),
+  };
 
   #state: State = 'new';
   #slots: SlotState[];
@@ -677,6 +693,7 @@ export class Worker {
         );
         const { session } = reply;
         this.#sessionRefreshed(reply, sentAt);
+        this.#loopSucceeded('opening a session');
         this.#logger.info('session opened', { session_id: session.id });
         this.#notifier.notify();
         return session;
@@ -689,10 +706,7 @@ export class Worker {
         }
         failures += 1;
         const delay = retryDelay(failures, error, this.#backoff);
-        this.#logger.warn('opening a session failed; retrying', {
-          delay_ms: delay,
-          ...errorFields(error),
-        });
+        this.#loopFailed('opening a session', { delay_ms: delay, ...errorFields(error) });
         // Only stop cuts the backoff short: other wake-ups must not hammer the server. Not a
         // reaction on the stop promise: one per failed open would stay for the worker's life.
         await pauseUnlessAborted(delay, this.#openAbort.signal);
@@ -879,6 +893,7 @@ export class Worker {
         waitMs,
         controller.signal,
       );
+      this.#loopSucceeded('acquire');
       this.#paceEmptyPolls(replies, waitMs, sentAt);
       replies.forEach((item, index) => {
         const command = commands[index] as PollCommand;
@@ -892,9 +907,7 @@ export class Worker {
       });
     } catch (error) {
       const aborted = controller.signal.aborted;
-      if (!aborted) {
-        this.#logger.warn('acquire failed', { slots: commands.length, ...errorFields(error) });
-      }
+      if (!aborted) this.#loopFailed('acquire', { slots: commands.length, ...errorFields(error) });
       for (const command of commands) {
         const slot = this.#slots[command.consumerId] as SlotState;
         const message = error instanceof Error ? error.message : String(error);
@@ -1264,6 +1277,20 @@ export class Worker {
     }
   }
 
+  /** Logs a failed try of a retrying loop: the first of a run, then one a minute (debug else). */
+  #loopFailed(loop: RetryingLoop, fields: LogFields): void {
+    const { failures, log } = this.#failureRuns[loop].failed();
+    const line = { ...fields, failures };
+    if (log) this.#logger.warn(`${loop} failed; retrying`, line);
+    else this.#logger.debug(`${loop} failed; retrying`, line);
+  }
+
+  /** Ends a loop's run of failures, saying so when there was one. */
+  #loopSucceeded(loop: RetryingLoop): void {
+    const failures = this.#failureRuns[loop].succeeded();
+    if (failures > 0) this.#logger.info(`${loop} works again`, { failures });
+  }
+
   #context(held: Held): TaskContext {
     const event = held.assignment.event;
     return Object.freeze({
@@ -1437,9 +1464,10 @@ export class Worker {
     let failure: unknown;
     try {
       results = await this.#api.renewBatch(commands);
+      this.#loopSucceeded('renewal');
     } catch (error) {
       failure = error;
-      this.#logger.warn('renewal failed', { leases: helds.length, ...errorFields(error) });
+      this.#loopFailed('renewal', { leases: helds.length, ...errorFields(error) });
     }
     helds.forEach((held, index) => {
       if (held.inFlight === commands[index]?.sequence) {

@@ -1,11 +1,11 @@
 /**
- * How a background loop that retries a failing store (the server's maintenance loops, the
- * callback sender's leasing) decides which of its failures to log. A database outage fails
- * every pass of every loop: logged each time, that was a warning with a stack a second per
- * loop (lease recovery and table statistics run every second by default, the sender's leasing
- * backs off to 5 s), burying the one line that says what is wrong. Of a run of consecutive
- * failures the first is logged, then at most one per interval with the count so far, and the
- * first success after them says how many there were.
+ * How a background loop that retries a failing dependency (the server's maintenance loops, the
+ * callback sender's leasing, the worker SDK's polls and renewals) decides which of its failures
+ * to log. An outage fails every pass of every loop: logged each time, that was a warning with a
+ * stack a second per loop (lease recovery and table statistics run every second by default, the
+ * sender's leasing backs off to 5 s, a worker's polls to 5 s), burying the one line that says
+ * what is wrong. Of a run of consecutive failures the first is logged, then at most one per
+ * interval with the count so far, and the first success after them says how many there were.
  */
 
 /**
