@@ -559,9 +559,14 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   app.notFound((c) =>
     problemResponse(
       c,
-      problemOf(new ContractError('not_found', 'no route matches this method and path'), {
-        requestId: c.get('requestId'),
-      }),
+      // `reason` tells it apart from a missing resource: a client answered so has the wrong base
+      // URL (a path prefix) or is newer than this server (the worker SDK says which URL it used).
+      problemOf(
+        new ContractError('not_found', 'no route matches this method and path', {
+          reason: 'no_route',
+        }),
+        { requestId: c.get('requestId') },
+      ),
     ),
   );
 

@@ -190,6 +190,8 @@ export class ProtocolError extends LedgenceError {
 export interface ProblemErrorOptions extends LedgenceErrorOptions {
   /** How long the reply's `Retry-After` asked to wait before sending again, in ms. */
   retryAfterMs?: number | undefined;
+  /** The SDK's own message in place of the problem's `detail` (which `problem` keeps). */
+  message?: string | undefined;
 }
 
 /**
@@ -213,8 +215,8 @@ export class ProblemError extends ContractError {
   readonly retryAfterMs: number | undefined;
 
   constructor(problem: Problem, options?: ProblemErrorOptions) {
-    const { retryAfterMs, ...rest } = options ?? {};
-    super(problem.code, problem.detail, {
+    const { retryAfterMs, message, ...rest } = options ?? {};
+    super(problem.code, message ?? problem.detail, {
       ...rest,
       reason: problem.reason,
       path: problem.path,

@@ -201,8 +201,16 @@ function dateOf(header: string): number | null {
   return Number.isFinite(date) ? date : null;
 }
 
+/** What {@link failureOf} says of the request a failure answered. */
+interface SentRequest {
+  method: string;
+  url: string;
+  /** The transport's base URL, as configured. */
+  base: string;
+}
+
 /** The error a failed status carries: a problem, a retryable server failure, or a protocol break. */
-function failureOf(reply: WireReply, bytes: Uint8Array): Error {
+function failureOf(reply: WireReply, bytes: Uint8Array, sent: SentRequest): Error {
   const { status, contentType } = reply;
   // Read only for a failure worth retrying: any other is not sent again, so it has no use.
   const retryAfterMs = (): number | undefined =>
@@ -227,6 +235,11 @@ function failureOf(reply: WireReply, bytes: Uint8Array): Error {
     // any other has no retry to apply to.
     return new ProblemError(problem, {
       retryAfterMs: problem.code === 'unavailable' ? retryAfterMs() : undefined,
+      // The server has no such route: the URL, not the request, is wrong; say which it was.
+      message:
+        problem.reason === 'no_route'
+          ? `${problem.detail}: ${sent.method} ${sent.url}; check that url (${sent.base}) is the server's base URL, with its path prefix if it has one, and that the server is not older than this SDK`
+          : undefined,
     });
   }
   // Gateways answer 502/504 and rate limiters 429 with pages of their own:
@@ -399,7 +412,11 @@ export class HttpTransport {
     const { status, contentType } = reply;
     if (!okStatus.includes(status)) {
       // A problem body too large to be one still says "failed with this status".
-      throw failureOf(reply, reply.bytes ?? new Uint8Array(0));
+      throw failureOf(reply, reply.bytes ?? new Uint8Array(0), {
+        method: spec.method,
+        url,
+        base: this.#base,
+      });
     }
     if (reply.bytes === null) {
       throw new ProtocolError(`the reply exceeds ${spec.maxBytes} bytes`, { status });
