@@ -1653,10 +1653,13 @@ class PgTaskStore implements PostgresTaskStore {
    * slot, taken from `offered` (the first-round select's rows, in claim order). A task whose key
    * filled up between the select and the slot update is passed over and the select runs again
    * past it (at most three rounds: contention on one key is bounded by its limit, and the next
-   * poll finds the rest). `surplus` is a row the first round locked and the claim leaves
-   * unwritten: beyond `need`, or available or submitted only after `now` (the select read store
-   * time, and the commits, a little later than the claim's `now`). `at`: store time after the
-   * last key lock was granted (`now` when no key was taken).
+   * poll finds the rest). `surplus` is a row the claim locked and leaves unwritten: beyond
+   * `need`, available or submitted only after `now` (the select read store time, and the commits,
+   * a little later than the claim's `now`), refused by its key without waiting, or refused in a
+   * last round that left polls unserved — eligible tasks past it may remain unexamined. Its
+   * queue is hinted at commit, so a poll that parked meanwhile (or this one, parking) looks again
+   * instead of waiting for the rescan. `at`: store time after the last key lock was granted
+   * (`now` when no key was taken).
    */
   private async claimable(
     tx: Tx,
@@ -1671,7 +1674,10 @@ class PgTaskStore implements PostgresTaskStore {
     let surplus: TaskRow | undefined;
     let at = now;
     let rows = offered;
+    // A task refused by its key in the round that ended the loop, while polls went unserved.
+    let refusedLast: TaskRow | undefined;
     for (let round = 0; round < 3; round += 1) {
+      refusedLast = undefined;
       if (round > 0) {
         rows = await selectClaimable(
           tx,
@@ -1740,10 +1746,14 @@ class PgTaskStore implements PostgresTaskStore {
       for (const task of tasks) {
         excluded.push(task.task_id);
         if (!refused.has(task.task_id)) won.push(task);
+        else refusedLast = task;
       }
       // Refusals leave polls unserved: another round past the refused tasks.
       if (refused.size === 0 && !tooNew) break;
     }
+    // Rounds ran out on refusals with polls unserved: an eligible task past the refused ones may
+    // be left for a later poll, and nothing else would wake one parked meanwhile.
+    if (refusedLast !== undefined && won.length < need) surplus ??= refusedLast;
     return { won: won.sort(claimOrder), surplus, at };
   }
 
@@ -1864,9 +1874,13 @@ class PgTaskStore implements PostgresTaskStore {
       lockTasks(tx, uniqueBy(owners.map(ownerTaskRef), taskKeyOf)),
       loadAttemptsAt(tx, uniqueBy(owners.map(ownerAttemptRef), attemptKeyOf)),
     ]);
+    const changes = new Changes();
     for (const row of locked) {
       const task = taskFromDb(row);
       tasks.set(taskKeyOf(task), task);
+      // A queued task here is one a stale owner names (its lease was recovered): no step changes
+      // it, but its row was locked, and a poll that skipped it meanwhile may have parked.
+      if (task.state === 'queued') changes.hint(queueHint(task));
     }
     const now = loaded.now + this.offset();
     const attempts = new Map<string, AttemptRow>();
@@ -1874,7 +1888,6 @@ class PgTaskStore implements PostgresTaskStore {
       const attempt = attemptFromDb(row);
       attempts.set(attemptKeyOf(attempt), attempt);
     }
-    const changes = new Changes();
     const results: ItemResult<R>[] = [];
     commands.forEach((command, index) => {
       const owner = owners[index] as LeaseOwner;
@@ -2152,6 +2165,8 @@ class PgTaskStore implements PostgresTaskStore {
           event_id: newId('event'),
         });
         if (result.created) await insertSubscription(tx, result.row);
+        // Its row was locked: a poll that skipped the queued task meanwhile may have parked.
+        if (task.state === 'queued') await notifyWake(tx, [queueHint(task)]);
         return { created: result.created, subscription: completionSubscription(result.row) };
       },
       undefined,
