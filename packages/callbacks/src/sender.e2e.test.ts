@@ -146,6 +146,9 @@ describe('a receiver answering 2xx', () => {
       {
         outcome: 'delivered',
         destination: 'billing',
+        tenantId: scope.tenant_id,
+        namespace: scope.namespace,
+        taskId: subscription.task_id,
         subscriptionId: subscription.id,
         eventId: subscription.event_id,
         generation: 1,

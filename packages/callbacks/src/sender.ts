@@ -134,6 +134,15 @@ export interface DeliveryRecord {
   readonly outcome: DeliveryRecordOutcome;
   /** The destination alias (never its URL). */
   readonly destination: string;
+  /**
+   * The task's tenant, namespace and id: what an operator needs to look the subscription up and
+   * redeliver it (the routes are scoped), from the log line of an exhausted delivery.
+   */
+  readonly tenantId: string;
+  /** The task's namespace. */
+  readonly namespace: string;
+  /** The task the event completes. */
+  readonly taskId: string;
   /** The subscription the try belongs to. */
   readonly subscriptionId: string;
   /** The event id, also the webhook id. */
@@ -492,6 +501,9 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
 
   function logRecord(record: DeliveryRecord, error?: string, reportError?: unknown): void {
     const fields: LogFields = {
+      tenant_id: record.tenantId,
+      namespace: record.namespace,
+      task_id: record.taskId,
       event_id: record.eventId,
       subscription_id: record.subscriptionId,
       destination: record.destination,
@@ -623,9 +635,22 @@ interface Decision {
 /** The fields of a record that name the try. */
 function identityOf(
   lease: CompletionLease,
-): Pick<DeliveryRecord, 'destination' | 'subscriptionId' | 'eventId' | 'generation' | 'attempt'> {
+): Pick<
+  DeliveryRecord,
+  | 'destination'
+  | 'tenantId'
+  | 'namespace'
+  | 'taskId'
+  | 'subscriptionId'
+  | 'eventId'
+  | 'generation'
+  | 'attempt'
+> {
   return {
     destination: lease.destination,
+    tenantId: lease.scope.tenant_id,
+    namespace: lease.scope.namespace,
+    taskId: lease.task_id,
     subscriptionId: lease.subscription_id,
     eventId: lease.event_id,
     generation: lease.generation,
