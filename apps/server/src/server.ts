@@ -102,7 +102,9 @@ export async function startServer(
    */
   const cleanup = async (budgetMs: number) => {
     const deadline = performance.now() + budgetMs;
-    let spent = false;
+    // Spent before the cleanup began (the HTTP drain used it, and said so): the steps are not
+    // waited for, and the database, not yet asked, is not what held the stop.
+    let spent = budgetMs <= 0;
     for (const step of cleanups.splice(0).reverse()) {
       const running = step().catch((error: unknown) =>
         logger.warn({ err: error }, 'shutdown step failed'),
@@ -310,13 +312,33 @@ export async function startServer(
           // spent, open connections are closed, tries still in flight aborted (each reported
           // for a retry), and nothing waits on the database any longer.
           const spent = new AbortController();
+          // What held the stop when the budget ran out is logged, so an operator is pointed at
+          // it: requests that did not finish (a client still sending), or the sender's stop.
+          let senderDone = false;
           const deadline = setTimeout(() => {
+            const fields = { shutdownTimeoutMs: settings.shutdownTimeoutMs };
+            // Counted now; the callback comes a tick later.
+            http.getConnections((error, open) => {
+              if (error || open === 0) return;
+              logger.warn(
+                { ...fields, openConnections: open },
+                'shutdown budget spent: closing the HTTP connections still open (unfinished requests are cut)',
+              );
+            });
+            if (!senderDone) {
+              logger.warn(
+                fields,
+                'shutdown budget spent: the completion sender has not stopped (a receiver or the database is not answering); its tries are aborted',
+              );
+            }
             http.closeAllConnections();
             spent.abort();
           }, settings.shutdownTimeoutMs);
           // The sender stops leasing now, not after the drain: a try started meanwhile could
           // only be aborted. Its later cleanup step awaits this same stop.
-          const senderStopped = sender.stop({ signal: spent.signal });
+          const senderStopped = sender.stop({ signal: spent.signal }).finally(() => {
+            senderDone = true;
+          });
           const closed = new Promise<void>((done) => http.close(() => done()));
           http.closeIdleConnections();
           // The sender may wait on a query the database never answers; the HTTP drain ends
