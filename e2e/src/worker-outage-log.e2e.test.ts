@@ -1,12 +1,20 @@
 /**
- * What a worker logs through an outage of the network to its server: the first failed poll of a
+ * What a worker and a client log through an outage of the network to their server: the first failed poll of a
  * run as a warning, the rest at debug (one a minute would be a warning again), and one line when
  * polling works again, with the count — not a warning per failed try (22 for one short outage).
  * The real server, the real SDK, a TCP proxy between them that goes down and comes back.
  */
-import type { LogFields, Logger } from '@ledgence/worker';
+import { Client, type LogFields, type Logger } from '@ledgence/worker';
 import { describe, expect, it } from 'vitest';
-import { shortWorker, sleep, startProxy, until, workerSuite } from './test/harness.js';
+import {
+  NAMESPACE,
+  shortWorker,
+  sleep,
+  startProxy,
+  TENANT,
+  until,
+  workerSuite,
+} from './test/harness.js';
 
 const suite = workerSuite('worker_outage_log');
 
@@ -69,5 +77,37 @@ describe('a worker through a network outage', () => {
       { level: 'info', message: 'acquire works again', fields: { failures: failures.length } },
     ]);
     expect(logger.lines.filter((l) => l.level === 'warn' || l.level === 'error')).toHaveLength(1);
+  });
+
+  it('a client warns at the first retried failure of its calls, and says once when they work again', async () => {
+    const proxy = await startProxy(suite.server.url);
+    suite.proxies.push(proxy);
+    const logger = recordingLogger();
+    const client = new Client({
+      url: proxy.url,
+      tenant: TENANT,
+      namespace: NAMESPACE,
+      logger,
+      retries: 1_000,
+      backoff: { baseMs: 10, maxMs: 50 },
+    });
+    proxy.setDown(true);
+    // A busy producer: five calls retrying at once through the outage.
+    const calls = Array.from({ length: 5 }, (_, i) =>
+      client.submit({ queue: 'outage-log-client', program: 'p', data: i }),
+    );
+    const failed = () => logger.lines.filter((l) => l.message === 'request failed; retrying');
+    await until(() => failed().length >= 20, 20_000, 'twenty retried failures');
+    proxy.setDown(false);
+    const tasks = await Promise.all(calls);
+    expect(new Set(tasks.map((t) => t.task_id)).size).toBe(5);
+
+    const failures = failed();
+    expect(failures.filter((l) => l.level === 'warn')).toHaveLength(1);
+    expect(failures[0]?.level).toBe('warn');
+    expect(failures.filter((l) => l.level === 'debug')).toHaveLength(failures.length - 1);
+    expect(logger.lines.filter((l) => l.message === 'requests work again')).toEqual([
+      { level: 'info', message: 'requests work again', fields: { failures: failures.length } },
+    ]);
   });
 });

@@ -14,6 +14,7 @@ import {
   CompletionSubscriptionListSchema,
   CompletionSubscriptionSchema,
   ContractError,
+  failureRun,
   HISTORY_PAGE_LIMIT,
   MAX_SUBMIT_BATCH,
   type Problem,
@@ -157,6 +158,12 @@ export class Client {
   readonly #namespace: string;
   readonly #scopePath: string;
   readonly #logger: Logger;
+  /**
+   * The run of retried failures across this client's calls: through an outage every call of a
+   * busy producer fails, and a warning per retry was ~150 lines for a 5 s server restart. The
+   * run's first is a warning, then one a minute (debug else), and the first success says so.
+   */
+  readonly #failures = failureRun();
   readonly #retries: number;
   readonly #backoff: BackoffPolicy;
 
@@ -521,16 +528,23 @@ export class Client {
       spec.body === undefined ? spec : { bodyText: JSON.stringify(spec.body), ...spec };
     for (let failures = 0; ; failures++) {
       try {
-        return (await this.#http.request(request)).body;
+        const { body } = await this.#http.request(request);
+        const ended = this.#failures.succeeded();
+        if (ended > 0) this.#logger.info('requests work again', { failures: ended });
+        return body;
       } catch (error) {
         if (failures >= this.#retries || !isRetryable(error) || spec.signal?.aborted) throw error;
         const delay = retryDelay(failures + 1, error, this.#backoff);
-        this.#logger.warn('request failed; retrying', {
+        const run = this.#failures.failed();
+        const line = {
           method: spec.method,
           path: spec.path,
           delay_ms: delay,
+          failures: run.failures,
           ...errorFields(error),
-        });
+        };
+        if (run.log) this.#logger.warn('request failed; retrying', line);
+        else this.#logger.debug('request failed; retrying', line);
         await sleep(delay, spec.signal);
       }
     }
