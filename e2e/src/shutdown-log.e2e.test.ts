@@ -22,7 +22,12 @@ afterAll(async () => {
 
 it('a shutdown whose budget an unfinished request used up says so, without blaming the database', async () => {
   server = await startServerProcess(
-    { DATABASE_URL: stack.databaseUrl, ...SHORT_TIMINGS, LEDGENCE_SHUTDOWN_TIMEOUT_MS: '1000' },
+    {
+      DATABASE_URL: stack.databaseUrl,
+      ...SHORT_TIMINGS,
+      LEDGENCE_SHUTDOWN_TIMEOUT_MS: '1000',
+      LEDGENCE_LOG_LEVEL: 'info',
+    },
     { captureStdout: true },
   );
   const { port } = new URL(server.url);
@@ -59,4 +64,12 @@ it('a shutdown whose budget an unfinished request used up says so, without blami
   expect(warnings.filter((msg) => /database/i.test(msg))).toEqual([]);
   // What did hold it — open HTTP requests/connections, closed at the budget — is logged.
   expect(warnings.some((msg) => /request|connection/i.test(msg))).toBe(true);
+  // A log pipeline sees the start and both ends of the stop, not only stderr's lines.
+  const lifecycle = server
+    .stdout()
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => (JSON.parse(line) as { msg: string }).msg)
+    .filter((msg) => ['listening', 'shutting down', 'stopped'].includes(msg));
+  expect(lifecycle).toEqual(['listening', 'shutting down', 'stopped']);
 });

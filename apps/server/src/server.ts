@@ -298,14 +298,25 @@ export async function startServer(
     sender.start();
     cleanups.push(() => sender.stop());
 
+    const listeningOn = `http://${host}:${address.port}`;
+    // A log pipeline sees the start and the stop too, not only the lines main.ts prints on stderr.
+    logger.info(
+      {
+        url: listeningOn,
+        database: embedded === undefined ? 'DATABASE_URL' : 'embedded',
+        developmentMode,
+      },
+      'listening',
+    );
     let stopping: Promise<void> | undefined;
     return {
-      url: `http://${host}:${address.port}`,
+      url: listeningOn,
       dataDir: embedded?.dataDir,
       developmentMode,
       stop() {
         stopping ??= (async () => {
           const began = performance.now();
+          logger.info({ shutdownTimeoutMs: settings.shutdownTimeoutMs }, 'shutting down');
           accepting = false;
           closing.abort();
           // One budget for the HTTP drain, the callback tries and the cleanup alike: once it is
@@ -349,6 +360,7 @@ export async function startServer(
           );
           clearTimeout(deadline);
           await cleanup(Math.max(0, settings.shutdownTimeoutMs - (performance.now() - began)));
+          logger.info({ tookMs: Math.round(performance.now() - began) }, 'stopped');
         })();
         return stopping;
       },
