@@ -147,7 +147,10 @@ export function startStatisticsLoop(options: StatisticsLoopOptions): Maintenance
     async round() {
       const tables = await options.analyze();
       if (tables.length > 0) {
-        options.logger.info({ tables }, 'analyzed tables that had no planner statistics yet');
+        options.logger.info(
+          { tables },
+          'analyzed young tables (never analyzed, or doubled in size since)',
+        );
       }
     },
   });
