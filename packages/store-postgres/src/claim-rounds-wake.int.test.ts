@@ -11,9 +11,6 @@
  * rescan is a minute and the long poll 15 s, so an answer within half of it came from a hint.
  */
 
-import type { AcquireCommand } from '@ledgence/contracts';
-import type { AcquireOutcome, AcquireStoreOptions, TaskStore } from '@ledgence/core';
-import { createTaskService } from '@ledgence/core';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
@@ -23,6 +20,7 @@ import {
   SCOPE,
   submitCommand,
 } from './testdata/fixtures.js';
+import { parkedPoll } from './testdata/parked.js';
 import { createPostgresWakeSource, type PostgresWakeSource } from './wake.js';
 
 let h: Harness;
@@ -43,22 +41,6 @@ afterAll(async () => {
 });
 
 const WAIT = 15_000;
-
-function observed(store: TaskStore, onProbe: (outcome: AcquireOutcome) => void): TaskStore {
-  return new Proxy(store, {
-    get(target, property) {
-      if (property === 'acquire') {
-        return async (command: AcquireCommand, options: AcquireStoreOptions) => {
-          const outcome = await target.acquire(command, options);
-          onProbe(outcome);
-          return outcome;
-        };
-      }
-      const value = Reflect.get(target, property, target);
-      return typeof value === 'function' ? value.bind(target) : value;
-    },
-  });
-}
 
 /** Takes the last slot of `key` in an open transaction, as a concurrent claim does. */
 async function takeLastSlot(key: string): Promise<{ pid: number; commit: () => Promise<void> }> {
@@ -108,25 +90,15 @@ async function scenario(queue: string) {
     await takeLastSlot(`${queue}-key-3`),
   ];
 
-  let onProbe: (outcome: AcquireOutcome) => void = () => {};
-  const firstProbe = new Promise<AcquireOutcome>((resolve) => {
-    onProbe = resolve;
-  });
-  const service = createTaskService({
-    store: observed(h.store, (outcome) => onProbe(outcome)),
-    wake,
-    rescanIntervalMs: 60_000,
-    longPollMaxMs: 20_000,
-  });
-  const parked = service.acquire(acquireCommand(session.id, 0, 1, queue), { waitMs: WAIT });
+  const poll = parkedPoll(h.store, wake, acquireCommand(session.id, 0, 1, queue), WAIT);
   // Each round of the probe's claim waits for one key's row; its holder then commits the slot.
   for (const hold of holds) {
     await untilBlockedBy(hold.pid);
     await hold.commit();
   }
-  const probe = await firstProbe;
+  const probe = await poll.probed;
   const probedAt = performance.now();
-  const answer = await parked;
+  const answer = await poll.answered;
   const waited = performance.now() - probedAt;
 
   // The unkeyed task was eligible and unlocked throughout (DESIGN §5: "pick the best eligible

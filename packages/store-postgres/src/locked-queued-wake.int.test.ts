@@ -11,9 +11,6 @@
  * only a wake answers the poll within half of it.
  */
 
-import type { AcquireCommand } from '@ledgence/contracts';
-import type { AcquireOutcome, AcquireStoreOptions, TaskStore } from '@ledgence/core';
-import { createTaskService } from '@ledgence/core';
 import postgres from 'postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { WAKE_CHANNEL } from './hot-sql.js';
@@ -25,6 +22,7 @@ import {
   SCOPE,
   submitCommand,
 } from './testdata/fixtures.js';
+import { parkedPoll } from './testdata/parked.js';
 import { createPostgresWakeSource, type PostgresWakeSource } from './wake.js';
 
 let h: Harness;
@@ -44,23 +42,6 @@ afterAll(async () => {
   await wake.close();
   await h.close();
 });
-
-/** The store, with every probe's outcome reported to `onProbe`. */
-function observed(store: TaskStore, onProbe: (outcome: AcquireOutcome) => void): TaskStore {
-  return new Proxy(store, {
-    get(target, property) {
-      if (property === 'acquire') {
-        return async (command: AcquireCommand, options: AcquireStoreOptions) => {
-          const outcome = await target.acquire(command, options);
-          onProbe(outcome);
-          return outcome;
-        };
-      }
-      const value = Reflect.get(target, property, target);
-      return typeof value === 'function' ? value.bind(target) : value;
-    },
-  });
-}
 
 /** A poll parks while a subscribe holds the queued task's row; the subscribe then commits. */
 async function scenario(queue: string): Promise<{ disposition: string; waited: number }> {
@@ -95,18 +76,8 @@ async function scenario(queue: string): Promise<{ disposition: string; waited: n
   expect(free).toHaveLength(0); // the subscribe holds the queued task's row
 
   // The poll probes while the row is held, finds nothing and parks.
-  let firstProbe: (outcome: AcquireOutcome) => void = () => {};
-  const probed = new Promise<AcquireOutcome>((resolve) => {
-    firstProbe = resolve;
-  });
-  const service = createTaskService({
-    store: observed(h.store, (outcome) => firstProbe(outcome)),
-    wake,
-    rescanIntervalMs: 60_000,
-    longPollMaxMs: 20_000,
-  });
-  const parked = service.acquire(acquireCommand(session.id, 0, 1, queue), { waitMs: WAIT });
-  const probe = await probed;
+  const poll = parkedPoll(h.store, wake, acquireCommand(session.id, 0, 1, queue), WAIT);
+  const probe = await poll.probed;
   expect(probe.reply.disposition).toBe('empty');
 
   // The holder gives way: the subscribe inserts its row and commits, the task is free again.
@@ -116,7 +87,7 @@ async function scenario(queue: string): Promise<{ disposition: string; waited: n
   const subscription = await subscribed;
   expect(subscription.created).toBe(true);
   const freedAt = performance.now();
-  const answer = await parked;
+  const answer = await poll.answered;
   const waited = performance.now() - freedAt;
   await subscriber.close();
   return { disposition: answer.disposition, waited };
