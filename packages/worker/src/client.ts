@@ -52,7 +52,14 @@ import {
   waitQuery,
   wireWaitMs,
 } from './http.js';
-import { consoleLogger, errorFields, type Logger, safeLogger } from './logger.js';
+import {
+  consoleLogger,
+  errorFields,
+  type Logger,
+  logRecovered,
+  logRetriedFailure,
+  safeLogger,
+} from './logger.js';
 import { timerDelay } from './timers.js';
 
 /** Options of a {@link Client}. */
@@ -529,22 +536,17 @@ export class Client {
     for (let failures = 0; ; failures++) {
       try {
         const { body } = await this.#http.request(request);
-        const ended = this.#failures.succeeded();
-        if (ended > 0) this.#logger.info('requests work again', { failures: ended });
+        logRecovered(this.#logger, this.#failures, 'requests work again');
         return body;
       } catch (error) {
         if (failures >= this.#retries || !isRetryable(error) || spec.signal?.aborted) throw error;
         const delay = retryDelay(failures + 1, error, this.#backoff);
-        const run = this.#failures.failed();
-        const line = {
+        logRetriedFailure(this.#logger, this.#failures, 'request failed; retrying', {
           method: spec.method,
           path: spec.path,
           delay_ms: delay,
-          failures: run.failures,
           ...errorFields(error),
-        };
-        if (run.log) this.#logger.warn('request failed; retrying', line);
-        else this.#logger.debug('request failed; retrying', line);
+        });
         await sleep(delay, spec.signal);
       }
     }

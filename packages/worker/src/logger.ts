@@ -5,6 +5,7 @@
  * are; pino and bunyan take fields first, through {@link fieldsFirst}.
  */
 import { inspect } from 'node:util';
+import type { FailureRun } from '@ledgence/contracts';
 
 /** Structured fields attached to a log line. */
 export type LogFields = Record<string, unknown>;
@@ -83,6 +84,28 @@ export const consoleLogger: Logger = Object.freeze({
 
 function oneLine(fields: LogFields | undefined): string {
   return inspect(fields ?? {}, { breakLength: Number.POSITIVE_INFINITY, depth: 4 });
+}
+
+/**
+ * Logs a failed try of a retried run (contracts' `failureRun`): a warning at the run's first and
+ * once a minute, with the count so far; debug in between, so an outage is not a warning per try.
+ */
+export function logRetriedFailure(
+  logger: Logger,
+  run: FailureRun,
+  message: string,
+  fields: LogFields,
+): void {
+  const { failures, log } = run.failed();
+  const line = { ...fields, failures };
+  if (log) logger.warn(message, line);
+  else logger.debug(message, line);
+}
+
+/** Ends a run of failures, saying so (`message`, with the count) when there was one. */
+export function logRecovered(logger: Logger, run: FailureRun, message: string): void {
+  const failures = run.succeeded();
+  if (failures > 0) logger.info(message, { failures });
 }
 
 /** The fields describing an error in a log line, without throwing on odd values. */

@@ -49,7 +49,15 @@ import {
   renewReplied,
   renewRetryDelay,
 } from './lease.js';
-import { consoleLogger, errorFields, type LogFields, type Logger, safeLogger } from './logger.js';
+import {
+  consoleLogger,
+  errorFields,
+  type LogFields,
+  type Logger,
+  logRecovered,
+  logRetriedFailure,
+  safeLogger,
+} from './logger.js';
 import { extensionDelayMs, shorterValidity, validityShownBy } from './session.js';
 import {
   type AbortCause,
@@ -1277,18 +1285,12 @@ export class Worker {
     }
   }
 
-  /** Logs a failed try of a retrying loop: the first of a run, then one a minute (debug else). */
   #loopFailed(loop: RetryingLoop, fields: LogFields): void {
-    const { failures, log } = this.#failureRuns[loop].failed();
-    const line = { ...fields, failures };
-    if (log) this.#logger.warn(`${loop} failed; retrying`, line);
-    else this.#logger.debug(`${loop} failed; retrying`, line);
+    logRetriedFailure(this.#logger, this.#failureRuns[loop], `${loop} failed; retrying`, fields);
   }
 
-  /** Ends a loop's run of failures, saying so when there was one. */
   #loopSucceeded(loop: RetryingLoop): void {
-    const failures = this.#failureRuns[loop].succeeded();
-    if (failures > 0) this.#logger.info(`${loop} works again`, { failures });
+    logRecovered(this.#logger, this.#failureRuns[loop], `${loop} works again`);
   }
 
   #context(held: Held): TaskContext {
