@@ -29,6 +29,7 @@
  * ```
  */
 
+export { API_KEY_MAX_CHARS, apiKeyProblem, BEARER_TOKEN_PATTERN } from './api-key.js';
 export {
   canonicalEqual,
   canonicalJson,

@@ -2,6 +2,7 @@
  * API key rules: a configured key is accepted only when some
  * `Authorization: Bearer <key>` header could present it.
  */
+import { apiKeyProblem } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import { type ApiKeyConfig, apiKeyProblems, createAuthenticator } from './auth.js';
 
@@ -33,6 +34,30 @@ describe('a configured key with spaces around it', () => {
       expect({ key, authenticates: sent.some((h) => auth.authenticate(h.trim()).ok) }).toEqual({
         key,
         authenticates: true,
+      });
+    }
+  });
+});
+
+describe('the SDK and the server agree on what an API key is', () => {
+  it('accepts for configuration exactly the keys the SDK agrees to send', () => {
+    // The SDK refuses at construction what the server could never hold (contracts' apiKeyProblem);
+    // a key one side takes and the other refuses would be a 401 on every call.
+    const printable = Array.from({ length: 0x7f - 0x20 }, (_, i) => String.fromCharCode(0x20 + i));
+    const candidates = [
+      '',
+      'x'.repeat(4096),
+      'x'.repeat(4097),
+      `${KEY}==`,
+      `${KEY}=x`,
+      `${KEY}\n`,
+      'kéy',
+      ...printable.map((char) => `k${char}y`),
+    ];
+    for (const key of candidates) {
+      expect({ key, sdk: apiKeyProblem(key) === undefined }).toEqual({
+        key,
+        sdk: apiKeyProblems(entry(key)).length === 0,
       });
     }
   });

@@ -6,7 +6,14 @@
  * app runs in development mode and every request is allowed.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { ContractError, SCOPE_TEXT_MAX_BYTES, type Scope, textProblem } from '@ledgence/contracts';
+import {
+  API_KEY_MAX_CHARS,
+  BEARER_TOKEN_PATTERN,
+  ContractError,
+  SCOPE_TEXT_MAX_BYTES,
+  type Scope,
+  textProblem,
+} from '@ledgence/contracts';
 
 /**
  * What a key may do: submit and read tasks (`client`), work tasks (`worker`),
@@ -74,12 +81,8 @@ interface StoredKey {
   principal: Principal;
 }
 
-const KEY_MAX_CHARS = 4096;
-// RFC 6750 b64token: what a bearer credential may consist of.
+// RFC 6750: the scheme, then a b64token (BEARER_TOKEN_PATTERN, the form a configured key has).
 const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
-// A configured key is the b64token alone: the spaces BEARER allows around it in a header are not
-// part of it (and Node trims them from a header value), so a key holding them never matches.
-const BEARER_TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/;
 
 const DEVELOPMENT_PRINCIPAL: Principal = {
   tenant: undefined,
@@ -120,11 +123,11 @@ export function apiKeyProblems(config: ApiKeyConfig): ApiKeyProblem[] {
   const { key, tenant, namespaces, roles } = config as Partial<Record<keyof ApiKeyConfig, unknown>>;
   if (typeof key !== 'string' || key.length === 0) {
     problem('key', 'must be a non-empty string');
-  } else if (key.length > KEY_MAX_CHARS || !BEARER_TOKEN.test(key)) {
+  } else if (key.length > API_KEY_MAX_CHARS || !BEARER_TOKEN_PATTERN.test(key)) {
     // A key that cannot be sent as `Authorization: Bearer <key>` could never authenticate.
     problem(
       'key',
-      `must be a bearer token: letters, digits and - . _ ~ + / (optionally ending in =), no spaces or line breaks, at most ${KEY_MAX_CHARS} characters`,
+      `must be a bearer token: letters, digits and - . _ ~ + / (optionally ending in =), no spaces or line breaks, at most ${API_KEY_MAX_CHARS} characters`,
     );
   }
   const tenantProblem = scopeNameProblem(tenant);
@@ -206,7 +209,8 @@ export function createAuthenticator(options: AuthOptions): Authenticator {
       if (authorization === undefined || authorization.length === 0) {
         return { ok: false, reason: 'missing' };
       }
-      const match = authorization.length <= KEY_MAX_CHARS + 16 ? BEARER.exec(authorization) : null;
+      const match =
+        authorization.length <= API_KEY_MAX_CHARS + 16 ? BEARER.exec(authorization) : null;
       if (match === null) return { ok: false, reason: 'invalid' };
       const presented = hashKey(match[1] as string);
       // Compare against every key, without stopping at a match, so the time

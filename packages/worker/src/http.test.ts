@@ -1,4 +1,5 @@
 import {
+  API_KEY_MAX_CHARS,
   ContractError,
   LedgenceError,
   TaskStatusSchema,
@@ -300,6 +301,24 @@ describe('HttpTransport configuration', () => {
       expect(() => new Worker({ ...scope, apiKey, queue: 'q', concurrency: 1 })).toThrow(TypeError);
     }
     expect(() => new HttpTransport({ url, apiKey: 'e2e-worker-key_0123+/=' })).not.toThrow();
+  });
+
+  it('refuses an API key no server could hold — empty, too long, or outside the bearer token form', () => {
+    const url = 'http://127.0.0.1:1';
+    const cases: [string, RegExp][] = [
+      // `process.env.KEY ?? ''` with the variable unset: sent, it would be `Bearer `.
+      ['', /apiKey is empty; pass the key, or leave apiKey out/],
+      ['x'.repeat(API_KEY_MAX_CHARS + 1), /apiKey is 4097 characters long, over the 4096/],
+      ['k!ey', /apiKey contains "!" \(at character 2 of 4\), which no API key holds/],
+      ['a=b', /apiKey contains "=" \(at character 2 of 3\)/],
+      ['"quoted"', /apiKey contains "\\"" \(at character 1 of 8\)/],
+    ];
+    for (const [apiKey, message] of cases) {
+      expect(() => new HttpTransport({ url, apiKey })).toThrow(message);
+    }
+    for (const apiKey of ['x'.repeat(API_KEY_MAX_CHARS), 'a', 'b64+/==', 'A-Z.a_z~0']) {
+      expect(() => new HttpTransport({ url, apiKey })).not.toThrow();
+    }
   });
 
   it('refuses credentials in the URL without echoing them, over both transports', async () => {

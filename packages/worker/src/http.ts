@@ -10,6 +10,7 @@
  * like the bad configuration it comes from: retrying it would fail the same way.
  */
 import {
+  apiKeyProblem,
   COMMAND_MAX_DEPTH,
   CONTROL_REQUEST_TIMEOUT_MS,
   ContractError,
@@ -47,8 +48,9 @@ export interface HttpOptions {
    */
   url: string;
   /**
-   * The API key, sent as `Authorization: Bearer <key>`; absent in development mode. Printable
-   * ASCII without spaces (a key read from a file must be trimmed of its line break).
+   * The API key, sent as `Authorization: Bearer <key>`; absent in development mode. A bearer
+   * token: letters, digits and `- . _ ~ + /`, optionally ending in `=` (a key read from a file
+   * must be trimmed of its line break). Anything else is a `TypeError` here, not a 401 later.
    */
   apiKey?: string | undefined;
   /**
@@ -254,30 +256,6 @@ function failureOf(reply: WireReply, bytes: Uint8Array, sent: SentRequest): Erro
   return new ProtocolError(`the server answered ${status} without a valid problem document`, {
     status,
   });
-}
-
-/**
- * Why `key` cannot be an API key, or `undefined` if it can. A bearer token is printable ASCII
- * without spaces (RFC 6750); anything else `node:http` refuses to send (a line break), `fetch`
- * silently trims (edge whitespace), or the server can never match. Caught here, it is a clear
- * error at construction rather than a request failing, and being retried, on every call.
- */
-function apiKeyProblem(key: unknown): string | undefined {
-  if (typeof key !== 'string') return 'apiKey must be a string';
-  const at = key.search(/[^\x21-\x7e]/);
-  if (at < 0) return undefined;
-  const where = `at character ${at + 1} of ${key.length}`;
-  const char = key[at] as string;
-  if (char === '\n' || char === '\r') {
-    return `apiKey contains a line break (${where}); trim it: a key read from a file often ends with one`;
-  }
-  if (/\s/.test(char)) {
-    return `apiKey contains whitespace (${where}); trim it: an API key is a single token`;
-  }
-  if (char < ' ' || char === '\x7f') {
-    return `apiKey contains a control character (${where}); remove it`;
-  }
-  return `apiKey contains a character that is not printable ASCII (${where}); check that the right value is passed as the key`;
 }
 
 /** Problem replies are small; a larger one is not a problem document. */
