@@ -243,6 +243,24 @@ describe('development mode over real sockets', () => {
   });
 });
 
+describe('the request log', () => {
+  it("names the peer's address on each request line, from the socket", async () => {
+    const db = await database();
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: 'info' },
+      { write: (line: string) => lines.push(JSON.parse(line)) },
+    );
+    const config = loadConfig({ DATABASE_URL: db.url, PORT: '0' }, noFiles);
+    const server = await startServer(config, { logger });
+    running.push(server);
+    const reply = await fetch(`${server.url}/healthz`);
+    expect(reply.status).toBe(200);
+    const request = lines.find((l) => l.msg === 'request' && l.route === '/healthz');
+    expect(request?.remote_address).toBe('127.0.0.1');
+  });
+});
+
 describe('an address the server cannot listen on', () => {
   it('a taken port: says which HOST:PORT is taken and to set PORT', async () => {
     const blocker = createHttpServer();

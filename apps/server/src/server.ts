@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type HttpBindings, serve } from '@hono/node-server';
+import { getConnInfo } from '@hono/node-server/conninfo';
 import { createCompletionSender } from '@ledgence/callbacks';
 import {
   createCompletionService,
@@ -216,6 +217,7 @@ export async function startServer(
       logger,
       metrics,
       onResponse: (info) => metrics.observeHttp(info),
+      remoteAddress: (c) => getConnInfo(c).remote.address,
       health: {
         async ready() {
           if (!accepting) return { ok: false, detail: 'shutting down' };

@@ -987,6 +987,29 @@ describe('operations routes and the edge', () => {
     expect(JSON.stringify(lines)).not.toContain(KEYS.client);
   });
 
+  it("logs each request's peer address from the remoteAddress option, and null without one", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: 'info' },
+      { write: (line: string) => lines.push(JSON.parse(line)) },
+    );
+    const peers = ['203.0.113.7', undefined];
+    const h = createHarness({ logger, remoteAddress: () => peers.shift() });
+    await h.call('/healthz');
+    await h.call('/healthz');
+    const failing = createHarness({
+      logger,
+      remoteAddress: () => {
+        throw new Error('no socket');
+      },
+    });
+    // A failing lookup leaves the field null and the reply as it would be.
+    expect((await failing.call('/healthz')).status).toBe(200);
+    await createHarness({ logger }).call('/healthz');
+    const logged = lines.filter((l) => l.msg === 'request').map((l) => l.remote_address);
+    expect(logged).toEqual(['203.0.113.7', null, null, null]);
+  });
+
   it("names the tenant of a development-mode request in its log line, from the request's scope", async () => {
     const lines: Record<string, unknown>[] = [];
     const logger = pino(

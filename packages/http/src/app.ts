@@ -134,6 +134,14 @@ export interface HttpAppOptions {
    * must never change its reply.
    */
   onResponse?: (info: HttpResponseInfo) => void;
+  /**
+   * The address of the request's peer, logged as `remote_address` on its line (the server passes
+   * the socket's, through `@hono/node-server`'s `getConnInfo`): which client sent a burst of
+   * 401s, or whose requests a balancer sends here. Without it, or when it answers `undefined`
+   * (as `app.request()` has no socket), the field is `null`. Forwarded headers are not read: any
+   * client can set them.
+   */
+  remoteAddress?: (c: Context) => string | undefined;
 }
 
 /** What {@link HttpAppOptions.onResponse} learns about one answered request. */
@@ -490,7 +498,7 @@ function problemResponse(c: AppContext, problem: Problem): Response {
 export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   // Taken apart here, and `options` referenced by no closure: it holds the API keys' text
   // (`auth.keys`), which must not stay reachable once hashed (DESIGN §6).
-  const { service, completions, retention, health, metrics, onResponse } = options;
+  const { service, completions, retention, health, metrics, onResponse, remoteAddress } = options;
   const authenticator = createAuthenticator(options.auth);
   const longPollMaxMs = options.longPollMaxMs ?? LONG_POLL_WAIT_MS;
   const logger = options.logger ?? pino({ level: 'silent' });
@@ -502,8 +510,19 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
 
   // ---- Edge: request id, one log line, errors -----------------------------------
 
+  // A failing lookup must not fail the request it only describes.
+  const peerOf = (c: AppContext): string | null => {
+    try {
+      return remoteAddress?.(c) ?? null;
+    } catch {
+      return null;
+    }
+  };
+
   app.use('*', async (c, next) => {
     const started = performance.now();
+    // Read first: a client that disconnects before the reply leaves a socket with no address.
+    const peer = peerOf(c);
     const incoming = c.req.header(requestIdHeader);
     const requestId = incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : randomUUID();
     c.set('requestId', requestId);
@@ -525,6 +544,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
         status: c.res.status,
         duration_ms: Math.round(durationMs * 1000) / 1000,
         tenant: c.get('tenant') ?? c.get('principal')?.tenant ?? null,
+        remote_address: peer,
       },
       'request',
     );
