@@ -261,6 +261,32 @@ describe('the request log', () => {
   });
 });
 
+describe('the wake LISTEN', () => {
+  it('logs its loss, naming what it costs, and its return', async () => {
+    const db = await database();
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: 'info' },
+      { write: (line: string) => lines.push(JSON.parse(line)) },
+    );
+    const config = loadConfig({ DATABASE_URL: db.url, PORT: '0' }, noFiles);
+    running.push(await startServer(config, { logger }));
+    const sql = postgres(db.url, { max: 1, onnotice: () => {} });
+    try {
+      await sql`select pg_terminate_backend(pid) from pg_stat_activity
+        where application_name = 'ledgence-wake' and datname = current_database()`;
+    } finally {
+      await sql.end();
+    }
+    const back = (l: Record<string, unknown>) =>
+      String(l.msg).startsWith('wake LISTEN works again');
+    await vi.waitFor(() => expect(lines.some(back)).toBe(true), { timeout: 10_000 });
+    const wake = lines.filter((l) => String(l.msg).startsWith('wake LISTEN'));
+    expect(wake[0]).toMatchObject({ level: 40, cause: 'closed' });
+    expect(String(wake[0]?.msg)).toMatch(/only by their rescan, every \d+ ms/);
+  });
+});
+
 describe('an address the server cannot listen on', () => {
   it('a taken port: says which HOST:PORT is taken and to set PORT', async () => {
     const blocker = createHttpServer();

@@ -26,6 +26,7 @@ import { isLoopbackHost, type ServerConfig } from './config.js';
 import { armAfterReply, serverFailpoints } from './failpoints.js';
 import { startRecoveryLoop, startRetentionLoop, startStatisticsLoop } from './maintenance.js';
 import { createServerMetrics } from './metrics.js';
+import { wakeListenLog } from './wake-log.js';
 
 /** The database the embedded server creates for Ledgence's own tables. */
 const EMBEDDED_DATABASE = 'ledgence';
@@ -188,7 +189,10 @@ export async function startServer(
       max: settings.dbPoolSize,
     });
     cleanups.push(() => store.close());
-    const wake = createPostgresWakeSource({ url });
+    const wake = createPostgresWakeSource({
+      url,
+      onListenState: wakeListenLog({ logger, rescanIntervalMs: settings.rescanIntervalMs }),
+    });
     cleanups.push(() => wake.close());
     const closing = new AbortController();
     // A private registry per server: two servers in one process (tests) keep separate counts.

@@ -67,4 +67,5 @@ export {
   createPostgresWakeSource,
   type PostgresWakeSource,
   type PostgresWakeSourceOptions,
+  type WakeListenState,
 } from './wake.js';

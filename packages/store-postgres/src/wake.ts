@@ -29,7 +29,23 @@ export interface PostgresWakeSourceOptions {
    * replica's waiters would see no hint, only the rescan.
    */
   pingIntervalMs?: number;
+  /**
+   * Told when the LISTEN stops being in place and when it is again, for the operator's log: while
+   * it is not, this replica's parked polls see no hint and find new work only by their rescan.
+   * Not called for the first LISTEN's success, nor once `close()` is called; an exception it
+   * throws is ignored.
+   */
+  onListenState?: (state: WakeListenState) => void;
 }
+
+/**
+ * A change of the LISTEN's state: `listening` once it is in place again; `lost` when its
+ * connection closed (also each failed reconnect), the LISTEN failed on an open connection, or the
+ * connection went silent and was replaced (`cause` says which).
+ */
+export type WakeListenState =
+  | { listening: true }
+  | { listening: false; cause: 'closed' | 'listen_failed' | 'silent'; error?: unknown };
 
 /** A {@link WakeSource} on LISTEN/NOTIFY, with a way to close its connection. */
 export interface PostgresWakeSource extends WakeSource {
@@ -126,6 +142,20 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
   let size = 0;
   let closed = false;
 
+  // Whether a loss was reported since the LISTEN was last in place: its return is then news.
+  let lossReported = false;
+  const report = (state: WakeListenState) => {
+    if (closed || options.onListenState === undefined) return;
+    if (state.listening) {
+      if (!lossReported) return;
+      lossReported = false;
+    } else lossReported = true;
+    try {
+      options.onListenState(state);
+    } catch {
+      // Reporting must not change what the source does.
+    }
+  };
   const wakeAll = () => {
     for (const set of interests.values()) for (const watcher of set) hint(watcher);
   };
@@ -193,7 +223,9 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
       ...notifications,
       // The connection is gone, and its LISTEN with it (a failed connect attempt comes here too).
       onclose: () => {
-        if (client === sql) listen();
+        if (client !== sql) return;
+        report({ listening: false, cause: 'closed' });
+        listen();
       },
     });
     return client;
@@ -216,12 +248,14 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
         attempt = 0;
         wakeAll();
         tried();
+        report({ listening: true });
       },
-      () => {
+      (error: unknown) => {
         if (client !== sql) return;
         inFlight = false;
         tried();
         if (closed) return;
+        report({ listening: false, cause: 'listen_failed', error });
         retry = setTimeout(() => {
           retry = undefined;
           listen();
@@ -239,6 +273,7 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
   let pinging = false;
   let listenStalled = false;
   const replace = () => {
+    report({ listening: false, cause: 'silent' });
     const dead = sql;
     sql = connect();
     inFlight = false;
@@ -301,7 +336,10 @@ export function createPostgresWakeSource(options: PostgresWakeSourceOptions): Po
       clearTimeout(retry);
       clearInterval(ping);
       wakeAll();
-      await listening;
+      // Not waiting for the first LISTEN: with the checks stopped, nothing would replace a
+      // connection whose LISTEN the database never answers, and close() would wait for TCP to
+      // give up (~10 min). Ending the client fails whatever it still holds; ready() resolves.
+      tried();
       // Nothing to drain on this connection: a LISTEN still waiting for a connect is dropped.
       await sql.end({ timeout: 0 });
     },
