@@ -937,6 +937,33 @@ describe('decodeStrictJson: the JSON.parse fast path', () => {
     }
   });
 
+  it('reads a string of many escapes once, not once per escape', () => {
+    // Counted, not timed: the characters String.prototype.indexOf steps over during a decode.
+    // Searching for the closing quote again from every escape read 1 MiB of `\n` ~260 000
+    // times over (seconds of a blocked event loop for one settle or submit body).
+    const text = JSON.stringify({ data: '\n'.repeat(100_000), more: 'a\\"b\tc' });
+    const indexOf = String.prototype.indexOf;
+    let scanned = 0;
+    const spy = vi.spyOn(String.prototype, 'indexOf').mockImplementation(function (
+      this: string,
+      search: string,
+      from?: number,
+    ) {
+      const at = indexOf.call(this, search, from);
+      if (this === text) scanned += (at < 0 ? this.length : at) - (from ?? 0);
+      return at;
+    });
+    let value: unknown;
+    try {
+      value = decodeStrictJson(text, { maxBytes: 1 << 20 });
+    } finally {
+      spy.mockRestore();
+    }
+    expect(value).toEqual(JSON.parse(text));
+    expect(scanned).toBeGreaterThan(0);
+    expect(scanned).toBeLessThanOrEqual(2 * text.length);
+  });
+
   it('keeps rejecting what the fast path leaves to the strict parser', () => {
     expect(() => decodeStrictJson('{"a":1,"a":2}', { maxBytes: 64 })).toThrow(
       expect.objectContaining({ reason: 'duplicate_key', path: '$.a' }),
