@@ -58,5 +58,5 @@ export function apiKeyProblem(key: unknown): string | undefined {
 function firstNonTokenChar(key: string): number {
   const body = key.replace(/=+$/, '');
   const bad = body.search(/[^A-Za-z0-9\-._~+/]/);
-  return bad >= 0 ? bad : 0;
+  return Math.max(bad, 0);
 }

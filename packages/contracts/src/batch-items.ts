@@ -141,3 +141,55 @@ function valueEnd(text: string, from: number): number {
   }
   return text.length;
 }
+
+const ENCODER = new TextEncoder();
+
+/**
+ * Whether a batch body holds a list of more than `maxItems` values at its first two levels —
+ * where a well-formed body has only its `commands` array — found by a scan of the bytes that
+ * stops at the first such list. Decoding a 16 MiB body of ~8 million tiny items took seconds of
+ * the server's event loop (every other request, renewals included, waiting) before the
+ * envelope's count refused it; this scan refuses it after 1 001 items. Strings are skipped
+ * whole (an escaped quote is one preceded by an odd run of backslashes), so a `,` or bracket
+ * inside one does not count; multi-byte UTF-8 never holds these ASCII bytes. Any text that is
+ * not JSON is left to the decoder, which reports it; a body over `maxBytes` too.
+ */
+export function batchListTooLong(body: JsonInput, maxItems: number, maxBytes: number): boolean {
+  const bytes =
+    typeof body === 'string'
+      ? ENCODER.encode(body)
+      : body instanceof Uint8Array
+        ? body
+        : ArrayBuffer.isView(body)
+          ? new Uint8Array(body.buffer, body.byteOffset, body.byteLength)
+          : new Uint8Array(body as ArrayBuffer);
+  if (bytes.byteLength > maxBytes) return false;
+  // Commas of the open containers at depths 1 and 2 (index 0 unused).
+  const commas = [0, 0, 0];
+  let depth = 0;
+  for (let i = 0; i < bytes.length; i++) {
+    const c = bytes[i];
+    if (c === 0x22) {
+      let from = i + 1;
+      for (;;) {
+        const quote = bytes.indexOf(0x22, from);
+        if (quote < 0) return false;
+        let run = 0;
+        while (quote - run - 1 > i && bytes[quote - run - 1] === 0x5c) run++;
+        if (run % 2 === 0) {
+          i = quote;
+          break;
+        }
+        from = quote + 1;
+      }
+    } else if (c === 0x5b || c === 0x7b) {
+      depth++;
+      if (depth <= 2) commas[depth] = 0;
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--;
+    } else if (c === 0x2c && depth >= 1 && depth <= 2) {
+      if (++(commas[depth] as number) >= maxItems) return true;
+    }
+  }
+  return false;
+}

@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { canonicalJson } from './canonical.js';
 import {
   type DecodedItem,
@@ -622,6 +622,45 @@ describe('batch decoders', () => {
     expect(errorOf(() => decodeSettleBatch(many(settleCommand, MAX_WORKER_BATCH + 1))).path).toBe(
       '$.commands',
     );
+  });
+
+  it('refuses a body of millions of items before decoding any of them', () => {
+    // ~8 million items in 16 MiB: decoded, then counted, they held the event loop for seconds.
+    const zeros = `[${'0,'.repeat(1_000_000)}0]`;
+    const parse = vi.spyOn(JSON, 'parse');
+    try {
+      for (const body of [
+        `{"commands":${zeros}}`,
+        // The key escaped, an item breaking a value rule, the list elsewhere: each is still read
+        // before it is decoded.
+        `{"comm\\u0061nds":${zeros}}`,
+        `{"commands":[{"a":1,"a":2},${zeros.slice(1)}}`,
+        zeros,
+        `{"commands":[1],"x":${zeros}}`,
+      ]) {
+        const error = errorOf(() => decodeSubmitBatch(body));
+        expect([error.code, error.reason, error.path, error.message]).toEqual([
+          'invalid_input',
+          'schema',
+          '$.commands',
+          `$.commands must hold 1 to ${MAX_SUBMIT_BATCH} items: this body holds a list of more`,
+        ]);
+      }
+      expect(parse).not.toHaveBeenCalled();
+    } finally {
+      parse.mockRestore();
+    }
+  });
+
+  it('counts items, not the commas, brackets and escaped quotes inside their strings', () => {
+    const tricky = {
+      ...submitCommand,
+      input: { ...submitCommand.input, data: { s: ',,,[[{,\\",]}\\\\', list: [1, 2, 3] } },
+    };
+    const body = json({ commands: Array.from({ length: MAX_SUBMIT_BATCH }, () => tricky) });
+    const items = decodeSubmitBatch(body);
+    expect(items).toHaveLength(MAX_SUBMIT_BATCH);
+    expect(ok(items[MAX_SUBMIT_BATCH - 1])).toStrictEqual(tricky);
   });
 
   it("rejects the body's own strict-JSON violations and syntax for the whole request", () => {

@@ -11,7 +11,7 @@
  * value; messages name the path and the rule, never the rejected value.
  */
 import * as v from 'valibot';
-import { ItemDecodeFailure, itemsDecodedAlone } from './batch-items.js';
+import { batchListTooLong, ItemDecodeFailure, itemsDecodedAlone } from './batch-items.js';
 import { compiledOnReuse, REJECTED } from './compile.js';
 import { ContractError } from './errors.js';
 import { appendJsonPath, checkJsonValue, decodeStrictJson, type JsonInput } from './json.js';
@@ -326,9 +326,12 @@ export function decodeSetRetentionPolicyCommand(bytes: JsonInput): SetRetentionP
 export type DecodedItem<T> = { ok: true; value: T } | { ok: false; error: ContractError };
 
 function batchEnvelope(maxItems: number) {
-  return v.strictObject({
-    commands: v.pipe(v.array(v.unknown()), itemCount(1, maxItems)),
-  });
+  return {
+    maxItems,
+    schema: v.strictObject({
+      commands: v.pipe(v.array(v.unknown()), itemCount(1, maxItems)),
+    }),
+  };
 }
 
 const SUBMIT_BATCH_ENVELOPE = batchEnvelope(MAX_SUBMIT_BATCH);
@@ -347,6 +350,14 @@ function decodeBatch<T>(
   envelope: ReturnType<typeof batchEnvelope>,
   decodeItem: (item: unknown, path: string) => T,
 ): DecodedItem<T>[] {
+  // Before the decode, which would read every item of a body of millions (batch-items.ts).
+  if (batchListTooLong(bytes, envelope.maxItems, BATCH_MAX_BYTES)) {
+    throw new ContractError(
+      'invalid_input',
+      `$.commands must hold 1 to ${envelope.maxItems} items: this body holds a list of more`,
+      { reason: 'schema', path: '$.commands' },
+    );
+  }
   let root: unknown;
   try {
     root = decodeJson(bytes, BATCH_MAX_BYTES);
@@ -358,7 +369,7 @@ function decodeBatch<T>(
     if (items === undefined) throw error;
     root = { commands: items };
   }
-  const body = parseWith(envelope, root);
+  const body = parseWith(envelope.schema, root);
   return body.commands.map((item, index): DecodedItem<T> => {
     if (item instanceof ItemDecodeFailure) return { ok: false, error: item.error };
     try {
