@@ -279,3 +279,44 @@ it('a connection gone silent (its peer vanished without a word) fails its operat
     await proxy.close();
   }
 }, 60_000);
+
+it('while the database refuses connections, operations waiting for one fail as unavailable within connectionWaitMs instead of queueing for the outage', async () => {
+  // Found by review r35b: each reconnecting connection failed only the operation it was
+  // reconnecting for; every other waited in the pool's queue, unbounded — requests (readiness
+  // probes too) hung for the outage and all ran at once when it ended.
+  const proxy = await startPgProxy(h.db.url);
+  const store = createPostgresTaskStore({
+    url: proxy.url,
+    config: CONFIG,
+    max: 2,
+    connectionWaitMs: 500,
+  });
+  try {
+    await store.submit(submitCommand('refused-before'));
+    proxy.refuse(true);
+    // The outage lasts until every outcome is in: 'hung' would be one that waited for it.
+    const operations = Array.from({ length: 20 }, (_, i) =>
+      i % 2 === 0
+        ? store.submit(submitCommand(`refused-${i}`))
+        : store.status(SCOPE, 'no-such-task'),
+    );
+    const outcomes = await Promise.all(operations.map((op) => within(op, 6_000)));
+    expect(outcomes.filter((outcome) => outcome === 'hung')).toEqual([]);
+    expect(
+      outcomes.map((outcome) => (outcome instanceof ContractError ? outcome.code : outcome)),
+    ).toEqual(Array(20).fill('unavailable'));
+    proxy.refuse(false);
+    // Back: the reservations given up on returned their connections, and the pool serves.
+    let after: unknown;
+    for (let attempt = 0; attempt < 20; attempt += 1) {
+      after = await within(store.submit(submitCommand('refused-after')), 5_000);
+      if (!(after instanceof ContractError)) break;
+      await sleep(250);
+    }
+    expect(after).not.toBeInstanceOf(ContractError);
+    expect(after).not.toBe('hung');
+  } finally {
+    await store.close();
+    await proxy.close();
+  }
+}, 60_000);

@@ -220,6 +220,14 @@ export interface PostgresTaskStoreOptions {
    */
   wireTimeoutMs?: number;
   /**
+   * Most time an operation waits for a connection of the pool before it fails as `unavailable`
+   * (default 5 000). While PostgreSQL is down, the pool's connections keep reconnecting and the
+   * operations waiting for one queued without end: requests, `/readyz` included, hung for the
+   * outage (clients long gone by then) and then all ran at once. Bounded, each is a prompt 503
+   * its client retries. Far above the wait of a busy but healthy pool.
+   */
+  connectionWaitMs?: number;
+  /**
    * TEST ONLY: milliseconds added to store time, read at every operation, so tests can move
    * time forward (lease expiry, retry delays) without sleeping. Never set it in production:
    * store time must be the database clock (DESIGN §1.2).
@@ -708,6 +716,7 @@ class PgTaskStore implements PostgresTaskStore {
   private readonly config: LifecycleConfig;
   private readonly offset: () => number;
   private readonly retentionLockTimeoutMs: number;
+  private readonly connectionWaitMs: number;
   private readonly failpoints: Failpoints;
 
   constructor(options: PostgresTaskStoreOptions) {
@@ -736,6 +745,7 @@ class PgTaskStore implements PostgresTaskStore {
     this.config = options.config ?? DEFAULT_LIFECYCLE_CONFIG;
     this.offset = options.clockOffsetMs ?? (() => 0);
     this.retentionLockTimeoutMs = options.retentionLockTimeoutMs ?? 200;
+    this.connectionWaitMs = options.connectionWaitMs ?? 5_000;
     this.failpoints = options.failpoints ?? NO_FAILPOINTS;
   }
 
@@ -767,12 +777,7 @@ class PgTaskStore implements PostgresTaskStore {
     failpoint?: TxFailpoint<T>,
     timeWithBegin = false,
   ): Promise<T> {
-    let connection: postgres.ReservedSql;
-    try {
-      connection = await this.sql.reserve();
-    } catch (error) {
-      throw unavailable(error);
-    }
+    const connection = await this.reserve();
     // The connection goes back to the pool only once its transaction is known to have ended
     // (COMMIT or ROLLBACK answered). A lost one is already the pool's (the patched driver
     // takes it back on close); any other doubt costs a pooled connection, never a transaction
@@ -841,6 +846,35 @@ class PgTaskStore implements PostgresTaskStore {
       }
     }
     return result;
+  }
+
+  /**
+   * A connection of the pool, waited for at most `connectionWaitMs`, else `unavailable`. A
+   * reservation given up on stays in the pool's queue (postgres.js cannot withdraw it): the
+   * connection it gets later goes straight back.
+   */
+  private async reserve(): Promise<postgres.ReservedSql> {
+    const pending = this.sql.reserve();
+    let timer: NodeJS.Timeout | undefined;
+    const gaveUp = new Promise<undefined>((resolve) => {
+      timer = setTimeout(resolve, this.connectionWaitMs, undefined);
+    });
+    let connection: postgres.ReservedSql | undefined;
+    try {
+      connection = await Promise.race([pending, gaveUp]);
+    } catch (error) {
+      throw unavailable(error);
+    } finally {
+      clearTimeout(timer);
+    }
+    if (connection !== undefined) return connection;
+    pending.then(
+      (late) => late.release(),
+      () => {},
+    );
+    throw unavailable(
+      new Error(`no database connection within ${this.connectionWaitMs} ms (is PostgreSQL up?)`),
+    );
   }
 
   private async time(tx: Tx): Promise<Timestamp> {
@@ -1077,13 +1111,20 @@ class PgTaskStore implements PostgresTaskStore {
       await pipelined(last);
       return true;
     };
+    // A reserved connection, not the pool's queue: a wait for one is bounded (`reserve`).
+    const connection = await this.reserve();
+    let lost = false;
     try {
-      return await this.submitTx(this.sql, commands, undefined, committed);
+      return await this.submitTx(connection, commands, undefined, committed);
     } catch (error) {
       if (error instanceof ContractError) throw error;
       // The statement commits as it ends: a connection lost before its reply leaves the submit
       // committed or not, so a batch must answer each item as alone would (`submitBatch`).
-      throw isConnectionLoss(error) ? outcomeUnknown(error) : unavailable(error);
+      lost = isConnectionLoss(error);
+      throw lost ? outcomeUnknown(error) : unavailable(error);
+    } finally {
+      // A lost connection is already the pool's again (see `transact`).
+      if (!lost) connection.release();
     }
   }
 
