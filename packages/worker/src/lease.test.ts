@@ -12,6 +12,7 @@ import {
   renewDueIn,
   renewFailed,
   renewReplied,
+  renewResendDelay,
   renewRetryDelay,
 } from './lease.js';
 import { owner, problemErrorOf } from './testdata/fixtures.js';
@@ -176,6 +177,21 @@ describe('lease protocol', () => {
     expect(renewRetryDelay(200, 10_000, lease, 100)).toBe(200);
     expect(renewRetryDelay(5_000, 300, lease, 100)).toBe(300);
     expect(renewRetryDelay(5_000, 10_000, lease, 1_200)).toBe(0);
+  });
+
+  it('sends an unanswered renewal again halfway to expiry, and past it at the heartbeat pace, never every few ms', () => {
+    // A 1 s lease granted at local time 0, its dispatch renewal sent and unanswered.
+    const lease = send(
+      initialLease({ authority: authority({ remaining_ms: 1_000 }) } as Assignment, 0),
+      'dispatch',
+    ).lease;
+    expect(renewResendDelay(lease, 100, 250, 50)).toBe(450);
+    expect(renewResendDelay(lease, 980, 250, 50)).toBe(50);
+    // Past the local expiry only the server's answer ends the lease: at the due time, 0 from
+    // then on, this was a copy every 50 ms.
+    expect(renewResendDelay(lease, 1_200, 250, 50)).toBe(250);
+    expect(renewResendDelay(lease, 60_000, 250, 50)).toBe(250);
+    expect(renewResendDelay(lease, 1_200, 10, 50)).toBe(50);
   });
 
   it('refuses to run user code when dispatch is not granted', () => {

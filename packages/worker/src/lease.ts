@@ -200,6 +200,25 @@ export function renewRetryDelay(
   return Math.min(backoffMs, renewIntervalMs, due);
 }
 
+/**
+ * How long until an unanswered renewal is sent again, verbatim (the server replays it, so it
+ * never extends twice): halfway through the time the lease has left ({@link renewDueIn}), at
+ * least `minMs`. Past the local expiry, where only an unanswered dispatch renew still holds the
+ * lease, the heartbeat period: the due time, 0 from then on, made it a copy every `minMs`, each a
+ * new request while the earlier ones were still open — a hundred at once per slot against a
+ * server that does not answer.
+ */
+export function renewResendDelay(
+  lease: LeaseState,
+  now: number,
+  renewIntervalMs: number,
+  minMs: number,
+): number {
+  const due = renewDueIn(lease, now);
+  if (due === 0 && awaitingDispatch(lease)) return Math.max(renewIntervalMs, minMs);
+  return Math.max(due, minMs);
+}
+
 /** Whether the dispatch renew is sent and not yet answered (the local expiry is not trusted). */
 export function awaitingDispatch(lease: LeaseState): boolean {
   return !lease.dispatchAnswered && lease.pending?.intent === 'dispatch';

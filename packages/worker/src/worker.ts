@@ -47,6 +47,7 @@ import {
   renewDueIn,
   renewFailed,
   renewReplied,
+  renewResendDelay,
   renewRetryDelay,
 } from './lease.js';
 import {
@@ -1421,15 +1422,18 @@ export class Worker {
    */
   #armResend(held: Held): void {
     clearTimeout(held.resendTimer);
-    const dueIn = renewDueIn(held.lease, monotonicNow());
-    if (dueIn >= this.#http.requestTimeoutMs) return;
-    held.resendTimer = setTimeout(
-      () => {
-        // Leases due together (one batch renewed them) are sent again together.
-        this.#resendThisTurn(held);
-      },
-      timerDelay(Math.max(dueIn, MIN_RESEND_DELAY_MS)),
+    const delay = renewResendDelay(
+      held.lease,
+      monotonicNow(),
+      this.#renewIntervalMs,
+      MIN_RESEND_DELAY_MS,
     );
+    // The request's own timeout comes first: its failure path retries (renewRetryDelay).
+    if (delay >= this.#http.requestTimeoutMs) return;
+    held.resendTimer = setTimeout(() => {
+      // Leases due together (one batch renewed them) are sent again together.
+      this.#resendThisTurn(held);
+    }, timerDelay(delay));
   }
 
   /** Sends again, in batches, the renewals of `helds` still unanswered. */
