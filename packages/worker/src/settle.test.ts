@@ -127,6 +127,30 @@ describe('reports', () => {
     });
   });
 
+  it('describe a plain object thrown in place of an Error by its message, else its JSON', () => {
+    const circular: Record<string, unknown> = { code: 'E_DB', message: 'database down' };
+    circular.cause = circular;
+    const cases: [unknown, string][] = [
+      [circular, 'database down'],
+      [{ code: 'E_DB', status: 503 }, '{"code":"E_DB","status":503}'],
+      [{ toString: () => 'custom text' }, 'custom text'],
+      [[1, 2], '1,2'],
+      [42, '42'],
+    ];
+    for (const [error, message] of cases) {
+      expect(reportFor(identity, { kind: 'threw', error, aborted: null }, times)).toEqual({
+        kind: 'failed',
+        report: { kind: 'crashed', message, retryable: true },
+      });
+    }
+    // Neither a message nor JSON: what String() says.
+    const selfish: Record<string, unknown> = { code: 1 };
+    selfish.self = selfish;
+    expect(
+      reportFor(identity, { kind: 'threw', error: selfish, aborted: null }, times),
+    ).toMatchObject({ report: { message: '[object Object]' } });
+  });
+
   it('report a thrown value that cannot be turned into text as a retryable crash, without throwing', () => {
     const throwing = () => {
       throw new Error('not today');

@@ -137,10 +137,31 @@ function applicationErrorOf(error: unknown): WireApplicationError | undefined {
  */
 function describeThrown(error: unknown): string {
   try {
-    return wireMessage(error instanceof Error ? error.message : String(error), 'failed');
+    return wireMessage(thrownText(error), 'failed');
   } catch {
     return UNDESCRIBABLE;
   }
+}
+
+/**
+ * An Error's message; for a plain object thrown in its place (`throw { code, message }`, as some
+ * libraries do), its `message` when a string, else its JSON — `String()` made it
+ * `[object Object]`, which tells the one reading the task's outcome nothing.
+ */
+function thrownText(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  if (typeof error === 'object' && error !== null) {
+    const message = (error as { message?: unknown }).message;
+    if (typeof message === 'string') return message;
+    const text = String(error);
+    if (text !== '[object Object]') return text;
+    try {
+      return JSON.stringify(error) ?? text;
+    } catch {
+      return text; // circular, or a toJSON that throws
+    }
+  }
+  return String(error);
 }
 
 /**

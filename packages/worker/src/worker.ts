@@ -22,6 +22,7 @@ import {
   RENEW_INTERVAL_MS,
   type Scope,
   SESSION_VALIDITY_MS,
+  type SettleCommand,
   type WorkerSession,
 } from '@ledgence/contracts';
 import { type SessionReply, WorkerApi } from './api.js';
@@ -1085,7 +1086,8 @@ export class Worker {
       if (this.#graceOver) {
         // The dispatch answer came after stop()'s grace period: the drain has already aborted
         // what was running, so a handler starting now would run with a signal nothing aborts,
-        // on work the drain treats as abandoned. No user code ran yet: hand the task back.
+        // on work the drain treats as abandoned. No user code ran yet: hand the task back —
+        // an attempt that counts, as the server granted its dispatch (README, Shutdown).
         this.#logger.info(
           'dispatch answered after the shutdown grace; handing the task back',
           fields,
@@ -1369,10 +1371,36 @@ export class Worker {
         task_state: result.reply.task_state,
         already_accepted: result.reply.already_accepted,
       });
+      this.#logFailure(command.report, { ...fields, task_state: result.reply.task_state });
     } else if (result.kind === 'abandoned') {
       this.#logger.warn('settlement abandoned at shutdown; lease expiry will recover it', fields);
     }
     return result;
+  }
+
+  /**
+   * A handler's failure as the worker's operator needs to see it: its crash or timeout at
+   * `warn` (at `debug`, the only line it had, a throwing handler — or one whose output cannot be
+   * sent — was invisible with the default logger), an `ApplicationError` it chose at `info`.
+   * Refusals and hand-backs are logged where they are decided.
+   */
+  #logFailure(report: SettleCommand['report'], fields: LogFields): void {
+    if (report.kind === 'failed') {
+      const failure = report.report;
+      if (failure.kind !== 'crashed' && failure.kind !== 'timed_out') return;
+      this.#logger.warn(
+        failure.kind === 'crashed' ? 'task handler failed' : 'task handler timed out',
+        { ...fields, message: failure.message, retryable: failure.retryable },
+      );
+    } else if (report.report.outcome.kind === 'application_error') {
+      const { code, message, retryable } = report.report.outcome.error;
+      this.#logger.info('task handler returned an application error', {
+        ...fields,
+        code,
+        message,
+        retryable,
+      });
+    }
   }
 
   // ---- Renewal --------------------------------------------------------------
