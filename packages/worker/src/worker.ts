@@ -140,7 +140,11 @@ export interface TaskContext {
   readonly runId: string;
   /** The attempt's id. */
   readonly attemptId: string;
-  /** The attempt's 1-based ordinal. */
+  /**
+   * The attempt's 1-based ordinal among the task's attempts so far. Attempts lost before their
+   * dispatch was granted are numbered too but do not count against `max_attempts` (DESIGN §5), so
+   * it can exceed `max_attempts`: it does not tell the last try.
+   */
   readonly attempt: number;
   /** The program being run. */
   readonly program: ProgramDescriptor;
