@@ -4,7 +4,7 @@
  * budget (`LEDGENCE_SHUTDOWN_TIMEOUT_MS`) against a real completion receiver on 127.0.0.1.
  */
 import { createServer as createHttpServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { AcquireReply, CompletionSubscription, WorkerSession } from '@ledgence/contracts';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
@@ -258,6 +258,49 @@ describe('the request log', () => {
     expect(reply.status).toBe(200);
     const request = lines.find((l) => l.msg === 'request' && l.route === '/healthz');
     expect(request?.remote_address).toBe('127.0.0.1');
+  });
+});
+
+describe('a request refused before the app', () => {
+  it('is answered problem+json and logged: a backslash in the path, a Host that makes no URL', async () => {
+    const db = await database();
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino(
+      { level: 'info' },
+      { write: (line: string) => lines.push(JSON.parse(line)) },
+    );
+    const config = loadConfig({ DATABASE_URL: db.url, PORT: '0' }, noFiles);
+    const server = await startServer(config, { logger });
+    running.push(server);
+    const { port } = new URL(server.url);
+    // Raw requests: fetch and node:http normalise or refuse these before sending.
+    const raw = (head: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = connect(Number(port), '127.0.0.1', () => socket.end(head));
+        let text = '';
+        socket.setEncoding('utf8');
+        socket.on('data', (chunk) => {
+          text += chunk;
+        });
+        socket.on('end', () => resolve(text));
+        socket.on('error', reject);
+      });
+    for (const head of [
+      'GET /v1\\tenants HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n',
+      'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:bad:port\r\nConnection: close\r\n\r\n',
+    ]) {
+      const reply = await raw(head);
+      const [status] = reply.split('\r\n');
+      expect(status).toBe('HTTP/1.1 400 Bad Request');
+      expect(reply.toLowerCase()).toContain('content-type: application/problem+json');
+      const body = JSON.parse(reply.slice(reply.indexOf('\r\n\r\n') + 4));
+      expect(body).toMatchObject({ status: 400, code: 'invalid_input' });
+    }
+    const refused = lines.filter((l) => l.msg === 'request refused');
+    expect(refused.map((l) => l.detail)).toEqual([
+      'Backslash in request path',
+      'Invalid URL',
+    ]);
   });
 });
 

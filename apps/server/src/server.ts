@@ -1,17 +1,18 @@
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type HttpBindings, serve } from '@hono/node-server';
+import { getRequestListener, type HttpBindings, RequestError } from '@hono/node-server';
 import { getConnInfo } from '@hono/node-server/conninfo';
 import { createCompletionSender } from '@ledgence/callbacks';
+import { ContractError } from '@ledgence/contracts';
 import {
   createCompletionService,
   createTaskService,
   lifecycleConfig,
   withGroupCommit,
 } from '@ledgence/core';
-import { createHttpApp } from '@ledgence/http';
+import { createHttpApp, PROBLEM_CONTENT_TYPE, problemOf } from '@ledgence/http';
 import {
   createPostgresTaskStore,
   createPostgresWakeSource,
@@ -238,7 +239,7 @@ export async function startServer(
       },
     });
 
-    // Without TLS or HTTP/2 options, @hono/node-server serves over node:http.
+    // node:http, with @hono/node-server's request listener (as its `serve()` builds it).
     const http = await new Promise<Server>((listening, failed) => {
       // While stopping, every reply asks the client to close its connection, so keep-alive
       // connections drain with their last request instead of lingering until the timeout.
@@ -256,9 +257,14 @@ export async function startServer(
         }
         return response;
       };
-      const server = serve({ fetch, hostname: settings.host, port: settings.port }, () =>
-        listening(server as Server),
+      // `serve()` but for the listener's errorHandler, which `serve` does not pass on.
+      const server = createServer(
+        getRequestListener(fetch, {
+          hostname: settings.host,
+          errorHandler: (error) => refusedBeforeTheApp(error, logger),
+        }),
       );
+      server.listen(settings.port, settings.host, () => listening(server));
       server.once('error', (error: NodeJS.ErrnoException) =>
         failed(listenError(error, settings.host, settings.port)),
       );
@@ -375,6 +381,41 @@ export async function startServer(
     await cleanup(settings.shutdownTimeoutMs);
     throw error;
   }
+}
+
+/** What @hono/node-server says of the requests it cannot make a `Request` of; anything else is not echoed. */
+const REQUEST_ERRORS = new Set([
+  'Backslash in request path',
+  'Invalid host header',
+  'Missing host header',
+  'Invalid URL',
+  'Invalid absolute URL',
+  'Unsupported scheme',
+]);
+
+/**
+ * The answer to a request @hono/node-server refuses before the app sees it (a backslash in its
+ * path, a Host it cannot parse): its own answer was a bare `400` with no body and no log line,
+ * where every other refusal is problem+json (DESIGN §6) and logged. Anything else reaching this
+ * handler (the app's fetch rejecting, which its error mapping should make impossible) is logged
+ * as the fault it is and answered `unavailable`, never a connection left without a reply.
+ */
+function refusedBeforeTheApp(error: unknown, logger: Logger): Response {
+  let refusal: ContractError;
+  if (error instanceof RequestError) {
+    const what = REQUEST_ERRORS.has(error.message) ? error.message : 'Malformed request';
+    refusal = new ContractError('invalid_input', `${what}: the request could not be read`, {
+      reason: 'malformed_request',
+    });
+    logger.info({ status: 400, reason: 'malformed_request', detail: what }, 'request refused');
+  } else {
+    refusal = new ContractError('unavailable', 'the request could not be served; retry');
+    logger.error({ err: error }, 'request failed outside the app');
+  }
+  return new Response(JSON.stringify(problemOf(refusal)), {
+    status: refusal.code === 'invalid_input' ? 400 : 503,
+    headers: { 'content-type': PROBLEM_CONTENT_TYPE },
+  });
 }
 
 /** Waits for `promise` at most `ms` (which may be 0 or less): its outcome, or `'timeout'`. */
