@@ -113,7 +113,11 @@ describe('/metrics of a server process', () => {
   it('counts acquires and settlements, and moves the depth from queued to active', async () => {
     await post(server.url, `${base}/tasks`, submitBody('s-1', 'settle'));
     const assignment = await claim(server.url, 'settle');
-    const claimed = await scrape(server.url);
+    // A depth read answers the scrapes of the next second (metrics.ts sharedRead).
+    const claimed = await scrapeUntil(
+      server.url,
+      (samples) => samples.get('ledgence_queue_depth{queue="settle",state="active"}') === 1,
+    );
     expect(claimed.get('ledgence_queue_depth{queue="settle",state="active"}')).toBe(1);
     expect(claimed.get('ledgence_queue_depth{queue="settle",state="queued"}')).toBe(0);
     expect(
@@ -141,7 +145,10 @@ describe('/metrics of a server process', () => {
     };
     expect((await post(server.url, '/v1/worker/settle', settle)).status).toBe(200);
     expect((await post(server.url, '/v1/worker/settle', settle)).status).toBe(200);
-    const settled = await scrape(server.url);
+    const settled = await scrapeUntil(
+      server.url,
+      (samples) => !samples.has('ledgence_queue_depth{queue="settle",state="active"}'),
+    );
     const outcome = (name: string, code: string, state: string) =>
       settled.get(
         `ledgence_settle_outcomes_total{outcome="${name}",code="${code}",task_state="${state}"}`,

@@ -1,6 +1,6 @@
 import type { QueueDepth } from '@ledgence/store-postgres';
 import { describe, expect, it } from 'vitest';
-import { createServerMetrics, foldQueueDepths } from './metrics.js';
+import { createServerMetrics, foldQueueDepths, sharedRead } from './metrics.js';
 
 /** The `ledgence_queue_depth` samples of a rendered scrape. */
 function depthSamples(text: string): { queue: string; state: string; value: number }[] {
@@ -38,27 +38,65 @@ describe('the queue depth gauge', () => {
 });
 
 describe('concurrent scrapes', () => {
-  it('a scrape shows only the depths it read, even while another scrape is in flight', async () => {
+  it('share one read in flight, each showing exactly what it read; a later scrape reads again', async () => {
     const pending: ((rows: QueueDepth[]) => void)[] = [];
     const metrics = createServerMetrics({
       queueDepths: () => new Promise<QueueDepth[]>((resolve) => pending.push(resolve)),
       defaultMetrics: false,
+      readReuseMs: 0,
     });
     // Two scrapers (e.g. an HA pair of Prometheus servers) hit /metrics at the same moment.
     const first = metrics.render();
     const second = metrics.render();
     await new Promise((r) => setTimeout(r, 10));
-    expect(pending).toHaveLength(2);
-    // The first read still sees the queue `email`; by the second read it has drained.
+    expect(pending).toHaveLength(1);
     pending[0]?.([
       { queue: 'email', state: 'queued', count: 5 },
       { queue: 'email', state: 'active', count: 1 },
     ]);
-    const a = depthSamples(await first);
-    expect(a.find((s) => s.queue === 'email' && s.state === 'queued')?.value).toBe(5);
+    const email = [
+      { queue: 'email', state: 'queued', value: 5 },
+      { queue: 'email', state: 'active', value: 1 },
+    ];
+    expect(depthSamples(await first)).toEqual(email);
+    expect(depthSamples(await second)).toEqual(email);
+    // Read done: the next scrape reads afresh, and shows only what it read (the queue drained).
+    const third = metrics.render();
+    await new Promise((r) => setTimeout(r, 10));
+    expect(pending).toHaveLength(2);
     pending[1]?.([]);
-    const b = depthSamples(await second);
-    // The second scrape read an empty backlog: it must not report the first read's queue.
-    expect(b).toEqual([]);
+    expect(depthSamples(await third)).toEqual([]);
+  });
+
+  it('a storm of scrapes reads the depths once per reuse period', async () => {
+    let reads = 0;
+    let now = 0;
+    const read = sharedRead(
+      async () => {
+        reads += 1;
+        return reads;
+      },
+      1_000,
+      () => now,
+    );
+    expect(await Promise.all([read(), read(), read()])).toEqual([1, 1, 1]);
+    now = 999;
+    expect(await read()).toBe(1);
+    now = 1_000;
+    expect(await read()).toBe(2);
+    expect(reads).toBe(2);
+  });
+
+  it('a failed read is shared by the scrapes waiting on it, and not reused', async () => {
+    let calls = 0;
+    const read = sharedRead(async () => {
+      calls += 1;
+      if (calls === 1) throw new Error('database down');
+      return 'ok';
+    }, 60_000);
+    const outcomes = await Promise.allSettled([read(), read()]);
+    expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
+    expect(await read()).toBe('ok');
+    expect(calls).toBe(2);
   });
 });

@@ -302,6 +302,7 @@ describe('completion deliveries', () => {
     const metrics = createServerMetrics({
       defaultMetrics: false,
       logger: pino({ level: 'silent' }),
+      readReuseMs: 0, // every scrape reads
       dueBacklog: async (limit) => {
         asked.push(limit);
         if (fail) throw new Error('database down');
@@ -377,6 +378,7 @@ describe('queue depth', () => {
     const metrics = createServerMetrics({
       defaultMetrics: false,
       maxQueues: 50,
+      readReuseMs: 0, // every scrape reads
       queueDepths: async (limit) => {
         reads += 1;
         limitAsked = limit;
