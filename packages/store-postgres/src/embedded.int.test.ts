@@ -297,6 +297,35 @@ describe('startEmbeddedPostgres', () => {
     expect(await readFile(join(folder, 'notes.txt'), 'utf8')).toBe('mine');
   });
 
+  it('refuses a cluster of another PostgreSQL major version, saying to keep it and how to upgrade', async () => {
+    // What PostgreSQL itself says is only a DETAIL line of its log; the start failure's remedy
+    // for a corrupt folder (delete it) would lose the data of this whole one.
+    const folder = join(base, 'other-major');
+    await mkdir(folder);
+    await writeFile(join(folder, 'PG_VERSION'), '14\n');
+    await writeFile(join(folder, 'base.marker'), 'data');
+    const error = await startEmbeddedPostgres({ dataDir: folder }).catch((e: unknown) => e);
+    expect(error).toMatchObject({
+      code: 'data_dir_invalid',
+      message: expect.stringContaining('holds a PostgreSQL 14 cluster'),
+    });
+    expect((error as Error).message).toMatch(/Keep the folder.*pg_upgrade/s);
+    expect((error as Error).message).not.toMatch(/delete/i);
+    expect(await readFile(join(folder, 'base.marker'), 'utf8')).toBe('data');
+    expect(await readFile(join(folder, 'PG_VERSION'), 'utf8')).toBe('14\n');
+  });
+
+  it('names a folder it cannot write at all (a read-only or pseudo file system) as the data folder problem', async () => {
+    // Not "permission denied": an errno of the file system, once only an init failure.
+    const folder = join('/proc', `ledgence-embedded-${process.pid}`);
+    await expect(startEmbeddedPostgres({ dataDir: folder })).rejects.toMatchObject({
+      code: 'data_dir_invalid',
+      message: expect.stringMatching(
+        /initdb could not write .*Choose a folder on a writable file system/s,
+      ),
+    });
+  });
+
   it('stops idempotently, and a stopped server refuses connections', async () => {
     const server = await start(shared);
     await server.stop();

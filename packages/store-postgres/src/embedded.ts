@@ -278,6 +278,7 @@ export async function startEmbeddedPostgres(
   };
 
   if (await isCluster(dataDir)) {
+    await checkMajorVersion(dataDir, version);
     await takeOwnership(dataDir, owner);
   } else {
     await initialise(dataDir, durability, owner, log, (databaseDir, initdbFlags) =>
@@ -417,6 +418,16 @@ async function initialise(
     await rm(staging, { recursive: true, force: true });
     log.flush();
     const detail = error instanceof Error ? error.message : log.since(mark).join('\n');
+    // The folder cannot be written at all: a read-only or full file system, a path under /proc.
+    const errno = (error as NodeJS.ErrnoException | undefined)?.code;
+    if (errno !== undefined && ['EROFS', 'ENOSPC', 'ENOENT', 'EPERM', 'ENOTDIR'].includes(errno)) {
+      throw new EmbeddedPostgresError(
+        'data_dir_invalid',
+        `initdb could not write ${dataDir} (${errno}: ${detail.trim()}). Choose a folder on a ` +
+          'writable file system with free space.',
+        { cause: error },
+      );
+    }
     if (/permission denied/i.test(detail)) {
       throw new EmbeddedPostgresError(
         'permission',
@@ -759,6 +770,25 @@ async function serverOwner(): Promise<ServerOwner | undefined> {
     `This process runs as root, and PostgreSQL refuses to; creating the unprivileged OS user ` +
       `'${OS_USER}' failed: ${user.output}. Create that user yourself, run as a non-root ` +
       'user, or set DATABASE_URL to use an existing PostgreSQL server.',
+  );
+}
+
+/**
+ * Refuses a cluster made by another PostgreSQL major version before starting it. PostgreSQL
+ * refuses it too, but its reason is a DETAIL line of the log, and the start failure's generic
+ * remedy (delete a corrupt folder) would be the way to lose the data of a folder that is whole:
+ * it needs the release that made it, or an upgrade of the folder.
+ */
+async function checkMajorVersion(dataDir: string, binaries: string): Promise<void> {
+  const folder = (await readFile(join(dataDir, 'PG_VERSION'), 'utf8').catch(() => '')).trim();
+  const running = /PostgreSQL (\d+)/.exec(binaries)?.[1];
+  if (folder === '' || running === undefined || folder === running) return;
+  throw new EmbeddedPostgresError(
+    'data_dir_invalid',
+    `${dataDir} holds a PostgreSQL ${folder} cluster, and this embedded server is ${binaries}: ` +
+      `it cannot open it. Keep the folder — its data is whole. Start the release that created it, ` +
+      `or upgrade the folder to PostgreSQL ${running} (pg_upgrade, or pg_dump with the old ` +
+      'release and restore), or use another folder.',
   );
 }
 
