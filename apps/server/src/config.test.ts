@@ -255,6 +255,31 @@ describe('loadConfig', () => {
     expect(problems.length).toBeGreaterThan(0);
     expect(problems.join('\n')).not.toContain(secret);
   });
+
+  it('never echoes a key pasted where a field name goes, and still lists a mistyped field', () => {
+    const secret = 'lgk_live_0123456789abcdefghij';
+    const problems = problemsOf({
+      LEDGENCE_API_KEYS: `[{"key":"${'k'.repeat(20)}","tenant":"a","namespaces":["*"],"roles":["client"],"namespace":["x"],"${secret}":1}]`,
+    });
+    expect(problems).toContain(
+      'LEDGENCE_API_KEYS[0] has unknown fields: namespace, 1 not shown (not field names: a key out of place?)',
+    );
+    expect(problems.join('\n')).not.toContain(secret);
+  });
+
+  it('reads a …_FILE saved with a UTF-8 byte order mark', () => {
+    const SECRET = `whsec_${Buffer.alloc(32, 7).toString('base64')}`;
+    const config = loadConfig(
+      {
+        LEDGENCE_API_KEYS_FILE: '/etc/keys.json',
+        LEDGENCE_CALLBACK_DESTINATIONS_FILE: '/etc/d.json',
+      },
+      (path) =>
+        `\uFEFF${path === '/etc/keys.json' ? KEYS : JSON.stringify({ billing: { url: 'https://billing.example/hook', secret: SECRET } })}`,
+    );
+    expect(config.apiKeys).toHaveLength(1);
+    expect(config.callbackDestinations.get('billing')?.url).toBe('https://billing.example/hook');
+  });
 });
 
 describe('API keys loadConfig accepts are keys the HTTP app accepts', () => {

@@ -77,8 +77,10 @@ export interface ServerConfig {
   /** `LEDGENCE_LEASE_DURATION_MS`. */
   leaseDurationMs: number;
   /**
-   * `LEDGENCE_RENEW_INTERVAL_MS`: the worker heartbeat period; unless set, a third of the lease
-   * (at most RENEW_INTERVAL_MS). When set it must leave room for a missed renewal.
+   * `LEDGENCE_RENEW_INTERVAL_MS`: the heartbeat period the lease is sized for; unless set, a
+   * third of the lease (at most RENEW_INTERVAL_MS). When set it must leave room for a missed
+   * renewal. No reply carries it: workers renew on their own period, and by half the time their
+   * lease has left whatever that period is (README).
    */
   renewIntervalMs: number;
   /** `LEDGENCE_CLEANUP_GRACE_MS`. */
@@ -163,9 +165,12 @@ export const CONFIG_VARIABLES = [
  */
 export function loadConfig(
   env: Readonly<Record<string, string | undefined>>,
-  readFile: ReadConfigFile,
+  readConfigFile: ReadConfigFile,
 ): ServerConfig {
   const problems: string[] = [];
+  // A byte order mark, as some editors save UTF-8, is no JSON: the file's content was refused
+  // as "not valid JSON: check its brackets" with nothing wrong in sight.
+  const readFile: ReadConfigFile = (path) => readConfigFile(path).replace(/^\uFEFF/, '');
   const text = (name: string): string | undefined => {
     const value = env[name];
     return value === undefined || value.trim() === '' ? undefined : value.trim();
@@ -339,7 +344,7 @@ function readApiKeys(
     }
     const { key, tenant, namespaces, roles, ...rest } = entry as Record<string, unknown>;
     const unknown = Object.keys(rest);
-    if (unknown.length > 0) problems.push(`${where} has unknown fields: ${unknown.join(', ')}`);
+    if (unknown.length > 0) problems.push(`${where} has unknown fields: ${fieldNames(unknown)}`);
     // The HTTP app's own rule for a key (apiKeyProblems), so a key it would refuse stops the
     // start here, naming this variable, and not after the database started. Its problems name
     // fields, never the key.
@@ -445,6 +450,18 @@ function readDestinations(
     }
     throw error;
   }
+}
+
+/**
+ * Unknown field names of a keys entry as a problem line may show them: names that look like a
+ * field (a short identifier, a typo of `namespaces` say) are listed; anything else only counted,
+ * as it may be a key pasted where a field name goes, and stderr must never show a key.
+ */
+function fieldNames(names: readonly string[]): string {
+  const shown = names.filter((name) => /^[A-Za-z_][A-Za-z0-9_]{0,19}$/.test(name));
+  const hidden = names.length - shown.length;
+  const note = hidden === 0 ? '' : `${hidden} not shown (not field names: a key out of place?)`;
+  return [...shown, note].filter((part) => part !== '').join(', ');
 }
 
 function truncate(value: string): string {
