@@ -297,10 +297,7 @@ describe('a request refused before the app', () => {
       expect(body).toMatchObject({ status: 400, code: 'invalid_input' });
     }
     const refused = lines.filter((l) => l.msg === 'request refused');
-    expect(refused.map((l) => l.detail)).toEqual([
-      'Backslash in request path',
-      'Invalid URL',
-    ]);
+    expect(refused.map((l) => l.detail)).toEqual(['Backslash in request path', 'Invalid URL']);
   });
 });
 
