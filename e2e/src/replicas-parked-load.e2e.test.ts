@@ -242,7 +242,8 @@ describe('a replica stopped with SIGTERM while polls are parked on it', () => {
     );
     expect(batched.status).toBe(200);
     expect(batched.body.replies.map((r) => r.disposition)).toEqual(Array(10).fill('empty'));
-    expect(answeredAfterStop).toBeLessThan(3_000);
+    // Answered by the stop, not by the end of their 20 s wait.
+    expect(answeredAfterStop).toBeLessThan(10_000);
     expect(await exited).toBe(0);
     // The empties were recorded: the same sequence replayed on another replica is `empty`
     // again, the next one is a new poll there.

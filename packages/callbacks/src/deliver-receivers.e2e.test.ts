@@ -100,7 +100,8 @@ describe('interim and broken heads', () => {
     open.push(r);
     const [outcome, ms] = await timed(deliverEvent({ destination: dest(r.origin, 700), event }));
     expect(outcome).toMatchObject({ kind: 'retry', reason: 'timeout' });
-    expect(ms).toBeLessThan(2_000);
+    // Ended by the 700 ms deadline, not by the stream of 1xx (which never ends): a bound.
+    expect(ms).toBeLessThan(5_000);
   });
 
   it('an unsolicited 100 Continue then 200 is delivered', async () => {
@@ -126,7 +127,8 @@ describe('interim and broken heads', () => {
     open.push(r);
     const [outcome, ms] = await timed(deliverEvent({ destination: dest(r.origin), event }));
     expect(outcome).toMatchObject({ kind: 'retry', reason: 'network' });
-    expect(ms).toBeLessThan(1_000);
+    // At the reset, not at the try's deadline (5 s).
+    expect(ms).toBeLessThan(4_000);
   });
 
   it('a complete 200 head then a reset is delivered', async () => {
@@ -151,6 +153,7 @@ describe('names', () => {
     );
     expect(outcome).toMatchObject({ kind: 'retry' });
     expect(['network', 'connect_timeout']).toContain((outcome as { reason: string }).reason);
-    expect(ms).toBeLessThan(3_500);
+    // Within the connect timeout (10 s).
+    expect(ms).toBeLessThan(10_000);
   });
 });
