@@ -113,24 +113,26 @@ describe('/metrics of a server process', () => {
   it('counts acquires and settlements, and moves the depth from queued to active', async () => {
     await post(server.url, `${base}/tasks`, submitBody('s-1', 'settle'));
     const assignment = await claim(server.url, 'settle');
-    // A depth read answers the scrapes of the next second (metrics.ts sharedRead).
-    const claimed = await scrapeUntil(
-      server.url,
-      (samples) => samples.get('ledgence_queue_depth{queue="settle",state="active"}') === 1,
-    );
-    expect(claimed.get('ledgence_queue_depth{queue="settle",state="active"}')).toBe(1);
+    const owner = assignment.lease.owner;
+    let sequence = 0;
+    const renew = (intent: 'dispatch' | 'keep_alive') =>
+      post(server.url, '/v1/worker/renew', { owner, sequence: ++sequence, intent });
+    expect((await renew('dispatch')).status).toBe(200);
+    // A depth read answers the scrapes of the next second (metrics.ts sharedRead): scrape until
+    // it shows the claim, renewing the 1 s lease meanwhile.
+    const active = 'ledgence_queue_depth{queue="settle",state="active"}';
+    let claimed = await scrape(server.url);
+    for (let round = 0; claimed.get(active) !== 1 && round < 100; round += 1) {
+      expect((await renew('keep_alive')).status).toBe(200);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      claimed = await scrape(server.url);
+    }
+    expect(claimed.get(active)).toBe(1);
     expect(claimed.get('ledgence_queue_depth{queue="settle",state="queued"}')).toBe(0);
     expect(
       claimed.get('ledgence_acquire_outcomes_total{disposition="assigned",code="none"}'),
     ).toBeGreaterThanOrEqual(1);
 
-    const owner = assignment.lease.owner;
-    const renewed = await post(server.url, '/v1/worker/renew', {
-      owner,
-      sequence: 1,
-      intent: 'dispatch',
-    });
-    expect(renewed.status).toBe(200);
     const settle = {
       owner,
       operation_id: 'settle-1',
