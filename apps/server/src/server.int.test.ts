@@ -44,6 +44,21 @@ async function startOn(db: TestDatabase, env: Record<string, string>): Promise<R
   return server;
 }
 
+/** A server on a database of its own whose JSON log lines (info and up) are collected. */
+async function loggedServer(): Promise<{
+  server: RunningServer;
+  lines: Record<string, unknown>[];
+  db: TestDatabase;
+}> {
+  const db = await database();
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+  const config = loadConfig({ DATABASE_URL: db.url, PORT: '0' }, noFiles);
+  const server = await startServer(config, { logger });
+  running.push(server);
+  return { server, lines, db };
+}
+
 async function serverWithPool(
   size: number,
 ): Promise<{ url: string; connections: () => Promise<Record<string, number>> }> {
@@ -245,15 +260,7 @@ describe('development mode over real sockets', () => {
 
 describe('the request log', () => {
   it("names the peer's address on each request line, from the socket", async () => {
-    const db = await database();
-    const lines: Record<string, unknown>[] = [];
-    const logger = pino(
-      { level: 'info' },
-      { write: (line: string) => lines.push(JSON.parse(line)) },
-    );
-    const config = loadConfig({ DATABASE_URL: db.url, PORT: '0' }, noFiles);
-    const server = await startServer(config, { logger });
-    running.push(server);
+    const { server, lines } = await loggedServer();
     const reply = await fetch(`${server.url}/healthz`);
     expect(reply.status).toBe(200);
     const request = lines.find((l) => l.msg === 'request' && l.route === '/healthz');
@@ -263,15 +270,7 @@ describe('the request log', () => {
 
 describe('a request refused before the app', () => {
   it('is answered problem+json and logged: a backslash in the path, a Host that makes no URL', async () => {
-    const db = await database();
-    const lines: Record<string, unknown>[] = [];
-    const logger = pino(
-      { level: 'info' },
-      { write: (line: string) => lines.push(JSON.parse(line)) },
-    );
-    const config = loadConfig({ DATABASE_URL: db.url, PORT: '0' }, noFiles);
-    const server = await startServer(config, { logger });
-    running.push(server);
+    const { server, lines } = await loggedServer();
     const { port } = new URL(server.url);
     // Raw requests: fetch and node:http normalise or refuse these before sending.
     const raw = (head: string) =>
@@ -303,14 +302,7 @@ describe('a request refused before the app', () => {
 
 describe('the wake LISTEN', () => {
   it('logs its loss, naming what it costs, and its return', async () => {
-    const db = await database();
-    const lines: Record<string, unknown>[] = [];
-    const logger = pino(
-      { level: 'info' },
-      { write: (line: string) => lines.push(JSON.parse(line)) },
-    );
-    const config = loadConfig({ DATABASE_URL: db.url, PORT: '0' }, noFiles);
-    running.push(await startServer(config, { logger }));
+    const { lines, db } = await loggedServer();
     const sql = postgres(db.url, { max: 1, onnotice: () => {} });
     try {
       await sql`select pg_terminate_backend(pid) from pg_stat_activity

@@ -10,21 +10,24 @@
  * store with its clock at the dump's store time.
  */
 
-import { ContractError, type LeaseOwner, type Scope } from '@ledgence/contracts';
-import { lifecycleConfig } from '@ledgence/core';
-import postgres from 'postgres';
+import type { LeaseOwner, Scope } from '@ledgence/contracts';
+import type postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrate } from './migrate.js';
-import { createPostgresTaskStore, type PostgresTaskStore } from './store.js';
+import type { PostgresTaskStore } from './store.js';
 import {
   acquireCommand,
   failureCommand,
+  outcomeCode,
   renewCommand,
   submitCommand,
   successCommand,
 } from './testdata/fixtures.js';
-import { loadDump, migrateFirst, type OlderDump, readOlderDump } from './testdata/upgrade/older.js';
-import { createTestDatabase, type TestDatabase } from './testing/index.js';
+import {
+  type OlderDump,
+  readOlderDump,
+  type Upgraded,
+  upgradedFrom,
+} from './testdata/upgrade/older.js';
 
 const SCOPE: Scope = { tenant_id: 'acme', namespace: 'prod' };
 
@@ -39,45 +42,21 @@ const FIXTURE = readOlderDump<
 >('from-0000.json');
 
 const ids = FIXTURE.ids as Record<string, string>;
-let db: TestDatabase;
+let upgraded: Upgraded;
 let store: PostgresTaskStore;
 let sql: postgres.Sql;
-let offset = 0;
-
-async function code(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return 'ok';
-  } catch (error) {
-    if (error instanceof ContractError) return error.code;
-    throw error;
-  }
-}
 
 beforeAll(async () => {
-  db = await createTestDatabase({ prefix: 'upgrade_from_0000' });
-  expect(await migrateFirst(db.url, 1)).toEqual(['0000_init']);
-  sql = postgres(db.url, { max: 1, onnotice: () => {} });
-  await loadDump(sql, FIXTURE.dump);
-  expect((await migrate(db.url)).applied).toEqual([
-    '0001_completion_retention',
-    '0002_submit_digest_optional',
-    '0003_retention_floor',
-  ]);
-  // The store's clock reads the dump's time (plus the time this file has run).
-  offset = FIXTURE.now - Date.now();
-  store = createPostgresTaskStore({
-    url: db.url,
-    config: lifecycleConfig({}),
-    max: 4,
-    clockOffsetMs: () => offset,
+  upgraded = await upgradedFrom('upgrade_from_0000', 1, FIXTURE);
+  ({ store, sql } = upgraded);
+  expect(upgraded.migrated).toEqual({
+    before: ['0000_init'],
+    upgrade: ['0001_completion_retention', '0002_submit_digest_optional', '0003_retention_floor'],
   });
 });
 
 afterAll(async () => {
-  await store?.close();
-  await sql?.end();
-  await db?.drop();
+  await upgraded?.close();
 });
 
 describe('an upgrade from rows written by the 0000-era code (06b2d23)', () => {
@@ -117,7 +96,9 @@ describe('an upgrade from rows written by the 0000-era code (06b2d23)', () => {
       submitCommand('retrying', { retry: { max_attempts: 3, delay_ms: 3_600_000 } } as never),
     );
     expect(replayRetry).toMatchObject({ created: false, snapshot: { task_id: ids.retrying } });
-    expect(await code(store.submit(submitCommand('queued', { priority: 6 })))).toBe('conflict');
+    expect(await outcomeCode(store.submit(submitCommand('queued', { priority: 6 })))).toBe(
+      'conflict',
+    );
   });
 
   it('replays an old poll, and lets the held lease renew (replay and next) and settle', async () => {
@@ -129,8 +110,8 @@ describe('an upgrade from rows written by the 0000-era code (06b2d23)', () => {
       disposition: 'assigned',
       assignment: { lease: { owner: { attempt_id: owner.attempt_id } } },
     });
-    expect(await code(store.renew(renewCommand(owner, 1, 'dispatch')))).toBe('ok');
-    expect(await code(store.renew(renewCommand(owner, 2)))).toBe('ok');
+    expect(await outcomeCode(store.renew(renewCommand(owner, 1, 'dispatch')))).toBe('ok');
+    expect(await outcomeCode(store.renew(renewCommand(owner, 2)))).toBe('ok');
     if (polled.reply.disposition !== 'assigned') throw new Error('the old poll was not replayed');
     const { assignment } = polled.reply;
     await store.settle(successCommand(assignment, 'op-after-upgrade', { upgraded: true }));
@@ -148,7 +129,7 @@ describe('an upgrade from rows written by the 0000-era code (06b2d23)', () => {
         answer: 42,
       },
     );
-    expect(await code(store.settle(oldSettle))).toBe('ok');
+    expect(await outcomeCode(store.settle(oldSettle))).toBe('ok');
     const pending = FIXTURE.owners.pending_cleanup as OldLease;
     expect(await store.confirmQuiescence(pending.owner)).toBe('succeeded');
     expect(await store.result(SCOPE, ids.pending_cleanup as string)).toMatchObject({
@@ -178,7 +159,7 @@ describe('an upgrade from rows written by the 0000-era code (06b2d23)', () => {
   it('collects the old task that ended 10 days ago and frees its key; keeps the rest', async () => {
     const progress = await store.collectRetired(SCOPE);
     expect(progress.tasks_removed).toBe(1);
-    expect(await code(store.status(SCOPE, ids.ancient as string))).toBe('not_found');
+    expect(await outcomeCode(store.status(SCOPE, ids.ancient as string))).toBe('not_found');
     for (const key of ['succeeded', 'failed', 'cancelled']) {
       expect((await store.status(SCOPE, ids[key] as string)).state).not.toBe('queued');
     }

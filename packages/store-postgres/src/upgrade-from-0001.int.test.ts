@@ -6,15 +6,16 @@
  * its delivery still in flight) (testdata/upgrade/README.md).
  */
 
-import { type Assignment, ContractError, type Scope } from '@ledgence/contracts';
-import { lifecycleConfig } from '@ledgence/core';
-import postgres from 'postgres';
+import type { Assignment, Scope } from '@ledgence/contracts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrate } from './migrate.js';
-import { createPostgresTaskStore, type PostgresTaskStore } from './store.js';
-import { submitCommand, successCommand } from './testdata/fixtures.js';
-import { loadDump, migrateFirst, type OlderDump, readOlderDump } from './testdata/upgrade/older.js';
-import { createTestDatabase, type TestDatabase } from './testing/index.js';
+import type { PostgresTaskStore } from './store.js';
+import { outcomeCode, submitCommand, successCommand } from './testdata/fixtures.js';
+import {
+  type OlderDump,
+  readOlderDump,
+  type Upgraded,
+  upgradedFrom,
+} from './testdata/upgrade/older.js';
 
 const SCOPE: Scope = { tenant_id: 'acme', namespace: 'prod' };
 
@@ -34,42 +35,20 @@ const FIXTURE = readOlderDump<
 
 const ids = FIXTURE.ids;
 const subs = FIXTURE.subscriptions;
-let db: TestDatabase;
+let upgraded: Upgraded;
 let store: PostgresTaskStore;
-let sql: postgres.Sql;
-
-async function code(promise: Promise<unknown>): Promise<string> {
-  try {
-    await promise;
-    return 'ok';
-  } catch (error) {
-    if (error instanceof ContractError) return error.code;
-    throw error;
-  }
-}
 
 beforeAll(async () => {
-  db = await createTestDatabase({ prefix: 'upgrade_from_0001' });
-  expect(await migrateFirst(db.url, 2)).toEqual(['0000_init', '0001_completion_retention']);
-  sql = postgres(db.url, { max: 1, onnotice: () => {} });
-  await loadDump(sql, FIXTURE.dump);
-  expect((await migrate(db.url)).applied).toEqual([
-    '0002_submit_digest_optional',
-    '0003_retention_floor',
-  ]);
-  const offset = FIXTURE.now - Date.now();
-  store = createPostgresTaskStore({
-    url: db.url,
-    config: lifecycleConfig({}),
-    max: 4,
-    clockOffsetMs: () => offset,
+  upgraded = await upgradedFrom('upgrade_from_0001', 2, FIXTURE);
+  ({ store } = upgraded);
+  expect(upgraded.migrated).toEqual({
+    before: ['0000_init', '0001_completion_retention'],
+    upgrade: ['0002_submit_digest_optional', '0003_retention_floor'],
   });
 });
 
 afterAll(async () => {
-  await store?.close();
-  await sql?.end();
-  await db?.drop();
+  await upgraded?.close();
 });
 
 describe('an upgrade from rows written by the 0001-era code (ddb7654)', () => {
@@ -118,8 +97,10 @@ describe('an upgrade from rows written by the 0001-era code (ddb7654)', () => {
     expect(preview.retention_ms).toBe(2 * 3_600_000);
     const progress = await store.collectRetired(SCOPE);
     expect(progress.tasks_removed).toBe(1);
-    expect(await code(store.status(SCOPE, ids.ancient_delivered as string))).toBe('not_found');
-    expect(await code(store.status(SCOPE, ids.ancient_due as string))).toBe('ok');
+    expect(await outcomeCode(store.status(SCOPE, ids.ancient_delivered as string))).toBe(
+      'not_found',
+    );
+    expect(await outcomeCode(store.status(SCOPE, ids.ancient_due as string))).toBe('ok');
     // The old policy can be set again (the floor column appears), and the key of the gone task is free.
     await store.setRetentionPolicy(SCOPE, { retention_ms: 3 * 3_600_000 });
     expect(

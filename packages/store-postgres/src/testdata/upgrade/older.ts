@@ -5,8 +5,11 @@
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type postgres from 'postgres';
+import { lifecycleConfig } from '@ledgence/core';
+import postgres from 'postgres';
 import { MIGRATIONS_FOLDER, migrate } from '../../migrate.js';
+import { createPostgresTaskStore, type PostgresTaskStore } from '../../store.js';
+import { createTestDatabase, type TestDatabase } from '../../testing/index.js';
 
 /** A dump of this folder: each table's rows as the older store wrote them, and its store time. */
 export interface OlderDump {
@@ -46,4 +49,49 @@ export async function loadDump(sql: postgres.Sql, dump: OlderDump['dump']): Prom
       [JSON.stringify(rows)],
     );
   }
+}
+
+/** A database upgraded from an older release's rows, and the current store over it. */
+export interface Upgraded {
+  db: TestDatabase;
+  sql: postgres.Sql;
+  store: PostgresTaskStore;
+  /** The tags migrated at the older release, then those the upgrade applied. */
+  migrated: { before: string[]; upgrade: string[] };
+  close(): Promise<void>;
+}
+
+/**
+ * A fresh database migrated with the first `count` migrations, `older`'s rows loaded, then
+ * migrated to current; the current store reads it with its clock at the dump's store time
+ * (plus the time the test has run since).
+ */
+export async function upgradedFrom(
+  prefix: string,
+  count: number,
+  older: OlderDump,
+): Promise<Upgraded> {
+  const db = await createTestDatabase({ prefix });
+  const before = await migrateFirst(db.url, count);
+  const sql = postgres(db.url, { max: 1, onnotice: () => {} });
+  await loadDump(sql, older.dump);
+  const upgrade = (await migrate(db.url)).applied;
+  const offset = older.now - Date.now();
+  const store = createPostgresTaskStore({
+    url: db.url,
+    config: lifecycleConfig({}),
+    max: 4,
+    clockOffsetMs: () => offset,
+  });
+  return {
+    db,
+    sql,
+    store,
+    migrated: { before, upgrade },
+    async close() {
+      await store.close();
+      await sql.end();
+      await db.drop();
+    },
+  };
 }
