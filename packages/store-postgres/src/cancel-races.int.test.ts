@@ -1,5 +1,5 @@
 /**
- * Cancel racing each step of the lifecycle, repeated so both orders occur, with the
+ * Cancel racing each step of the lifecycle, repeated so that both orders can occur, with the
  * reply of every racer checked against the final state and history, and the key slot accounted
  * once (DESIGN §5 Cancel; contracts task.ts on concurrency limits).
  */
@@ -79,7 +79,6 @@ async function keyedTask(key: string, limit = 1, extra: Record<string, unknown> 
 
 describe('cancel vs dispatch renew', () => {
   it('the grant and the cancel are ordered: replies agree with history and dispatch_count', async () => {
-    const seen = new Set<string>();
     for (let i = 0; i < ROUNDS; i += 1) {
       const key = `ck-dr-${i}`;
       const { id, queue } = await keyedTask(key);
@@ -93,11 +92,9 @@ describe('cancel vs dispatch renew', () => {
       const granted = rs.indexOf('dispatch_authorized');
       const requested = rs.indexOf('cancel_requested');
       if (auth.dispatch_allowed) {
-        seen.add('grant-first');
         expect(granted).toBeGreaterThan(-1);
         expect(granted).toBeLessThan(requested);
       } else {
-        seen.add('cancel-first');
         expect(auth.cancel_requested).toBe(true);
         expect(granted).toBe(-1);
       }
@@ -118,7 +115,6 @@ describe('cancel vs dispatch renew', () => {
 describe('cancel vs settle', () => {
   for (const kind of ['success', 'retry', 'fail'] as const) {
     it(`${kind}: the settle reply, the cancel reply, the final state and history agree`, async () => {
-      const seen = new Set<string>();
       for (let i = 0; i < ROUNDS; i += 1) {
         const key = `ck-cs-${kind}-${i}`;
         const { id, queue } = await keyedTask(key, 1, { retry: { max_attempts: 3, delay_ms: 0 } });
@@ -135,12 +131,10 @@ describe('cancel vs settle', () => {
         const status = await h.store.status(SCOPE, id);
         const rs = await reasons(id);
         if (settled.task_state === 'cancelled') {
-          seen.add('cancel-first');
           expect(cancel).toBe('active');
           expect(status.state).toBe('cancelled');
           expect(rs.slice(-3)).toEqual(['cancel_requested', 'report_accepted', 'cancelled']);
         } else {
-          seen.add('settle-first');
           const expected = kind === 'success' ? 'succeeded' : kind === 'fail' ? 'failed' : 'queued';
           expect(settled.task_state).toBe(expected);
           // A retry re-queues: the cancel then cancels the queued task at once.
@@ -158,33 +152,27 @@ describe('cancel vs settle', () => {
 
 describe('cancel vs recovery vs a late settle', () => {
   it('a lapsed lease: cancel, recovery and the late settle race; cancelled once, never retried', async () => {
-    const seen = new Set<string>();
     for (let i = 0; i < ROUNDS; i += 1) {
       const key = `ck-cr-${i}`;
       const { id, queue } = await keyedTask(key, 1, { retry: { max_attempts: 3, delay_ms: 0 } });
       const a = (await claimOne(queue)) as Assignment;
       await h.store.renew(renewCommand(a.lease.owner, 1, 'dispatch'));
       h.advance(2_500); // past the 2 s lease
-      const [cancel, progress, late] = await Promise.all([
+      const [cancel, , late] = await Promise.all([
         code(h.store.cancel(SCOPE, id)),
         other.recoverExpiredLeases(100),
         code(other.settle(successCommand(a, `op-cr-${i}`))),
       ]);
       expect(late).toBe('ownership_lost');
+      // Whichever runs first, the cancel is answered with the task's state, never refused.
+      expect(['active', 'cancelled']).toContain(cancel);
       // Recovery skips a task row the cancel holds (SKIP LOCKED): the next pass finishes it.
-      const again = await h.store.recoverExpiredLeases(100);
-      if (progress.scanned === 0)
-        seen.add(
-          `skipped-then-${again.cancelled > 0 ? 'cancelled' : again.requeued > 0 ? 'requeued' : 'none'}`,
-        );
+      await h.store.recoverExpiredLeases(100);
       const status = await h.store.status(SCOPE, id);
       const rs = await reasons(id);
       // Recovery first re-queues it (attempts left), then the cancel cancels the queued task.
       // Cancel first: recovery cancels it. Either way: cancelled, and no claim after.
       expect(status.state).toBe('cancelled');
-      seen.add(
-        `${cancel}/${progress.cancelled > 0 ? 'rec-cancelled' : progress.requeued > 0 ? 'rec-requeued' : 'rec-none'}`,
-      );
       expect(rs.filter((r) => r === 'cancelled')).toHaveLength(1);
       expect(await keyActive(key)).toEqual({ active: 0, tasks: 0 });
       expect(await claimOne(queue)).toBeNull();
@@ -192,7 +180,6 @@ describe('cancel vs recovery vs a late settle', () => {
   });
 
   it('a retry re-queued at once races a cancel and a claim: the key never goes past 1, the count settles at the holders', async () => {
-    const seen = new Set<string>();
     for (let i = 0; i < ROUNDS; i += 1) {
       const key = `ck-rq-${i}`;
       const { id, queue } = await keyedTask(key, 1, { retry: { max_attempts: 3, delay_ms: 0 } });
@@ -212,14 +199,13 @@ describe('cancel vs recovery vs a late settle', () => {
         claimOne(queue, SCOPE, h.store),
       ]);
       const claimed = [c1, c2].filter((c) => c !== null) as Assignment[];
+      // The owner's settle is accepted before or after the cancel: a cancel never refuses it.
+      expect(typeof settled).not.toBe('string');
       expect(claimed.length).toBeLessThanOrEqual(1);
       const k = await keyActive(key);
       expect(k.active).toBe(k.tasks);
       expect(k.tasks).toBeLessThanOrEqual(1);
       const status = await h.store.status(SCOPE, id);
-      seen.add(
-        `${(settled as SettleReply).task_state ?? settled}/${cancel}/${status.state}/claimed:${claimed.map((c) => (c.lease.owner.task_id === id ? 'same' : 'other')).join(',')}`,
-      );
       if (claimed[0]?.lease.owner.task_id === id) {
         // Claimed again between the re-queue and the cancel: the cancel became a request.
         expect(cancel).toBe('active');
