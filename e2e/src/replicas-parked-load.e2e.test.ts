@@ -17,54 +17,22 @@ import {
   sleep,
   TENANT,
 } from './test/harness.js';
+import {
+  call,
+  HINTS_ONLY_ENV,
+  openSession,
+  pollBody,
+  submitTask,
+  taskBody,
+  WAIT_MS,
+} from './test/wire.js';
 
-const scope = { tenant_id: TENANT, namespace: NAMESPACE };
-const base = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
-const WAIT_MS = 20_000;
 const ENV = {
-  LEDGENCE_RESCAN_INTERVAL_MS: '600000',
-  LEDGENCE_LONG_POLL_WAIT_MS: String(WAIT_MS),
+  ...HINTS_ONLY_ENV,
   LEDGENCE_LEASE_DURATION_MS: '30000',
   LEDGENCE_RENEW_INTERVAL_MS: '10000',
   LEDGENCE_MAINTENANCE_INTERVAL_MS: '500',
 };
-
-async function call<T>(url: string, path: string, body?: unknown) {
-  const response = await fetch(`${url}${path}`, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  let parsed: unknown = text;
-  try {
-    parsed = JSON.parse(text);
-  } catch {}
-  return { status: response.status, body: parsed as T };
-}
-
-async function session(url: string, queue: string, concurrency: number) {
-  const { status, body } = await call<{ id: string }>(url, '/v1/worker/sessions', {
-    scope,
-    queue,
-    concurrency,
-  });
-  if (status !== 200 && status !== 201) throw new Error(`session: ${status}`);
-  return body.id;
-}
-
-function poll(sessionId: string, queue: string, consumer: number, sequence: number) {
-  return { scope, queue, worker_session_id: sessionId, consumer_id: consumer, sequence };
-}
-
-async function submit(url: string, key: string, queue: string): Promise<string> {
-  const { status, body } = await call<{ task_id: string }>(url, `${base}/tasks`, {
-    idempotency_key: key,
-    input: { ...scope, queue, program: { name: 'noop' }, data: { key } },
-  });
-  if (status !== 201) throw new Error(`submit ${key}: ${status} ${JSON.stringify(body)}`);
-  return body.task_id;
-}
 
 const stack = new Stack('replicas_parked_load');
 let a: ServerProcess;
@@ -82,7 +50,7 @@ afterAll(async () => {
 async function park200(queue: string, waitMs: number) {
   const polls: Promise<{ status: number; reply: AcquireReply; ms: number }>[] = [];
   for (const url of [a.url, a.url, b.url, b.url]) {
-    const sid = await session(url, queue, 50);
+    const sid = await openSession(url, queue, 50);
     for (let c = 0; c < 50; c += 1) {
       polls.push(
         (async () => {
@@ -90,7 +58,7 @@ async function park200(queue: string, waitMs: number) {
           const { status, body } = await call<AcquireReply>(
             url,
             `/v1/worker/acquire?wait_ms=${waitMs}`,
-            poll(sid, queue, c, 1),
+            pollBody(sid, queue, c, 1),
           );
           return { status, reply: body, ms: performance.now() - started };
         })(),
@@ -107,7 +75,9 @@ describe('200 parked polls over two replicas, a burst of separate submits', () =
     await sleep(1_000);
     const burstAt = performance.now();
     const ids = await Promise.all(
-      Array.from({ length: 200 }, (_, i) => submit(i % 2 ? a.url : b.url, `b200-${i}`, queue)),
+      Array.from({ length: 200 }, (_, i) =>
+        submitTask(i % 2 ? a.url : b.url, taskBody(`b200-${i}`, queue)),
+      ),
     );
     const replies = await Promise.all(polls);
     const answeredAfterBurst = performance.now() - burstAt;
@@ -134,7 +104,9 @@ describe('200 parked polls over two replicas, a burst of separate submits', () =
     const polls = await park200(queue, 8_000);
     await sleep(1_000);
     const ids = await Promise.all(
-      Array.from({ length: 150 }, (_, i) => submit(i % 2 ? a.url : b.url, `b150-${i}`, queue)),
+      Array.from({ length: 150 }, (_, i) =>
+        submitTask(i % 2 ? a.url : b.url, taskBody(`b150-${i}`, queue)),
+      ),
     );
     const replies = await Promise.all(polls);
     const assigned = replies.filter((r) => r.reply.disposition === 'assigned');
@@ -210,14 +182,14 @@ describe('a replica stopped with SIGTERM while polls are parked on it', () => {
   it('answers every parked poll (single and batch) with empty, promptly, and exits 0', async () => {
     const c = await stack.start(ENV);
     const queue = 'sigterm-parked';
-    const sid = await session(c.url, queue, 20);
+    const sid = await openSession(c.url, queue, 20);
     const singles = Array.from({ length: 10 }, (_, k) =>
       (async () => {
         const started = performance.now();
         const r = await call<AcquireReply>(
           c.url,
           `/v1/worker/acquire?wait_ms=${WAIT_MS}`,
-          poll(sid, queue, k, 1),
+          pollBody(sid, queue, k, 1),
         );
         return { ...r, ms: performance.now() - started };
       })(),
@@ -227,7 +199,7 @@ describe('a replica stopped with SIGTERM while polls are parked on it', () => {
       const r = await call<{ replies: AcquireReply[] }>(
         c.url,
         `/v1/worker/acquire:batch?wait_ms=${WAIT_MS}`,
-        { commands: Array.from({ length: 10 }, (_, k) => poll(sid, queue, 10 + k, 1)) },
+        { commands: Array.from({ length: 10 }, (_, k) => pollBody(sid, queue, 10 + k, 1)) },
       );
       return { ...r, ms: performance.now() - started };
     })();
@@ -247,9 +219,13 @@ describe('a replica stopped with SIGTERM while polls are parked on it', () => {
     expect(await exited).toBe(0);
     // The empties were recorded: the same sequence replayed on another replica is `empty`
     // again, the next one is a new poll there.
-    const replay = await call<AcquireReply>(b.url, '/v1/worker/acquire', poll(sid, queue, 0, 1));
+    const replay = await call<AcquireReply>(
+      b.url,
+      '/v1/worker/acquire',
+      pollBody(sid, queue, 0, 1),
+    );
     expect(replay.body.disposition).toBe('empty');
-    const next = await call<AcquireReply>(b.url, '/v1/worker/acquire', poll(sid, queue, 0, 2));
+    const next = await call<AcquireReply>(b.url, '/v1/worker/acquire', pollBody(sid, queue, 0, 2));
     expect(next.status).toBe(200);
   }, 120_000);
 });

@@ -10,32 +10,12 @@ import type {
 } from '@ledgence/contracts';
 import { createPostgresTaskStore } from '@ledgence/store-postgres';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { NAMESPACE, Stack, TENANT, until } from './test/harness.js';
-
-const scope = { tenant_id: TENANT, namespace: NAMESPACE };
-const base = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
-
-async function call<T>(url: string, path: string, body?: unknown) {
-  const response = await fetch(`${url}${path}`, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: response.status, body: (await response.json()) as T };
-}
+import { Stack, until } from './test/harness.js';
+import { call, metricSum, SCOPE, TASKS_BASE } from './test/wire.js';
 
 async function historyOf(url: string, taskId: string): Promise<RecordedHistoryEvent[]> {
-  const { body } = await call<RecordedHistoryEvent[]>(url, `${base}/tasks/${taskId}/history`);
+  const { body } = await call<RecordedHistoryEvent[]>(url, `${TASKS_BASE}/tasks/${taskId}/history`);
   return body;
-}
-
-async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    if (line.startsWith(name)) sum += Number(line.split(' ').at(-1));
-  }
-  return sum;
 }
 
 const stack = new Stack('replicas_recovery');
@@ -57,28 +37,30 @@ it('three replicas recovering at once record each expired lease once and count e
   const commands = Array.from({ length: total }, (_, i) => ({
     idempotency_key: `expire-${i}`,
     input: {
-      ...scope,
+      ...SCOPE,
       queue,
       program: { name: 'noop' },
       data: { i },
       retry: { max_attempts: 1, delay_ms: 0 },
     },
   }));
-  const submitted = await call<{ results: { task_id: string }[] }>(a.url, `${base}/tasks:batch`, {
-    commands,
-  });
+  const submitted = await call<{ results: { task_id: string }[] }>(
+    a.url,
+    `${TASKS_BASE}/tasks:batch`,
+    { commands },
+  );
   expect(submitted.status).toBe(200);
   const ids = submitted.body.results.map((r) => r.task_id);
 
   // Claim them all (half granted dispatch, so their attempt counts), then never renew.
   const dispatched = new Set<string>();
   const { body: session } = await call<{ id: string }>(a.url, '/v1/worker/sessions', {
-    scope,
+    scope: SCOPE,
     queue,
     concurrency: 1_000,
   });
   const slots = Array.from({ length: total }, (_, slot) => ({
-    scope,
+    scope: SCOPE,
     queue,
     worker_session_id: session.id,
     consumer_id: slot,
@@ -115,7 +97,7 @@ it('three replicas recovering at once record each expired lease once and count e
   await until(
     async () => {
       let expired = 0;
-      for (const s of servers) expired += await metric(s.url, 'ledgence_lease_expiries_total');
+      for (const s of servers) expired += await metricSum(s.url, 'ledgence_lease_expiries_total');
       return expired >= total;
     },
     60_000,
@@ -124,14 +106,14 @@ it('three replicas recovering at once record each expired lease once and count e
   // Give any double recovery time to show.
   await new Promise((r) => setTimeout(r, 1_000));
   let expired = 0;
-  for (const s of servers) expired += await metric(s.url, 'ledgence_lease_expiries_total');
+  for (const s of servers) expired += await metricSum(s.url, 'ledgence_lease_expiries_total');
   expect(expired).toBe(total);
 
   const wrong: string[] = [];
   for (const id of ids) {
     const events = await historyOf(a.url, id);
     const lost = events.filter((e) => e.event.reason === 'lease_expired').length;
-    const { body: status } = await call<TaskStatus>(a.url, `${base}/tasks/${id}`);
+    const { body: status } = await call<TaskStatus>(a.url, `${TASKS_BASE}/tasks/${id}`);
     const expected = dispatched.has(id)
       ? { state: 'failed', attempt_count: 1 }
       : { state: 'queued', attempt_count: 1 };
@@ -186,7 +168,7 @@ it('recovery on three replicas while workers claim and settle keyed tasks: no de
     const commands = Array.from({ length: total }, (_, i) => ({
       idempotency_key: `contend-${i}`,
       input: {
-        ...scope,
+        ...SCOPE,
         queue,
         program: { name: 'noop' },
         data: { i },
@@ -199,7 +181,7 @@ it('recovery on three replicas while workers claim and settle keyed tasks: no de
     for (let i = 0; i < total; i += 400) {
       const { body } = await call<{ results: { task_id: string }[] }>(
         a.url,
-        `${base}/tasks:batch`,
+        `${TASKS_BASE}/tasks:batch`,
         {
           commands: commands.slice(i, i + 400),
         },
@@ -213,7 +195,7 @@ it('recovery on three replicas while workers claim and settle keyed tasks: no de
       const openSession = async () =>
         (
           await call<{ id: string }>(url, '/v1/worker/sessions', {
-            scope,
+            scope: SCOPE,
             queue,
             concurrency: 1_000,
           })
@@ -230,7 +212,7 @@ it('recovery on three replicas while workers claim and settle keyed tasks: no de
           slot = 0;
         }
         const polls = Array.from({ length: 20 }, () => ({
-          scope,
+          scope: SCOPE,
           queue,
           worker_session_id: session.id,
           consumer_id: slot++,

@@ -9,99 +9,30 @@ import type { AcquireReply, Assignment } from '@ledgence/contracts';
 import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ServerProcess, startServerProcess } from './server-process.js';
-import { NAMESPACE, SHORT_TIMINGS, Stack, sleep, TENANT, until } from './test/harness.js';
+import { SHORT_TIMINGS, Stack, sleep, until } from './test/harness.js';
+import {
+  call,
+  claimNext,
+  HINTS_ONLY_ENV,
+  openSession,
+  parkedPoll,
+  pollBody,
+  settleBody,
+  submitTask,
+  TASKS_BASE,
+  taskBody,
+  WAIT_MS,
+} from './test/wire.js';
 
-const scope = { tenant_id: TENANT, namespace: NAMESPACE };
-const base = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
-const WAIT_MS = 20_000;
 /** "Promptly": far under the wait, a generous bound for a loaded 2-core machine. */
 const PROMPT_MS = 5_000;
-const ENV = {
-  LEDGENCE_RESCAN_INTERVAL_MS: '600000',
-  LEDGENCE_LONG_POLL_WAIT_MS: String(WAIT_MS),
-};
 
-async function call<T>(url: string, path: string, body?: unknown) {
-  const response = await fetch(`${url}${path}`, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
+/** Fails the attempt `assignment` holds with an application error (a retry, when one is left). */
+function failBody(assignment: Assignment) {
+  return settleBody(assignment, {
+    kind: 'application_error',
+    error: { code: 'boom', message: 'x' },
   });
-  const text = await response.text();
-  let parsed: unknown = text;
-  try {
-    parsed = JSON.parse(text);
-  } catch {}
-  return { status: response.status, body: parsed as T };
-}
-
-function task(key: string, queue: string, extra: Record<string, unknown> = {}) {
-  return {
-    idempotency_key: key,
-    input: { ...scope, queue, program: { name: 'noop' }, data: { key }, ...extra },
-  };
-}
-
-async function submit(url: string, body: unknown): Promise<string> {
-  const { status, body: snapshot } = await call<{ task_id: string }>(url, `${base}/tasks`, body);
-  expect(status).toBe(201);
-  return snapshot.task_id;
-}
-
-async function session(url: string, queue: string, concurrency = 1) {
-  const { status, body } = await call<{ id: string }>(url, '/v1/worker/sessions', {
-    scope,
-    queue,
-    concurrency,
-  });
-  if (status !== 200 && status !== 201) throw new Error(`session: ${status}`);
-  return body.id;
-}
-
-function poll(sessionId: string, queue: string, consumer: number, sequence: number) {
-  return { scope, queue, worker_session_id: sessionId, consumer_id: consumer, sequence };
-}
-
-async function parkedPoll(url: string, queue: string, sessionId?: string) {
-  const id = sessionId ?? (await session(url, queue));
-  const started = performance.now();
-  const reply = await call<AcquireReply>(
-    url,
-    `/v1/worker/acquire?wait_ms=${WAIT_MS}`,
-    poll(id, queue, 0, 1),
-  );
-  return { status: reply.status, reply: reply.body, ms: performance.now() - started };
-}
-
-async function claim(url: string, queue: string, dispatch = true): Promise<Assignment> {
-  const id = await session(url, queue);
-  const { body } = await call<AcquireReply>(url, '/v1/worker/acquire', poll(id, queue, 0, 1));
-  if (body.disposition !== 'assigned') throw new Error(`nothing to claim: ${JSON.stringify(body)}`);
-  if (dispatch) {
-    const renewed = await call<{ dispatch_allowed: boolean }>(url, '/v1/worker/renew', {
-      owner: body.assignment.lease.owner,
-      sequence: 1,
-      intent: 'dispatch',
-    });
-    expect(renewed.body.dispatch_allowed).toBe(true);
-  }
-  return body.assignment;
-}
-
-function failBody(a: Assignment) {
-  const owner = a.lease.owner;
-  return {
-    owner,
-    operation_id: `settle-${owner.attempt_id}`,
-    report: {
-      kind: 'completed',
-      report: {
-        context: { identity: { task_id: owner.task_id, attempt_id: owner.attempt_id } },
-        outcome: { kind: 'application_error', error: { code: 'boom', message: 'x' } },
-      },
-    },
-    quiescence: 'confirmed',
-  };
 }
 
 const stack = new Stack('replicas_wake_paths');
@@ -118,14 +49,14 @@ beforeAll(async () => {
     {
       DATABASE_URL: stack.databaseUrl,
       ...SHORT_TIMINGS,
-      ...ENV,
+      ...HINTS_ONLY_ENV,
       LEDGENCE_MAINTENANCE_INTERVAL_MS: '3600000',
       LEDGENCE_LOG_LEVEL: 'info',
     },
     { captureStdout: true },
   );
   stack.servers.push(a);
-  b = await stack.start(ENV);
+  b = await stack.start(HINTS_ONLY_ENV);
   admin = createPostgresTaskStore({ url: stack.databaseUrl, max: 1 });
   sql = admin.sql;
 }, 120_000);
@@ -155,10 +86,10 @@ async function listening(n: number): Promise<void> {
 describe('a poll parked on A is woken by changes made through B', () => {
   it('a delayed task submitted through B comes due (2 s delay) and reaches the poll on A', async () => {
     const queue = 'q1-delayed';
-    const parked = parkedPoll(a.url, queue);
+    const parked = parkedPoll(a.url, queue, WAIT_MS);
     await sleep(300);
     const t0 = performance.now();
-    await submit(b.url, task('delayed-1', queue, { delay_ms: 2_000 }));
+    await submitTask(b.url, taskBody('delayed-1', queue, { delay_ms: 2_000 }));
     const { reply, ms } = await parked;
     const sinceSubmit = performance.now() - t0;
     expect(reply.disposition).toBe('assigned');
@@ -169,12 +100,12 @@ describe('a poll parked on A is woken by changes made through B', () => {
 
   it('a retry with a 1.5 s backoff settled through B reaches the poll on A when due', async () => {
     const queue = 'q1-retry-delay';
-    await submit(
+    await submitTask(
       b.url,
-      task('retry-delay-1', queue, { retry: { max_attempts: 3, delay_ms: 1_500 } }),
+      taskBody('retry-delay-1', queue, { retry: { max_attempts: 3, delay_ms: 1_500 } }),
     );
-    const first = await claim(b.url, queue);
-    const parked = parkedPoll(a.url, queue);
+    const first = await claimNext(b.url, queue);
+    const parked = parkedPoll(a.url, queue, WAIT_MS);
     await sleep(300);
     const t0 = performance.now();
     const settled = await call<{ task_state: string }>(b.url, '/v1/worker/settle', failBody(first));
@@ -187,12 +118,12 @@ describe('a poll parked on A is woken by changes made through B', () => {
 
   it('a lease expiry recovered by B (A runs no recovery) re-queues onto the poll parked on A', async () => {
     const queue = 'q1-expiry-on-b';
-    const id = await submit(
+    const id = await submitTask(
       b.url,
-      task('expiry-b-1', queue, { retry: { max_attempts: 3, delay_ms: 0 } }),
+      taskBody('expiry-b-1', queue, { retry: { max_attempts: 3, delay_ms: 0 } }),
     );
-    await claim(b.url, queue, false); // never renewed: the 1 s lease expires
-    const { reply, ms } = await parkedPoll(a.url, queue);
+    await claimNext(b.url, queue, false); // never renewed: the 1 s lease expires
+    const { reply, ms } = await parkedPoll(a.url, queue, WAIT_MS);
     expect(reply.disposition).toBe('assigned');
     if (reply.disposition === 'assigned') expect(reply.assignment.lease.owner.task_id).toBe(id);
     expect(ms).toBeLessThan(PROMPT_MS);
@@ -200,18 +131,18 @@ describe('a poll parked on A is woken by changes made through B', () => {
 
   it('a batch poll on A over one session is woken by a batch submit through B', async () => {
     const queue = 'q1-batch';
-    const sid = await session(a.url, queue, 4);
+    const sid = await openSession(a.url, queue, 4);
     const started = performance.now();
     const parked = call<{ replies: AcquireReply[] }>(
       a.url,
       `/v1/worker/acquire:batch?wait_ms=${WAIT_MS}`,
       {
-        commands: [0, 1, 2, 3].map((c) => poll(sid, queue, c, 1)),
+        commands: [0, 1, 2, 3].map((c) => pollBody(sid, queue, c, 1)),
       },
     );
     await sleep(300);
-    const res = await call(b.url, `${base}/tasks:batch`, {
-      commands: [task('batch-a', queue), task('batch-b', queue)],
+    const res = await call(b.url, `${TASKS_BASE}/tasks:batch`, {
+      commands: [taskBody('batch-a', queue), taskBody('batch-b', queue)],
     });
     expect([200, 201, 207]).toContain(res.status);
     const { body } = await parked;
@@ -230,20 +161,20 @@ describe('a concurrency slot freed by recovery on B wakes a key-blocked poll on 
       const key = { concurrency_key: `k-${cancelFirst}`, concurrency_limit: 1 };
       const holderQueue = `q1b-holder-${cancelFirst}`;
       const waiterQueue = `q1b-waiter-${cancelFirst}`;
-      const holderId = await submit(
+      const holderId = await submitTask(
         b.url,
-        task(`holder-${cancelFirst}`, holderQueue, {
+        taskBody(`holder-${cancelFirst}`, holderQueue, {
           ...key,
           retry: { max_attempts: 3, delay_ms: 0 },
         }),
       );
-      await claim(b.url, holderQueue, cancelFirst); // never renewed after: the 1 s lease expires
-      const waiterId = await submit(b.url, task(`waiter-${cancelFirst}`, waiterQueue, key));
+      await claimNext(b.url, holderQueue, cancelFirst); // never renewed after: the 1 s lease expires
+      const waiterId = await submitTask(b.url, taskBody(`waiter-${cancelFirst}`, waiterQueue, key));
       if (cancelFirst) {
-        const c = await call(b.url, `${base}/tasks/${holderId}/cancel`, {});
+        const c = await call(b.url, `${TASKS_BASE}/tasks/${holderId}/cancel`, {});
         expect(c.status).toBe(200);
       }
-      const { reply, ms } = await parkedPoll(a.url, waiterQueue);
+      const { reply, ms } = await parkedPoll(a.url, waiterQueue, WAIT_MS);
       expect(reply.disposition).toBe('assigned');
       if (reply.disposition === 'assigned')
         expect(reply.assignment.lease.owner.task_id).toBe(waiterId);
@@ -257,12 +188,12 @@ describe("A's LISTEN connection killed", () => {
     await listening(2);
     for (let round = 0; round < 5; round += 1) {
       const queue = `q2-deaf-${round}`;
-      const parked = parkedPoll(a.url, queue);
+      const parked = parkedPoll(a.url, queue, WAIT_MS);
       await sleep(300);
       // Kill every wake connection (A's and B's): work then arrives while both are deaf.
       await sql`select pg_terminate_backend(pid) from pg_stat_activity
         where datname = current_database() and application_name = 'ledgence-wake'`;
-      await submit(b.url, task(`deaf-${round}`, queue));
+      await submitTask(b.url, taskBody(`deaf-${round}`, queue));
       const { reply, ms } = await parked;
       expect(reply.disposition, `round ${round}`).toBe('assigned');
       expect(ms, `round ${round}`).toBeLessThan(PROMPT_MS);
@@ -280,9 +211,9 @@ describe("A's LISTEN connection killed", () => {
     }
     await listening(2);
     const queue = 'q2-after-storm';
-    const parked = parkedPoll(a.url, queue);
+    const parked = parkedPoll(a.url, queue, WAIT_MS);
     await sleep(300);
-    await submit(b.url, task('after-storm', queue));
+    await submitTask(b.url, taskBody('after-storm', queue));
     const { reply, ms } = await parked;
     expect(reply.disposition).toBe('assigned');
     expect(ms).toBeLessThan(PROMPT_MS);

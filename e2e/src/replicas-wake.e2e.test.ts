@@ -3,100 +3,24 @@
  * Every wake below crosses processes: the change commits through replica A, the parked poll waits
  * on replica B, whose rescan is far beyond the wait — only B's LISTEN can answer it early.
  */
-import type { AcquireReply, Assignment } from '@ledgence/contracts';
+import type { AcquireReply } from '@ledgence/contracts';
 import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
-import { NAMESPACE, Stack, sleep, TENANT, until } from './test/harness.js';
-
-const scope = { tenant_id: TENANT, namespace: NAMESPACE };
-const base = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
-
-async function call<T>(url: string, path: string, body?: unknown) {
-  const response = await fetch(`${url}${path}`, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: response.status, body: (await response.json()) as T };
-}
-
-function task(key: string, queue: string, extra: Record<string, unknown> = {}) {
-  return {
-    idempotency_key: key,
-    input: { ...scope, queue, program: { name: 'noop' }, data: { key }, ...extra },
-  };
-}
-
-async function submit(url: string, body: unknown): Promise<string> {
-  const { status, body: snapshot } = await call<{ task_id: string }>(url, `${base}/tasks`, body);
-  expect(status).toBe(201);
-  return snapshot.task_id;
-}
-
-async function session(url: string, queue: string, concurrency = 1) {
-  const { body } = await call<{ id: string }>(url, '/v1/worker/sessions', {
-    scope,
-    queue,
-    concurrency,
-  });
-  return body.id;
-}
-
-function poll(sessionId: string, queue: string, consumer: number, sequence: number) {
-  return { scope, queue, worker_session_id: sessionId, consumer_id: consumer, sequence };
-}
-
-/** The long poll of these tests; the rescan is ten minutes. */
-const WAIT_MS = 20_000;
-const ENV = {
-  LEDGENCE_RESCAN_INTERVAL_MS: '600000',
-  LEDGENCE_LONG_POLL_WAIT_MS: String(WAIT_MS),
-};
-
-/** A parked single poll on `url`; resolves with the reply and how long it took. */
-async function parkedPoll(url: string, queue: string) {
-  const id = await session(url, queue);
-  const started = performance.now();
-  const reply = await call<AcquireReply>(
-    url,
-    `/v1/worker/acquire?wait_ms=${WAIT_MS}`,
-    poll(id, queue, 0, 1),
-  );
-  return { reply: reply.body, ms: performance.now() - started };
-}
-
-/** Claims the next task of `queue` on `url` (no wait) and, with `dispatch`, grants dispatch. */
-async function claim(url: string, queue: string, dispatch = true): Promise<Assignment> {
-  const id = await session(url, queue);
-  const { body } = await call<AcquireReply>(url, '/v1/worker/acquire', poll(id, queue, 0, 1));
-  if (body.disposition !== 'assigned') throw new Error(`nothing to claim: ${JSON.stringify(body)}`);
-  if (dispatch) {
-    const renewed = await call<{ dispatch_allowed: boolean }>(url, '/v1/worker/renew', {
-      owner: body.assignment.lease.owner,
-      sequence: 1,
-      intent: 'dispatch',
-    });
-    expect(renewed.body.dispatch_allowed).toBe(true);
-  }
-  return body.assignment;
-}
-
-function settleBody(a: Assignment, outcome: unknown) {
-  const owner = a.lease.owner;
-  return {
-    owner,
-    operation_id: `settle-${owner.attempt_id}`,
-    report: {
-      kind: 'completed',
-      report: {
-        context: { identity: { task_id: owner.task_id, attempt_id: owner.attempt_id } },
-        outcome,
-      },
-    },
-    quiescence: 'confirmed',
-  };
-}
+import { Stack, sleep, until } from './test/harness.js';
+import {
+  call,
+  claimNext,
+  HINTS_ONLY_ENV,
+  openSession,
+  parkedPoll,
+  pollBody,
+  settleBody,
+  submitTask,
+  TASKS_BASE,
+  taskBody,
+  WAIT_MS,
+} from './test/wire.js';
 
 const stack = new Stack('replicas_wake');
 let a: ServerProcess;
@@ -106,7 +30,7 @@ let sql: PostgresTaskStore['sql'];
 
 beforeAll(async () => {
   await stack.open();
-  [a, b] = await Promise.all([stack.start(ENV), stack.start(ENV)]);
+  [a, b] = await Promise.all([stack.start(HINTS_ONLY_ENV), stack.start(HINTS_ONLY_ENV)]);
   admin = createPostgresTaskStore({ url: stack.databaseUrl, max: 1 });
   sql = admin.sql;
 }, 120_000);
@@ -118,15 +42,15 @@ afterAll(async () => {
 describe('a parked poll on replica B is woken by a change committed through replica A', () => {
   it('a batch poll, by a submit', async () => {
     const queue = 'wake-batch';
-    const id = await session(b.url, queue, 2);
+    const id = await openSession(b.url, queue, 2);
     const started = performance.now();
     const parked = call<{ replies: AcquireReply[] }>(
       b.url,
       `/v1/worker/acquire:batch?wait_ms=${WAIT_MS}`,
-      { commands: [poll(id, queue, 0, 1), poll(id, queue, 1, 1)] },
+      { commands: [pollBody(id, queue, 0, 1), pollBody(id, queue, 1, 1)] },
     );
     await sleep(300);
-    await submit(a.url, task('batch-1', queue));
+    await submitTask(a.url, taskBody('batch-1', queue));
     const { body } = await parked;
     expect(body.replies.some((r) => r.disposition === 'assigned')).toBe(true);
     expect(performance.now() - started).toBeLessThan(WAIT_MS);
@@ -134,9 +58,12 @@ describe('a parked poll on replica B is woken by a change committed through repl
 
   it('a retry re-queue (settled failed through A)', async () => {
     const queue = 'wake-retry';
-    await submit(a.url, task('retry-1', queue, { retry: { max_attempts: 2, delay_ms: 0 } }));
-    const first = await claim(a.url, queue);
-    const parked = parkedPoll(b.url, queue);
+    await submitTask(
+      a.url,
+      taskBody('retry-1', queue, { retry: { max_attempts: 2, delay_ms: 0 } }),
+    );
+    const first = await claimNext(a.url, queue);
+    const parked = parkedPoll(b.url, queue, WAIT_MS);
     await sleep(300);
     const settled = await call<{ task_state: string }>(
       a.url,
@@ -152,14 +79,14 @@ describe('a parked poll on replica B is woken by a change committed through repl
   it('a concurrency slot freed by a settle through A', async () => {
     const queue = 'wake-slot';
     const key = { concurrency_key: 'slot', concurrency_limit: 1 };
-    await submit(a.url, task('slot-1', queue, key));
-    const holder = await claim(a.url, queue);
-    await submit(a.url, task('slot-2', queue, key));
-    const parked = parkedPoll(b.url, queue);
+    await submitTask(a.url, taskBody('slot-1', queue, key));
+    const holder = await claimNext(a.url, queue);
+    await submitTask(a.url, taskBody('slot-2', queue, key));
+    const parked = parkedPoll(b.url, queue, WAIT_MS);
     await sleep(300);
     const cancelled = await call<{ state: string }>(
       a.url,
-      `${base}/tasks/${holder.lease.owner.task_id}/cancel`,
+      `${TASKS_BASE}/tasks/${holder.lease.owner.task_id}/cancel`,
       {},
     );
     expect(cancelled.status).toBe(200);
@@ -171,9 +98,12 @@ describe('a parked poll on replica B is woken by a change committed through repl
 
   it('a lease expiry re-queue by recovery', async () => {
     const queue = 'wake-expiry';
-    await submit(a.url, task('expiry-1', queue, { retry: { max_attempts: 3, delay_ms: 0 } }));
-    await claim(a.url, queue, false);
-    const { reply, ms } = await parkedPoll(b.url, queue);
+    await submitTask(
+      a.url,
+      taskBody('expiry-1', queue, { retry: { max_attempts: 3, delay_ms: 0 } }),
+    );
+    await claimNext(a.url, queue, false);
+    const { reply, ms } = await parkedPoll(b.url, queue, WAIT_MS);
     expect(reply.disposition).toBe('assigned');
     expect(ms).toBeLessThan(WAIT_MS);
   }, 60_000);
@@ -184,24 +114,24 @@ describe('a result wait on replica B is woken by a terminal transition committed
     const started = performance.now();
     const { body } = await call<{ outcome: { state: string } }>(
       b.url,
-      `${base}/tasks/${taskId}/result?wait_ms=${WAIT_MS}`,
+      `${TASKS_BASE}/tasks/${taskId}/result?wait_ms=${WAIT_MS}`,
     );
     return { state: body.outcome.state, ms: performance.now() - started };
   }
 
   it('a cancel of a queued task', async () => {
-    const id = await submit(a.url, task('result-cancel', 'result-cancel'));
+    const id = await submitTask(a.url, taskBody('result-cancel', 'result-cancel'));
     const waiting = resultWait(id);
     await sleep(300);
-    await call(a.url, `${base}/tasks/${id}/cancel`, {});
+    await call(a.url, `${TASKS_BASE}/tasks/${id}/cancel`, {});
     const { state, ms } = await waiting;
     expect(state).toBe('cancelled');
     expect(ms).toBeLessThan(WAIT_MS);
   }, 60_000);
 
   it('a settle', async () => {
-    const id = await submit(a.url, task('result-settle', 'result-settle'));
-    const assignment = await claim(a.url, 'result-settle');
+    const id = await submitTask(a.url, taskBody('result-settle', 'result-settle'));
+    const assignment = await claimNext(a.url, 'result-settle');
     const waiting = resultWait(id);
     await sleep(300);
     await call(a.url, '/v1/worker/settle', settleBody(assignment, { kind: 'success', output: 1 }));
@@ -211,11 +141,11 @@ describe('a result wait on replica B is woken by a terminal transition committed
   }, 60_000);
 
   it('a lease expiry with no attempt left (recovery)', async () => {
-    const id = await submit(
+    const id = await submitTask(
       a.url,
-      task('result-expiry', 'result-expiry', { retry: { max_attempts: 1, delay_ms: 0 } }),
+      taskBody('result-expiry', 'result-expiry', { retry: { max_attempts: 1, delay_ms: 0 } }),
     );
-    await claim(a.url, 'result-expiry');
+    await claimNext(a.url, 'result-expiry');
     const { state, ms } = await resultWait(id);
     expect(state).toBe('failed');
     expect(ms).toBeLessThan(WAIT_MS);
@@ -249,9 +179,9 @@ describe("replica B's LISTEN connection cut", () => {
     ];
     for (const [i, [from, to]] of pairs.entries()) {
       const queue = `wake-after-cut-${i}`;
-      const parked = parkedPoll(to.url, queue);
+      const parked = parkedPoll(to.url, queue, WAIT_MS);
       await sleep(300);
-      await submit(from.url, task(`after-cut-${i}`, queue));
+      await submitTask(from.url, taskBody(`after-cut-${i}`, queue));
       const { reply, ms } = await parked;
       expect(reply.disposition).toBe('assigned');
       expect(ms).toBeLessThan(WAIT_MS);

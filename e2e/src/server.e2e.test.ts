@@ -8,30 +8,11 @@ import type {
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ServerProcess, startServerProcess } from './server-process.js';
-
-const scope = { tenant_id: 'acme', namespace: 'e2e' };
-const base = `/v1/tenants/${scope.tenant_id}/namespaces/${scope.namespace}`;
-
-async function call<T>(url: string, path: string, body?: unknown, signal?: AbortSignal) {
-  const response = await fetch(`${url}${path}`, {
-    method: body === undefined ? 'GET' : 'POST',
-    headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-    signal,
-  });
-  return { status: response.status, headers: response.headers, body: (await response.json()) as T };
-}
-
-function submitBody(key: string, queue: string) {
-  return {
-    idempotency_key: key,
-    input: { ...scope, queue, program: { name: 'noop' }, data: { key } },
-  };
-}
+import { call, SCOPE, settleBody, TASKS_BASE, taskBody } from './test/wire.js';
 
 async function openSession(url: string, queue: string, concurrency: number) {
   const { body } = await call<WorkerSession>(url, '/v1/worker/sessions', {
-    scope,
+    scope: SCOPE,
     queue,
     concurrency,
   });
@@ -40,7 +21,7 @@ async function openSession(url: string, queue: string, concurrency: number) {
 
 function poll(session: WorkerSession, consumer: number, sequence: number) {
   return {
-    scope,
+    scope: SCOPE,
     queue: session.queue,
     worker_session_id: session.id,
     consumer_id: consumer,
@@ -76,7 +57,7 @@ describe('the server over real sockets', () => {
       poll(session, 0, 1),
     );
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const submitted = await call(b.url, `${base}/tasks`, submitBody('wake-1', 'wake'));
+    const submitted = await call(b.url, `${TASKS_BASE}/tasks`, taskBody('wake-1', 'wake'));
     const acknowledged = performance.now();
     expect(submitted.status).toBe(201);
     const reply = await parked;
@@ -100,11 +81,11 @@ describe('the server over real sockets', () => {
     await expect(parked).rejects.toThrow();
     const { body: task } = await call<{ task_id: string }>(
       server.url,
-      `${base}/tasks`,
-      submitBody('disconnect-1', 'disconnect'),
+      `${TASKS_BASE}/tasks`,
+      taskBody('disconnect-1', 'disconnect'),
     );
     await new Promise((resolve) => setTimeout(resolve, 1_500));
-    const status = await call<TaskStatus>(server.url, `${base}/tasks/${task.task_id}`);
+    const status = await call<TaskStatus>(server.url, `${TASKS_BASE}/tasks/${task.task_id}`);
     expect(status.body.state).toBe('queued');
     // Sequence 1 was not consumed by the abandoned poll: it is still a new poll.
     const again = await call<AcquireReply>(server.url, '/v1/worker/acquire', poll(session, 0, 1));
@@ -135,9 +116,9 @@ describe('the server over real sockets', () => {
     const total = 2_000;
     for (let chunk = 0; chunk < total / 1_000; chunk++) {
       const commands = Array.from({ length: 1_000 }, (_, i) =>
-        submitBody(`bulk-${chunk * 1_000 + i}`, queue),
+        taskBody(`bulk-${chunk * 1_000 + i}`, queue),
       );
-      const { status } = await call(a.url, `${base}/tasks:batch`, { commands });
+      const { status } = await call(a.url, `${TASKS_BASE}/tasks:batch`, { commands });
       expect(status).toBe(200);
     }
     const executions = new Map<string, number>();
@@ -147,7 +128,7 @@ describe('the server over real sockets', () => {
     expect([...executions.values()].every((count) => count === 1)).toBe(true);
     const page = await call<{ tasks: TaskStatus[] }>(
       b.url,
-      `${base}/tasks?queue=${queue}&state=succeeded&limit=500`,
+      `${TASKS_BASE}/tasks?queue=${queue}&state=succeeded&limit=500`,
     );
     expect(page.body.tasks).toHaveLength(500);
   });
@@ -193,20 +174,9 @@ async function drain(
       if (renewals.body.results[i]?.dispatch_allowed !== true) {
         throw new Error(`dispatch refused: ${JSON.stringify(renewals.body.results[i])}`);
       }
-      const owner = assignment.lease.owner;
-      executions.set(owner.task_id, (executions.get(owner.task_id) ?? 0) + 1);
-      return {
-        owner,
-        operation_id: `settle-${owner.attempt_id}`,
-        report: {
-          kind: 'completed',
-          report: {
-            context: { identity: { task_id: owner.task_id, attempt_id: owner.attempt_id } },
-            outcome: { kind: 'success', output: null },
-          },
-        },
-        quiescence: 'confirmed',
-      };
+      const taskId = assignment.lease.owner.task_id;
+      executions.set(taskId, (executions.get(taskId) ?? 0) + 1);
+      return settleBody(assignment, { kind: 'success', output: null });
     });
     const settled = await call<{ results: (SettleReply | { code: string })[] }>(
       url,

@@ -10,6 +10,7 @@ import {
   attemptIds,
   client,
   historyOf,
+  holdDispatchAnswers,
   perAttempt,
   reasons,
   Stack,
@@ -73,20 +74,11 @@ describe('stop() and a dispatch answered after the grace', () => {
       data: null,
       retry: { max_attempts: 1, delay_ms: 0 },
     });
-    let dispatchSent = false;
-    let answerDispatch!: () => void;
-    const dispatchAnswered = new Promise<void>((resolve) => {
-      answerDispatch = resolve;
-    });
-    const proxy = await startHttpProxy(longLeases.url, {
-      hold({ path, body }) {
-        if (!path.startsWith('/v1/worker/renew') || !body.includes('"intent":"dispatch"')) {
-          return undefined;
-        }
-        dispatchSent = true;
-        return dispatchAnswered;
-      },
-    });
+    const {
+      proxy,
+      sent: dispatchSent,
+      release: answerDispatch,
+    } = await holdDispatchAnswers(longLeases.url);
     try {
       let started = false;
       const w = worker(proxy.url, queue, { abortGraceMs: 5_000 });
@@ -95,7 +87,7 @@ describe('stop() and a dispatch answered after the grace', () => {
         return 'ran';
       });
       const running = w.run();
-      await until(() => dispatchSent);
+      await until(dispatchSent);
       const stopping = w.stop({ graceMs: 0 });
       await until(() => log.some((l) => l.includes('shutdown grace period over')));
       answerDispatch();

@@ -20,6 +20,7 @@ import {
   client,
   type HttpProxy,
   historyOf,
+  holdDispatchAnswers,
   perAttempt,
   reasons,
   Stack,
@@ -192,23 +193,11 @@ describe('stop() and what it leaves running', () => {
     const c = client(server.url);
     const queue = 'dispatch-in-flight';
     const task = await c.submit({ queue, program: 'p', data: null });
-    let dispatchSent = false;
-    let answer!: () => void;
-    const answered = new Promise<void>((resolve) => {
-      answer = resolve;
-    });
-    const p = await proxy(server.url, {
-      hold({ path, body }) {
-        if (!path.startsWith('/v1/worker/renew') || !body.includes('"intent":"dispatch"')) {
-          return undefined;
-        }
-        dispatchSent = true;
-        return answered;
-      },
-    });
+    const held = await holdDispatchAnswers(server.url);
+    proxies.push(held.proxy);
     let runs = 0;
     let abortedAtStart: boolean | undefined;
-    const w = shortWorker(p.url, queue);
+    const w = shortWorker(held.proxy.url, queue);
     workers.push(w);
     w.register('p', (_data, ctx) => {
       runs += 1;
@@ -216,9 +205,9 @@ describe('stop() and what it leaves running', () => {
       return 'ran';
     });
     const running = w.run();
-    await until(() => dispatchSent, 30_000, 'the dispatch renewal in flight');
+    await until(held.sent, 30_000, 'the dispatch renewal in flight');
     const stopping = w.stop({ graceMs: 10_000 });
-    answer();
+    held.release();
     await stopping;
     await running;
     expect(runs).toBe(1);

@@ -19,6 +19,7 @@ import {
   attemptIds,
   client,
   historyOf,
+  holdDispatchAnswers,
   idsOf,
   NAMESPACE,
   perAttempt,
@@ -866,20 +867,11 @@ describe('Worker with long leases', () => {
     const c = client(longLeases.url);
     const queue = 'late-dispatch';
     const task = await c.submit({ queue, program: 'late', data: null });
-    let dispatchSent = false;
-    let answerDispatch!: () => void;
-    const dispatchAnswered = new Promise<void>((resolve) => {
-      answerDispatch = resolve;
-    });
-    const proxy = await startHttpProxy(longLeases.url, {
-      hold({ path, body }) {
-        if (!path.startsWith('/v1/worker/renew') || !body.includes('"intent":"dispatch"')) {
-          return undefined;
-        }
-        dispatchSent = true;
-        return dispatchAnswered;
-      },
-    });
+    const {
+      proxy,
+      sent: dispatchSent,
+      release: answerDispatch,
+    } = await holdDispatchAnswers(longLeases.url);
     try {
       let started = false;
       const w = worker(queue, { url: proxy.url, concurrency: 1, abortGraceMs: 5_000 });
@@ -888,7 +880,7 @@ describe('Worker with long leases', () => {
         return 'ran';
       });
       const running = w.run();
-      await until(() => dispatchSent);
+      await until(dispatchSent);
       const stopping = w.stop({ graceMs: 0 });
       // The answer comes once the drain has passed its grace and aborted what was running.
       await until(() => debugLog.some((l) => l.includes('shutdown grace period over')));

@@ -408,6 +408,38 @@ export async function startHttpProxy(
   };
 }
 
+/** A proxy that holds back the answers to dispatch renewals: see {@link holdDispatchAnswers}. */
+export interface HeldDispatch {
+  readonly proxy: HttpProxy;
+  /** Whether a dispatch renewal has gone through the proxy (its answer held). */
+  sent(): boolean;
+  /** Lets every held answer, and every later one, through. */
+  release(): void;
+}
+
+/**
+ * A proxy to `target` that forwards every request at once but holds back the answer to each
+ * dispatch renewal until `release()`: the dispatch is granted at the server and the worker learns
+ * it at a moment the test chooses (after a stop's grace period, say).
+ */
+export async function holdDispatchAnswers(target: string): Promise<HeldDispatch> {
+  let sent = false;
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const proxy = await startHttpProxy(target, {
+    hold({ path, body }) {
+      if (!path.startsWith('/v1/worker/renew') || !body.includes('"intent":"dispatch"')) {
+        return undefined;
+      }
+      sent = true;
+      return released;
+    },
+  });
+  return { proxy, sent: () => sent, release };
+}
+
 /**
  * POSTs `body` as JSON to `path` of `url` over a fresh `node:http` request (no SDK, no retries):
  * for tests that speak the wire protocol by hand. The reply's status and parsed JSON body.

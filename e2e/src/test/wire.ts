@@ -1,0 +1,156 @@
+/**
+ * The wire protocol spoken by hand, for end-to-end tests that need what the SDK hides: a poll
+ * parked on one replica while a submit goes through another, a claim left without its dispatch
+ * renewal, a settle sent by a test rather than a worker. Plain `fetch`, no retries, every reply
+ * returned as it came (status and body), so a test asserts on exactly what the server said.
+ */
+import type { AcquireReply, Assignment } from '@ledgence/contracts';
+import { NAMESPACE, TENANT } from './harness.js';
+
+/** The scope of every raw-wire test (the harness's tenant and namespace). */
+export const SCOPE = Object.freeze({ tenant_id: TENANT, namespace: NAMESPACE });
+
+/** The path of the scope's task routes: `${TASKS_BASE}/tasks`, `${TASKS_BASE}/tasks/{id}`... */
+export const TASKS_BASE = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
+
+/**
+ * The long poll of the replica tests: far beyond the time a wake takes, far below a test's timeout.
+ */
+export const WAIT_MS = 20_000;
+
+/**
+ * Server settings under which only a wake hint (LISTEN, or a due time learned from the store) can
+ * answer a parked poll before its `WAIT_MS` wait ends: the rescan is ten minutes.
+ */
+export const HINTS_ONLY_ENV: Readonly<Record<string, string>> = Object.freeze({
+  LEDGENCE_RESCAN_INTERVAL_MS: '600000',
+  LEDGENCE_LONG_POLL_WAIT_MS: String(WAIT_MS),
+});
+
+/** A reply as the server sent it. */
+export interface WireReply<T> {
+  readonly status: number;
+  readonly headers: Headers;
+  /** The parsed JSON body (problem documents included), or the text when it is not JSON. */
+  readonly body: T;
+}
+
+/** GET `path` of `url` without `body`, POST it as JSON with one. */
+export async function call<T>(
+  url: string,
+  path: string,
+  body?: unknown,
+  signal?: AbortSignal,
+): Promise<WireReply<T>> {
+  const response = await fetch(`${url}${path}`, {
+    method: body === undefined ? 'GET' : 'POST',
+    headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal,
+  });
+  const text = await response.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    // Not JSON (a proxy's or the runtime's own error page): the test sees the text.
+  }
+  return { status: response.status, headers: response.headers, body: parsed as T };
+}
+
+/** A submit command for a no-op task of `queue`; `extra` adds to (or overrides) its input. */
+export function taskBody(key: string, queue: string, extra: Record<string, unknown> = {}) {
+  return {
+    idempotency_key: key,
+    input: { ...SCOPE, queue, program: { name: 'noop' }, data: { key }, ...extra },
+  };
+}
+
+/** Submits `body` through `url` as a new task (a 201, else it throws); the task's id. */
+export async function submitTask(url: string, body: unknown): Promise<string> {
+  const { status, body: reply } = await call<{ task_id: string }>(url, `${TASKS_BASE}/tasks`, body);
+  if (status !== 201) throw new Error(`submit: ${status} ${JSON.stringify(reply)}`);
+  return reply.task_id;
+}
+
+/** Opens a worker session of `queue` on `url`; its id. */
+export async function openSession(url: string, queue: string, concurrency = 1): Promise<string> {
+  const { status, body } = await call<{ id: string }>(url, '/v1/worker/sessions', {
+    scope: SCOPE,
+    queue,
+    concurrency,
+  });
+  if (status !== 200 && status !== 201)
+    throw new Error(`session: ${status} ${JSON.stringify(body)}`);
+  return body.id;
+}
+
+/** An acquire command of one slot (`consumer`) of a session. */
+export function pollBody(sessionId: string, queue: string, consumer: number, sequence: number) {
+  return { scope: SCOPE, queue, worker_session_id: sessionId, consumer_id: consumer, sequence };
+}
+
+/**
+ * One poll that may park for up to `waitMs` (on a session of its own unless `sessionId` is
+ * given): the reply and how long it took to come.
+ */
+export async function parkedPoll(url: string, queue: string, waitMs: number, sessionId?: string) {
+  const id = sessionId ?? (await openSession(url, queue));
+  const started = performance.now();
+  const reply = await call<AcquireReply>(
+    url,
+    `/v1/worker/acquire?wait_ms=${waitMs}`,
+    pollBody(id, queue, 0, 1),
+  );
+  return { status: reply.status, reply: reply.body, ms: performance.now() - started };
+}
+
+/**
+ * Claims the next task of `queue` on `url` without waiting (it throws when there is none) and,
+ * with `dispatch`, takes its dispatch grant as a worker would before running user code.
+ */
+export async function claimNext(url: string, queue: string, dispatch = true): Promise<Assignment> {
+  const id = await openSession(url, queue);
+  const { body } = await call<AcquireReply>(url, '/v1/worker/acquire', pollBody(id, queue, 0, 1));
+  if (body.disposition !== 'assigned') throw new Error(`nothing to claim: ${JSON.stringify(body)}`);
+  if (dispatch) {
+    const renewed = await call<{ dispatch_allowed?: boolean }>(url, '/v1/worker/renew', {
+      owner: body.assignment.lease.owner,
+      sequence: 1,
+      intent: 'dispatch',
+    });
+    if (renewed.body.dispatch_allowed !== true) {
+      throw new Error(`dispatch refused: ${renewed.status} ${JSON.stringify(renewed.body)}`);
+    }
+  }
+  return body.assignment;
+}
+
+/** A settle command reporting `outcome` for the attempt `assignment` holds, quiescence confirmed. */
+export function settleBody(assignment: Assignment, outcome: unknown) {
+  const owner = assignment.lease.owner;
+  return {
+    owner,
+    operation_id: `settle-${owner.attempt_id}`,
+    report: {
+      kind: 'completed',
+      report: {
+        context: { identity: { task_id: owner.task_id, attempt_id: owner.attempt_id } },
+        outcome,
+      },
+    },
+    quiescence: 'confirmed',
+  };
+}
+
+/** The sum of every series of the metric `name` on `url`'s `/metrics` (all label sets). */
+export async function metricSum(url: string, name: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith(`${name} `) || line.startsWith(`${name}{`)) {
+      sum += Number(line.split(' ').at(-1));
+    }
+  }
+  return sum;
+}
