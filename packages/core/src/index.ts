@@ -164,7 +164,13 @@ export {
   type SettleSideResult,
   settleAttempt,
 } from './settle.js';
-export { minSubmitTimeoutMs, type SubmitIds, type SubmitResult, submitTask } from './submit.js';
+export {
+  MIN_DISPATCH_WINDOW_MS,
+  minSubmitTimeoutMs,
+  type SubmitIds,
+  type SubmitResult,
+  submitTask,
+} from './submit.js';
 export {
   assignmentAt,
   attemptSnapshot,

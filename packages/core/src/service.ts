@@ -334,8 +334,9 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
    * of the disconnect only while a claim for the poll runs (a client gone before its request was
    * looked at), so claims the reply cannot reach are given back, as a worker gives back an
    * assignment at shutdown: a settlement before any user code ran (never granted dispatch, the
-   * attempt does not count), re-queuing the task after its retry delay instead of leaving it
-   * leased to nobody until the lease expires. Best effort: should it fail, the lease still does.
+   * attempt does not count), re-queuing the task in its old place, due at once (handBackAttempt),
+   * instead of leaving it leased to nobody until the lease expires. Best effort: should it fail,
+   * the lease still does.
    *
    * Only an assignment nobody has renewed is given back. A replayed poll answers an assignment
    * an earlier request of the same sequence may have delivered: a late copy of an answered poll
@@ -424,9 +425,11 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     const outcomes = await watching(queueTopics(probes), async (watch) => {
       // DESIGN §6: the batch parks until a slot is assigned or the wait ends, and an item's
       // error does not fail its neighbours — a slot refused (consumer_busy, say) does not end
-      // the wait of the others; a batch with no slot left to fill answers at once.
+      // the wait of the others, nor does a replay answering its recorded `empty` (or
+      // `ownership_lost`) again; a batch with no slot left to fill answers at once.
       const waiting = (batch: ItemResult<AcquireOutcome>[]) =>
-        batch.some((o) => o.ok) && batch.every((o) => !o.ok || unrecordedEmpty(o.value));
+        batch.some((o) => o.ok && unrecordedEmpty(o.value)) &&
+        !batch.some((o) => o.ok && o.value.reply.disposition === 'assigned');
       let probed = await store.acquireBatch(probes, { recordEmpty: false });
       // The earliest due time of the batch's queues ends the park.
       while (waiting(probed) && (await park(watch, deadline, wait?.signal, dueDelayMs(probed)))) {

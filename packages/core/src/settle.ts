@@ -15,6 +15,7 @@ import { isRecordedCommand } from './digest.js';
 import { type HistoryEntry, recordHistory } from './history.js';
 import { leaseLive, ownershipLost, requireOwnedAttempt } from './lease.js';
 import type { AttemptRow, HistoryRow, SettlementDecision, TaskRow } from './rows.js';
+import { minSubmitTimeoutMs } from './submit.js';
 
 /** What a settle-side transition wrote (nothing when it replayed) and its reply. */
 export interface SettleSideResult<R> {
@@ -48,13 +49,14 @@ export function attemptsRemain(task: TaskRow): boolean {
 export type RetryConfig = Pick<LifecycleConfig, 'leaseSafetyMarginMs'>;
 
 /**
- * Whether an attempt of `task` can ever be granted dispatch: its whole execution budget must
- * exceed the lease safety margin (renew.ts). Submit refuses such budgets, but a task stored by an
- * earlier version, or before the operator raised LEDGENCE_LEASE_SAFETY_MARGIN_MS, has one; its
- * refused attempts do not count against max_attempts, so retrying it would re-queue it forever.
+ * Whether an attempt of `task` can be granted dispatch: its execution budget must leave the
+ * worker's dispatch renewal a window above the lease safety margin ({@link minSubmitTimeoutMs}).
+ * Submit refuses shorter budgets, but a task stored by an earlier version, or before the operator
+ * raised LEDGENCE_LEASE_SAFETY_MARGIN_MS, has one; its refused attempts do not count against
+ * max_attempts, so retrying it could re-queue it for ever: its failure is final instead.
  */
 export function dispatchPossible(task: TaskRow, config: RetryConfig): boolean {
-  return task.timeout_ms > config.leaseSafetyMarginMs;
+  return task.timeout_ms >= minSubmitTimeoutMs(config);
 }
 
 /** Whether a failed or lost attempt is retried: budget left, and a retry that could run. */
@@ -268,10 +270,12 @@ export function settleAttempt(
 /**
  * Gives back a claim whose poll reply could not be delivered (the service's hand-back, DESIGN §5
  * "a client disconnect ends the wait without consuming a task"): settles it as
- * {@link settleAttempt} does, unless its attempt has been renewed. A renewal means the reply did
- * reach a worker — the hand-back answers a late copy of a delivered poll — and, once dispatch is
- * granted, that worker runs the task: settling under it would count the attempt and refuse the
- * worker's own result. Checked here, under the task's lock, because the caller's reading of the
+ * {@link settleAttempt} does, except that a re-queued task takes back its place in the queue —
+ * its own due time, no retry delay: no worker saw the task, so nothing failed that a delay should
+ * space out, and the next poll may take it at once. Unless its attempt has been renewed: a
+ * renewal means the reply did reach a worker — the hand-back answers a late copy of a delivered
+ * poll — and, once dispatch is granted, that worker runs the task: settling under it would count
+ * the attempt and refuse the worker's own result. Checked here, under the task's lock, because the caller's reading of the
  * reply came from an earlier transaction, and a renewal may commit in between. Refused as
  * `409 conflict`, writing nothing.
  */
@@ -282,14 +286,24 @@ export function handBackAttempt(
   now: Timestamp,
   config: RetryConfig = DEFAULT_LIFECYCLE_CONFIG,
 ): SettleSideResult<SettleReply> {
-  const { attempt } = requireOwnedAttempt(loadedTask, loadedAttempt, command.owner);
+  const { task, attempt } = requireOwnedAttempt(loadedTask, loadedAttempt, command.owner);
   if (attempt.renew_sequence > 0) {
     throw new ContractError(
       'conflict',
       `attempt ${attempt.attempt_id} was renewed by its worker; it is not given back`,
     );
   }
-  return settleAttempt(loadedTask, loadedAttempt, command, now, config);
+  const settled = settleAttempt(loadedTask, loadedAttempt, command, now, config);
+  if (!settled.changed || settled.task.state !== 'queued') return settled;
+  // The claim left `available_at` as it was, so this is the place the task held before it.
+  return changedBy(
+    {
+      task: { ...settled.task, available_at: task.available_at },
+      attempt: settled.attempt,
+      history: settled.history,
+    },
+    settled.reply,
+  );
 }
 
 /**

@@ -28,14 +28,22 @@ export type SubmitResult =
   | { created: false; task: TaskRow; history: []; reply: TaskSnapshot };
 
 /**
- * The shortest `timeout_ms` a server with this configuration accepts: one more than its lease
- * safety margin, and never below the contract's MIN_TIMEOUT_MS. Dispatch is granted only while
- * more budget than the margin remains (DESIGN §5), and an attempt never granted dispatch does not
- * count against `max_attempts`: a task with a shorter budget could never run nor fail, and would
- * be re-queued forever (DESIGN §1 "bounded everything").
+ * The least time a new task's budget leaves above the lease safety margin for its worker's
+ * dispatch renewal, which reaches the store one HTTP round trip after the claim: ~2 ms on an idle
+ * server, 7–40 ms beside a full drain (bench/README.md, "What limits the remaining gap").
+ */
+export const MIN_DISPATCH_WINDOW_MS = 500;
+
+/**
+ * The shortest `timeout_ms` a server with this configuration accepts: its lease safety margin
+ * plus {@link MIN_DISPATCH_WINDOW_MS}, and never below the contract's MIN_TIMEOUT_MS. Dispatch is
+ * granted only while more budget than the margin remains (DESIGN §5), counted from the claim, and
+ * an attempt never granted dispatch does not count against `max_attempts`: a budget at or below
+ * the margin could never run nor fail, and one a few ms above it leaves the dispatch renewal no
+ * time to arrive — either would re-queue the task for ever (DESIGN §1 "bounded everything").
  */
 export function minSubmitTimeoutMs(config: Pick<LifecycleConfig, 'leaseSafetyMarginMs'>): number {
-  return Math.max(MIN_TIMEOUT_MS, config.leaseSafetyMarginMs + 1);
+  return Math.max(MIN_TIMEOUT_MS, config.leaseSafetyMarginMs + MIN_DISPATCH_WINDOW_MS);
 }
 
 /**
@@ -113,7 +121,7 @@ export function submitTask(
   return { created: true, task, history, reply: taskSnapshot(task) };
 }
 
-/** Refuses a new task's budget when dispatch could never be granted to it ({@link minSubmitTimeoutMs}). */
+/** Refuses a new task's budget when a worker could not be granted dispatch in it ({@link minSubmitTimeoutMs}). */
 function checkTimeout(
   timeoutMs: number,
   config: Pick<LifecycleConfig, 'leaseSafetyMarginMs'>,
@@ -122,9 +130,10 @@ function checkTimeout(
   if (timeoutMs >= minTimeoutMs) return;
   throw new ContractError(
     'invalid_input',
-    `timeout_ms must be greater than the server's lease safety margin ` +
-      `(${config.leaseSafetyMarginMs} ms): an attempt with less budget is never allowed to ` +
-      `start; use at least ${minTimeoutMs}`,
+    `timeout_ms must be at least ${MIN_DISPATCH_WINDOW_MS} ms more than the server's lease safety ` +
+      `margin (${config.leaseSafetyMarginMs} ms): dispatch is granted only while more than the ` +
+      `margin remains, so a shorter budget leaves a worker no time to start an attempt; use at ` +
+      `least ${minTimeoutMs}`,
     { reason: 'schema', path: '$.input.timeout_ms' },
   );
 }

@@ -238,7 +238,7 @@ describe('submitTask', () => {
     expect(() => submitTask(unloaded, command, T0, ids, config)).toThrow(/loaded without its data/);
   });
 
-  it('refuses a timeout_ms, explicit or default, not above the lease safety margin', () => {
+  it('refuses a timeout_ms, explicit or default, less than MIN_DISPATCH_WINDOW_MS above the lease safety margin', () => {
     const ids = { task_id: 'x', run_id: 'y' };
     const refusal = (command: SubmitCommand, margin: number) => {
       try {
@@ -249,19 +249,22 @@ describe('submitTask', () => {
       }
       return undefined;
     };
-    expect(refusal(submitCommand({ timeout_ms: 5_000 }), 5_000)).toEqual({
+    expect(refusal(submitCommand({ timeout_ms: 5_499 }), 5_000)).toEqual({
       code: 'invalid_input',
       message:
-        "timeout_ms must be greater than the server's lease safety margin (5000 ms): " +
-        'an attempt with less budget is never allowed to start; use at least 5001',
+        "timeout_ms must be at least 500 ms more than the server's lease safety margin " +
+        '(5000 ms): dispatch is granted only while more than the margin remains, so a shorter ' +
+        'budget leaves a worker no time to start an attempt; use at least 5500',
       retryable: false,
       reason: 'schema',
       path: '$.input.timeout_ms',
     });
-    expect(refusal(submitCommand({ timeout_ms: 5_001 }), 5_000)).toBeUndefined();
+    expect(refusal(submitCommand({ timeout_ms: 5_500 }), 5_000)).toBeUndefined();
     // The default budget (5 min) is held to the same bound.
-    expect(refusal(submitCommand(), 300_000)).toMatchObject({ path: '$.input.timeout_ms' });
-    expect(refusal(submitCommand(), 299_999)).toBeUndefined();
+    expect(refusal(submitCommand(), 299_501)).toMatchObject({ path: '$.input.timeout_ms' });
+    expect(refusal(submitCommand(), 299_500)).toBeUndefined();
+    // A short margin leaves the contract's least budget (MIN_TIMEOUT_MS) accepted.
+    expect(refusal(submitCommand({ timeout_ms: 1_000 }), 500)).toBeUndefined();
   });
 
   it('answers a replay of a task as before, whatever its timeout and the margin now', () => {

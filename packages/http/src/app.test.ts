@@ -94,16 +94,16 @@ describe('POST {scope}/tasks', () => {
     expect((await expectProblem(role, 'forbidden')).reason).toBe('role');
   });
 
-  it('refuses a timeout_ms not above the lease safety margin (400 at its path), creating nothing', async () => {
+  it('refuses a timeout_ms less than MIN_DISPATCH_WINDOW_MS above the lease safety margin (400 at its path), creating nothing', async () => {
     const h = createHarness();
     const short = await h.call(TASKS, {
       key: KEYS.client,
-      json: submitBody(ACME_PROD, 'short', { timeout_ms: 5_000 }),
+      json: submitBody(ACME_PROD, 'short', { timeout_ms: 5_499 }),
     });
     expect(await expectProblem(short, 'invalid_input')).toMatchObject({
       status: 400,
       path: '$.input.timeout_ms',
-      detail: expect.stringContaining('use at least 5001'),
+      detail: expect.stringContaining('use at least 5500'),
     });
     expect((await h.service.listTasks(ACME_PROD, { filters: {} })).tasks).toEqual([]);
     // In a batch, the item's problem names its place in the body; the others are created.
@@ -111,7 +111,7 @@ describe('POST {scope}/tasks', () => {
       key: KEYS.client,
       json: {
         commands: [
-          submitBody(ACME_PROD, 'b-1', { timeout_ms: 5_001 }),
+          submitBody(ACME_PROD, 'b-1', { timeout_ms: 5_500 }),
           submitBody(ACME_PROD, 'short', { timeout_ms: 1_000 }),
         ],
       },
@@ -126,7 +126,7 @@ describe('POST {scope}/tasks', () => {
     // The key was never taken: with a budget the server accepts, it creates the task.
     const fixed = await h.call(TASKS, {
       key: KEYS.client,
-      json: submitBody(ACME_PROD, 'short', { timeout_ms: 5_001 }),
+      json: submitBody(ACME_PROD, 'short', { timeout_ms: 5_500 }),
     });
     expect((await expectJson<TaskSnapshot>(fixed, 201)).idempotency_key).toBe('short');
   });

@@ -41,6 +41,7 @@ import {
   type TaskSnapshot,
   TRACESTATE_MAX_BYTES,
 } from '@ledgence/contracts';
+import { MIN_DISPATCH_WINDOW_MS } from '@ledgence/core';
 import { describe, expect, it } from 'vitest';
 import { expectJson, expectProblem, refusedUnchanged } from './testdata/expect.js';
 import {
@@ -504,12 +505,13 @@ describe('scheduling ranges (DESIGN §4, §4.1)', () => {
     await submitEdge({ timeout_ms: MAX_TIMEOUT_MS }, { timeout_ms: MAX_TIMEOUT_MS + 1 });
   });
 
-  it('timeout_ms: the server minimum is one more than the lease safety margin', async () => {
+  it('timeout_ms: the server minimum is the lease safety margin plus MIN_DISPATCH_WINDOW_MS', async () => {
     // DESIGN §4.1 names 1 000..86 400 000; with the default 5 000 ms margin the server's real
-    // lower edge is 5 001 (core/src/submit.ts minSubmitTimeoutMs).
+    // lower edge is 5 500, a window for the dispatch renewal (core/src/submit.ts
+    // minSubmitTimeoutMs).
     await submitEdge(
-      { timeout_ms: LEASE_SAFETY_MARGIN_MS + 1 },
-      { timeout_ms: LEASE_SAFETY_MARGIN_MS },
+      { timeout_ms: LEASE_SAFETY_MARGIN_MS + MIN_DISPATCH_WINDOW_MS },
+      { timeout_ms: LEASE_SAFETY_MARGIN_MS + MIN_DISPATCH_WINDOW_MS - 1 },
     );
   });
 

@@ -65,6 +65,7 @@ import {
   TraceContextSchema,
   WorkerSessionSchema,
 } from '@ledgence/contracts';
+import { MIN_DISPATCH_WINDOW_MS } from '@ledgence/core';
 import { type ConversionConfig, toJsonSchemaDefs } from '@valibot/to-json-schema';
 import type { Env, Hono, MiddlewareHandler } from 'hono';
 import { type DescribeRouteOptions, describeRoute, generateSpecs } from 'hono-openapi';
@@ -276,10 +277,11 @@ const ROUTES = {
       `Data over ${SUBMISSION_DATA_MAX_BYTES} bytes, or labels, queue and program that could ` +
       `make the task's status (at its largest) encode to more than ${TASK_STATUS_MAX_BYTES} ` +
       "bytes, is 413 (`reason` `too_large` or `status_too_large`). A new task's `timeout_ms` " +
-      `(given, or the ${DEFAULT_TIMEOUT_MS} default) must also be greater than the server's ` +
-      `lease safety margin (\`LEDGENCE_LEASE_SAFETY_MARGIN_MS\`, ${LEASE_SAFETY_MARGIN_MS} by ` +
-      'default), or it is 400 `invalid_input` at `$.input.timeout_ms`: dispatch is granted only ' +
-      'while more budget than the margin remains, so a shorter budget could never start.',
+      `(given, or the ${DEFAULT_TIMEOUT_MS} default) must also exceed the server's lease safety ` +
+      `margin (\`LEDGENCE_LEASE_SAFETY_MARGIN_MS\`, ${LEASE_SAFETY_MARGIN_MS} by default) by ` +
+      `${MIN_DISPATCH_WINDOW_MS} ms at least, or it is 400 \`invalid_input\` at ` +
+      '`$.input.timeout_ms`: dispatch is granted only while more budget than the margin remains, ' +
+      "so a shorter budget leaves a worker's dispatch request no time to arrive.",
     tags: ['tasks'],
     access: 'client',
     body: { schema: { oneOf: [ref('SubmitCommand'), ref('SubmitRequestBody')] }, required: true },

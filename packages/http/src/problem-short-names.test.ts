@@ -22,7 +22,7 @@ describe('problem details of a submit with short names', () => {
     // input, so neither is scrubbed.
     expect(await expectProblem(res, 'invalid_input')).toMatchObject({
       path: '$.input.timeout_ms',
-      detail: expect.stringContaining('use at least 5001'),
+      detail: expect.stringContaining('use at least 5500'),
     });
   });
 });

@@ -82,13 +82,14 @@ describe('execution budget at submit (DESIGN §5 dispatch margin)', () => {
   });
 
   // Dispatch is never granted with no more budget than the margin left, and an attempt never
-  // granted dispatch does not count against max_attempts: such a task would be re-queued by
-  // lease recovery forever. It is refused at submit instead.
-  it('refuses a timeout_ms not above the margin, alone or in a batch, and takes no key', async () => {
+  // granted dispatch does not count against max_attempts: a task whose budget leaves the
+  // dispatch renewal less than MIN_DISPATCH_WINDOW_MS above the margin would be re-queued by
+  // lease recovery for ever. It is refused at submit instead.
+  it('refuses a timeout_ms less than MIN_DISPATCH_WINDOW_MS above the margin, alone or in a batch, and takes no key', async () => {
     const refusal = {
       code: 'invalid_input',
       path: '$.input.timeout_ms',
-      message: expect.stringContaining('use at least 5001'),
+      message: expect.stringContaining('use at least 5500'),
     };
     const short = submitCommand('short-timeout', {
       timeout_ms: 3_000, // within the contract's 1 000..86 400 000
@@ -98,8 +99,8 @@ describe('execution budget at submit (DESIGN §5 dispatch margin)', () => {
     expect(error).toBeInstanceOf(ContractError);
     expect(error).toMatchObject(refusal);
     const [ok, refused] = await store.submitBatch([
-      submitCommand('at-the-bound', { timeout_ms: 5_001 }),
-      submitCommand('at-the-margin', { timeout_ms: 5_000 }),
+      submitCommand('at-the-bound', { timeout_ms: 5_500 }),
+      submitCommand('one-below-the-bound', { timeout_ms: 5_499 }),
     ]);
     if (!ok?.ok) throw new Error('expected the task at the bound to be created');
     expect(refused).toMatchObject({ ok: false, error: refusal });

@@ -496,13 +496,13 @@ export function runTaskStoreConformance(
         expect(await w.reasons(first.snapshot.task_id)).toEqual(['submitted']);
       });
 
-      it('refuses a timeout_ms not above the lease safety margin, alone or in a batch, creating nothing', async () => {
+      it('refuses a timeout_ms less than MIN_DISPATCH_WINDOW_MS above the lease safety margin, alone or in a batch, creating nothing', async () => {
         const w = setup();
-        // One millisecond above the margin: the shortest budget dispatch may still be granted to
-        // (DESIGN §5).
+        // The margin plus a window for the dispatch renewal: the shortest budget a worker can be
+        // granted dispatch in (DESIGN §5).
         const shortest = minSubmitTimeoutMs(w.config);
         expect((await w.submit({ timeout_ms: shortest })).state).toBe('queued');
-        // A margin below the contract's minimum leaves no valid timeout to refuse.
+        // A short margin leaves no valid timeout below the contract's minimum to refuse.
         if (shortest === MIN_TIMEOUT_MS) return;
         const short = submitCommand(w.scope, { timeout_ms: shortest - 1 });
         const refusal = {
