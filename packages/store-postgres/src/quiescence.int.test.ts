@@ -7,8 +7,8 @@
  * recovery has run yet.
  */
 import type { Assignment, LeaseOwner } from '@ledgence/contracts';
-import type { PostgresTaskStore } from '@ledgence/store-postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { PostgresTaskStore } from './store.js';
 import {
   acquireCommand,
   CONFIG,
