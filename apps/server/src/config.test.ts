@@ -144,6 +144,14 @@ describe('loadConfig', () => {
     }
   });
 
+  it('bounds the lease safety margin so that the default timeout_ms (5 min) is still accepted', () => {
+    const margin = (value: string) => ({ LEDGENCE_LEASE_SAFETY_MARGIN_MS: value });
+    expect(loadConfig(margin('299500'), noFiles).leaseSafetyMarginMs).toBe(299_500);
+    expect(problemsOf(margin('299501'))).toEqual([
+      'LEDGENCE_LEASE_SAFETY_MARGIN_MS must be a whole number from 0 to 299500 (got "299501")',
+    ]);
+  });
+
   it('bounds the callback retry base and the retention policy at their edges', () => {
     const base = (value: number) => ({ LEDGENCE_COMPLETION_RETRY_BASE_MS: String(value) });
     expect(loadConfig(base(1), noFiles).completionRetryBaseMs).toBe(1);

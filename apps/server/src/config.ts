@@ -9,6 +9,7 @@ import {
   COMPLETION_LEASE_MS,
   COMPLETION_MAX_RETRY_DELAY_MS,
   COMPLETION_RETRY_BASE_MS,
+  DEFAULT_TIMEOUT_MS,
   LEASE_DURATION_MS,
   LEASE_SAFETY_MARGIN_MS,
   LONG_POLL_WAIT_MS,
@@ -18,7 +19,12 @@ import {
   SESSION_VALIDITY_MS,
   TERMINAL_RETENTION_MS,
 } from '@ledgence/contracts';
-import { type FailpointSetting, FailpointSpecError, parseFailpoints } from '@ledgence/core';
+import {
+  type FailpointSetting,
+  FailpointSpecError,
+  MIN_DISPATCH_WINDOW_MS,
+  parseFailpoints,
+} from '@ledgence/core';
 import { type ApiKeyConfig, apiKeyProblems, isLoopbackHost } from '@ledgence/http';
 
 // The one loopback rule (development mode's), shared with the HTTP app's Host check.
@@ -276,11 +282,13 @@ export function loadConfig(
     leaseDurationMs,
     renewIntervalMs,
     cleanupGraceMs: integer('LEDGENCE_CLEANUP_GRACE_MS', CLEANUP_GRACE_MS, 0, hour),
+    // A larger margin would refuse every submit that leaves timeout_ms to its default (a
+    // budget must exceed the margin by MIN_DISPATCH_WINDOW_MS).
     leaseSafetyMarginMs: integer(
       'LEDGENCE_LEASE_SAFETY_MARGIN_MS',
       LEASE_SAFETY_MARGIN_MS,
       0,
-      hour,
+      DEFAULT_TIMEOUT_MS - MIN_DISPATCH_WINDOW_MS,
     ),
     sessionValidityMs: integer(
       'LEDGENCE_SESSION_VALIDITY_MS',

@@ -197,10 +197,17 @@ export class Client {
   /**
    * Submits one task; returns its snapshot (the existing task when the
    * idempotency key was used before with the same command). The command is
-   * validated locally first, with the server's rules.
+   * validated locally first, with the server's rules: a command they refuse rejects with the
+   * {@link ProblemError} the server would answer, as the server's own refusals and
+   * {@link Client.submitBatch}'s slots do, and is not sent.
    */
   async submit(input: SubmitInput, options: SubmitOptions = {}): Promise<TaskSnapshot> {
-    const command = this.#submitCommand(input, options.idempotencyKey, options.originTrace);
+    let command: SubmitCommand;
+    try {
+      command = this.#submitCommand(input, options.idempotencyKey, options.originTrace);
+    } catch (error) {
+      throw error instanceof ContractError ? localProblem(error) : error;
+    }
     return this.#call({
       method: 'POST',
       path: `${this.#scopePath}/tasks`,
