@@ -31,6 +31,7 @@ import {
 import { CountingClient, type Postgres, startPostgres } from './db.js';
 import { once, type SignalStop, stopOnSignals } from './interrupt.js';
 import { HEARTBEATS, METRICS, PICKUP, PICKUP_LOADED, resultsJson, STRICT } from './metrics.js';
+import { systemOrder } from './order.js';
 import { type ServerProcess, serverEntry, startServer } from './server.js';
 import { Starts } from './starts.js';
 import {
@@ -443,14 +444,14 @@ async function drain(
   await workers.stop();
   const cpuAfter = await closeCpuWindow(cpuSources);
   const completedAfterStop = count - (await probe.scalar(system.unfinishedSql, [queue]));
-  // Read before any discard below: pg_stat_statements counts at once, and the discard is not
-  // the drain's work.
   const statementsAfter = await postgres.statements(system.database);
   await probe.end();
-  if (capped) await system.discard(queue);
   await system.flushStats();
   const after = await postgres.counters(system.database);
   const requestsAfter = await system.serverRequests?.();
+  // A capped drain's leftovers are removed only now: the discard is not the drain's work, and
+  // its statements, commits, WAL and transactions would land in the drain's readings.
+  if (capped) await system.discard(queue);
   const commits = after.xactCommit - before.xactCommit - probe.statements;
   const wal = await postgres.walBytes(before, after);
   const seconds = ((end ?? performance.now()) - (starts.first ?? end ?? 0)) / 1000;
@@ -868,8 +869,8 @@ async function main(): Promise<void> {
     }
 
     for (let rep = 1; rep <= options.reps; rep += 1) {
-      // Each repetition starts with another system, so no system always goes first.
-      const order = systems.map((_, k) => systems[(k + rep - 1) % systems.length] as BenchSystem);
+      // Each repetition starts with another system, and no system always follows the same one.
+      const order = systemOrder(systems, rep);
       const each = async (
         name: ShapeName,
         title: string,

@@ -7,6 +7,7 @@ import {
   runMigrations,
   type WorkerUtils,
 } from 'graphile-worker';
+import pg from 'pg';
 import type { BenchData, BenchSystem, RunningWorkers, WorkerMode } from './system.js';
 
 /**
@@ -28,18 +29,47 @@ const logger = new Logger(() => (level, message) => {
   if (level === 'error') console.error(`[graphile-worker] ${message}`);
 });
 
+/** The `application_name` of the producer's connections. */
+const PRODUCER = 'bench-graphile-producer';
+
 /** graphile-worker on `url`'s database, its schema installed up front. */
 export async function graphileSystem(url: string, database: string): Promise<BenchSystem> {
   await runMigrations({ connectionString: url, logger });
-  let producer: Promise<WorkerUtils> | undefined;
+  // The producer's pool is ours: WorkerUtils.release() ends a pool it made without awaiting it
+  // (graphile-worker 0.17.3 makeNewPool), so its backends — and the commits they have not yet
+  // reported to pg_stat_database — could outlive flushStats() and land in the next window;
+  // and its closed backends are waited out: a backend reports its last commits as it exits.
+  let producer: { pool: pg.Pool; utils: Promise<WorkerUtils> } | undefined;
   const getProducer = (): Promise<WorkerUtils> => {
-    producer ??= makeWorkerUtils({ connectionString: url, logger });
-    return producer;
+    if (producer === undefined) {
+      const pool = new pg.Pool({ connectionString: url, application_name: PRODUCER });
+      producer = { pool, utils: makeWorkerUtils({ pgPool: pool, logger }) };
+    }
+    return producer.utils;
   };
   const closeProducer = async (): Promise<void> => {
     const open = producer;
     producer = undefined;
-    if (open !== undefined) await (await open).release();
+    if (open === undefined) return;
+    await (await open.utils).release();
+    await open.pool.end();
+    // Watched from another database, so that the watcher's own commits stay out of this one's.
+    const admin = new URL(url);
+    admin.pathname = '/postgres';
+    const watcher = new pg.Client({ connectionString: admin.toString() });
+    await watcher.connect();
+    try {
+      for (;;) {
+        const { rows } = await watcher.query<{ n: number }>(
+          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1',
+          [PRODUCER],
+        );
+        if ((rows[0]?.n ?? 0) === 0) break;
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    } finally {
+      await watcher.end();
+    }
   };
   return {
     name: 'graphile-worker',

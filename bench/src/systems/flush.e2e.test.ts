@@ -1,0 +1,114 @@
+/**
+ * `BenchSystem.flushStats` promises that "every commit so far is counted in
+ * `pg_stat_database`" when it returns; the drain reads its `xact_commit` window right after it
+ * (run.ts: `await system.flushStats(); … const before = await postgres.counters(…)`). For
+ * graphile-worker it is `WorkerUtils.release()`, whose pool releaser calls `pgPool.end()` without
+ * awaiting it (graphile-worker 0.17.3 dist/lib.js `makeNewPool`): the producer's backends may
+ * still be alive, their last second of commits unpublished, when the reading is taken.
+ * Real PostgreSQL (the e2e project's server), real graphile-worker.
+ */
+import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
+import pg from 'pg';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { graphileSystem } from './graphile.js';
+import type { BenchSystem } from './system.js';
+
+let db: TestDatabase;
+let admin: pg.Client;
+let system: BenchSystem;
+
+const commits = async (): Promise<number> => {
+  const reply = await admin.query<{ n: string }>(
+    'SELECT xact_commit::text AS n FROM pg_stat_database WHERE datname = $1',
+    [db.name],
+  );
+  return Number(reply.rows[0]?.n);
+};
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+beforeAll(async () => {
+  db = await createTestDatabase({ prefix: 'flush' });
+  const adminUrl = new URL(db.url);
+  adminUrl.pathname = '/postgres';
+  admin = new pg.Client({ connectionString: adminUrl.toString() });
+  await admin.connect();
+  system = await graphileSystem(db.url, db.name);
+  // Let the migration's connections go and their statistics settle.
+  await sleep(12_000);
+}, 60_000);
+
+afterAll(async () => {
+  await system?.close().catch(() => {});
+  await admin?.end();
+  await db?.drop();
+});
+
+it('graphile-worker: after flushStats() every commit so far is already counted in pg_stat_database', async () => {
+  const rounds: { atReturn: number; settled: number }[] = [];
+  for (let round = 0; round < 5; round += 1) {
+    // A burst of single-job commits, under a second, on the producer's connections: their
+    // counts are still pending in the backends (published at most once a second while busy).
+    await Promise.all(
+      Array.from({ length: 8 }, async (_, lane) => {
+        for (let i = 0; i < 25; i += 1)
+          await system.submitOne(`flush_${round}`, { i: lane * 100 + i });
+      }),
+    );
+    await system.flushStats();
+    const atReturn = await commits();
+    // Nothing of this database's is connected any more: whatever arrives now was pending.
+    await sleep(1_500);
+    rounds.push({ atReturn, settled: await commits() });
+  }
+  for (const { atReturn, settled } of rounds) {
+    expect(atReturn, JSON.stringify(rounds)).toBe(settled);
+  }
+}, 60_000);
+
+it('graphile-worker: a drain’s closing commit reading, taken the way run.ts takes it after workers.stop(), counts every commit of the workers', async () => {
+  const { closeCpuWindow, machineCpu, treeCpuMs } = await import('../cpu.js');
+  const { CountingClient } = await import('../db.js');
+  const { performance } = await import('node:perf_hooks');
+  const rounds: { atReading: number; settled: number; missed: number }[] = [];
+  for (let round = 0; round < 4; round += 1) {
+    const queue = `drain_${round}`;
+    const count = 1_000;
+    for (let from = 0; from < count; from += 500) {
+      await system.submitMany(
+        queue,
+        Array.from({ length: 500 }, (_, k) => ({ i: from + k })),
+      );
+    }
+    await system.flushStats();
+    await sleep(1_500);
+    const probe = new CountingClient(db.url);
+    await probe.connect();
+    let started = 0;
+    const workers = await system.startWorkers(queue, 'strict', () => {
+      started += 1;
+    });
+    while (started < count || (await probe.scalar(system.unfinishedSql, [queue])) > 0) {
+      await sleep(5);
+    }
+    // run.ts drain(), from here: stop, close the CPU window (a walk of /proc), count the
+    // unfinished tasks, read the statements, end the probe, flushStats, read the counters.
+    await workers.stop();
+    await closeCpuWindow({
+      server: async () => Number.NaN,
+      postgres: () => treeCpuMs(process.pid),
+      bench: () => process.cpuUsage(),
+      machine: machineCpu,
+      now: () => performance.now(),
+    });
+    await probe.scalar(system.unfinishedSql, [queue]);
+    await admin.query('SELECT 1');
+    await probe.end();
+    await system.flushStats();
+    const atReading = await commits();
+    await sleep(1_500);
+    const settled = await commits();
+    rounds.push({ atReading, settled, missed: settled - atReading });
+  }
+  for (const { missed } of rounds) expect(missed, JSON.stringify(rounds)).toBe(0);
+}, 120_000);
