@@ -112,7 +112,7 @@ export interface ServerMetrics {
   readonly registry: Registry;
   /** The `Content-Type` of {@link render}'s text (Prometheus text format 0.0.4). */
   readonly contentType: string;
-  /** Renders every metric, reading queue depth first. */
+  /** Renders every metric, reading the queue depths and the due backlog first (failures counted in this scrape). */
   render(): Promise<string>;
   /** Observes one answered HTTP request (pass as the HTTP app's `onResponse`). */
   observeHttp(info: HttpResponseInfo): void;
@@ -333,54 +333,63 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
   const dueBacklog = options.dueBacklog;
   const readBacklog =
     dueBacklog === undefined ? undefined : sharedRead(() => dueBacklog(DUE_BACKLOG_CAP), reuseMs);
-  if (readBacklog !== undefined) {
-    new Gauge({
-      name: 'ledgence_callback_due_backlog',
-      help: `Completion deliveries due now and not leased (counted up to ${DUE_BACKLOG_CAP}).`,
-      registers,
-      async collect() {
-        this.reset();
-        try {
-          this.set(await readBacklog());
-        } catch (error) {
-          // A label-less gauge always renders; NaN says "unknown" where 0 would claim "none due".
-          this.set(Number.NaN);
-          backlogErrors.inc();
-          options.logger?.warn({ err: error }, 'callback backlog read failed');
-        }
-      },
-    });
-  }
+  const backlogGauge =
+    readBacklog === undefined
+      ? undefined
+      : new Gauge({
+          name: 'ledgence_callback_due_backlog',
+          help: `Completion deliveries due now and not leased (counted up to ${DUE_BACKLOG_CAP}).`,
+          registers,
+        });
 
   const queueDepths = options.queueDepths;
   const readDepths =
     queueDepths === undefined ? undefined : sharedRead(() => queueDepths(maxQueues), reuseMs);
-  if (readDepths !== undefined) {
-    new Gauge({
-      name: 'ledgence_queue_depth',
-      help: `Non-terminal tasks by queue and state (the ${maxQueues} deepest queues; the rest summed as ${OTHER_QUEUE}).`,
-      labelNames: ['queue', 'state'] as const,
-      registers,
-      // Read on scrape: a count kept in memory would drift from the database across replicas.
-      // Reset only after the read, with no await before the sets: two scrapes in flight share
-      // this gauge, and one resetting before its read would render the other's series.
-      async collect() {
-        let rows: readonly QueueDepth[];
-        try {
-          rows = await readDepths();
-        } catch (error) {
+  // Read on scrape: a count kept in memory would drift from the database across replicas.
+  const depthGauge =
+    readDepths === undefined
+      ? undefined
+      : new Gauge({
+          name: 'ledgence_queue_depth',
+          help: `Non-terminal tasks by queue and state (the ${maxQueues} deepest queues; the rest summed as ${OTHER_QUEUE}).`,
+          labelNames: ['queue', 'state'] as const,
+          registers,
+        });
+
+  /**
+   * The scrape's database reads, done before the registry renders: prom-client renders every
+   * metric at once, so an error counter rendered beside a gauge whose own collect() failed would
+   * show that failure a scrape late. Each gauge is reset only after its read, with no await
+   * before its sets: two scrapes in flight share these gauges.
+   */
+  async function readForScrape(): Promise<void> {
+    await Promise.all([
+      readBacklog?.().then(
+        (due) => {
+          backlogGauge?.set(due);
+        },
+        (error: unknown) => {
+          // A label-less gauge always renders; NaN says "unknown" where 0 would claim "none due".
+          backlogGauge?.set(Number.NaN);
+          backlogErrors.inc();
+          options.logger?.warn({ err: error }, 'callback backlog read failed');
+        },
+      ),
+      readDepths?.().then(
+        (rows) => {
+          depthGauge?.reset();
+          for (const { queue, state, count } of foldQueueDepths(rows, maxQueues)) {
+            depthGauge?.set({ queue, state }, count);
+          }
+        },
+        (error: unknown) => {
           // The other metrics still render; a stale depth would mislead, so none is shown.
-          this.reset();
+          depthGauge?.reset();
           depthErrors.inc();
           options.logger?.warn({ err: error }, 'queue depth read failed');
-          return;
-        }
-        this.reset();
-        for (const { queue, state, count } of foldQueueDepths(rows, maxQueues)) {
-          this.set({ queue, state }, count);
-        }
-      },
-    });
+        },
+      ),
+    ]);
   }
 
   function countAcquire(result: Outcome<{ disposition: string }>): string {
@@ -413,7 +422,10 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
   return {
     registry,
     contentType: registry.contentType,
-    render: () => registry.metrics(),
+    async render() {
+      await readForScrape();
+      return registry.metrics();
+    },
 
     observeHttp(info) {
       httpDuration.observe(

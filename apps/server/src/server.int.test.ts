@@ -295,7 +295,7 @@ describe('a request refused before the app', () => {
       const body = JSON.parse(reply.slice(reply.indexOf('\r\n\r\n') + 4));
       expect(body).toMatchObject({ status: 400, code: 'invalid_input' });
     }
-    const refused = lines.filter((l) => l.msg === 'request refused');
+    const refused = lines.filter((l) => l.msg === 'request' && l.reason === 'malformed_request');
     expect(refused.map((l) => l.detail)).toEqual(['Backslash in request path', 'Invalid URL']);
   });
 });

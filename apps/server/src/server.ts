@@ -1,4 +1,5 @@
-import { createServer, type Server } from 'node:http';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -12,7 +13,13 @@ import {
   lifecycleConfig,
   withGroupCommit,
 } from '@ledgence/core';
-import { createHttpApp, PROBLEM_CONTENT_TYPE, problemOf } from '@ledgence/http';
+import {
+  acceptedRequestId,
+  createHttpApp,
+  type HttpResponseInfo,
+  PROBLEM_CONTENT_TYPE,
+  problemOf,
+} from '@ledgence/http';
 import {
   createPostgresTaskStore,
   createPostgresWakeSource,
@@ -257,12 +264,15 @@ export async function startServer(
         }
         return response;
       };
-      // `serve()` but for the listener's errorHandler, which `serve` does not pass on.
-      const server = createServer(
-        getRequestListener(fetch, {
-          hostname: settings.host,
-          errorHandler: (error) => refusedBeforeTheApp(error, logger),
-        }),
+      // `serve()` but for the listener's errorHandler, which `serve` does not pass on, and which
+      // is given the error alone: the request it refuses travels beside it, in `arriving`.
+      const arriving = new AsyncLocalStorage<Arrival>();
+      const listener = getRequestListener(fetch, {
+        hostname: settings.host,
+        errorHandler: (error) => refusedBeforeTheApp(error, arriving.getStore(), logger, metrics),
+      });
+      const server = createServer((request, response) =>
+        arriving.run({ request, started: performance.now() }, () => listener(request, response)),
       );
       server.listen(settings.port, settings.host, () => listening(server));
       server.once('error', (error: NodeJS.ErrnoException) =>
@@ -393,28 +403,61 @@ const REQUEST_ERRORS = new Set([
   'Unsupported scheme',
 ]);
 
+/** A request as it reached the listener, before @hono/node-server read it. */
+interface Arrival {
+  readonly request: IncomingMessage;
+  readonly started: number;
+}
+
 /**
  * The answer to a request @hono/node-server refuses before the app sees it (a backslash in its
  * path, a Host it cannot parse): its own answer was a bare `400` with no body and no log line,
- * where every other refusal is problem+json (DESIGN §6) and logged. Anything else reaching this
- * handler (the app's fetch rejecting, which its error mapping should make impossible) is logged
- * as the fault it is and answered `unavailable`, never a connection left without a reply.
+ * where every other refusal is problem+json (DESIGN §6) and logged. It is answered, logged and
+ * counted as the app answers every request: its id (the client's `x-request-id`, or a new one) in
+ * the reply's header, its problem document and its `request` log line, and its route `unmatched`
+ * in `ledgence_http_request_duration_seconds`. Anything else reaching this handler (the app's
+ * fetch rejecting, which its error mapping should make impossible) is logged as the fault it is
+ * and answered `unavailable`, never a connection left without a reply.
  */
-function refusedBeforeTheApp(error: unknown, logger: Logger): Response {
+function refusedBeforeTheApp(
+  error: unknown,
+  arrival: Arrival | undefined,
+  logger: Logger,
+  metrics: { observeHttp(info: HttpResponseInfo): void },
+): Response {
+  const header = arrival?.request.headers['x-request-id'];
+  const requestId = acceptedRequestId(typeof header === 'string' ? header : undefined);
   let refusal: ContractError;
+  let detail: string | undefined;
   if (error instanceof RequestError) {
-    const what = REQUEST_ERRORS.has(error.message) ? error.message : 'Malformed request';
-    refusal = new ContractError('invalid_input', `${what}: the request could not be read`, {
+    detail = REQUEST_ERRORS.has(error.message) ? error.message : 'Malformed request';
+    refusal = new ContractError('invalid_input', `${detail}: the request could not be read`, {
       reason: 'malformed_request',
     });
-    logger.info({ status: 400, reason: 'malformed_request', detail: what }, 'request refused');
   } else {
     refusal = new ContractError('unavailable', 'the request could not be served; retry');
-    logger.error({ err: error }, 'request failed outside the app');
+    logger.error({ request_id: requestId, err: error }, 'request failed outside the app');
   }
-  return new Response(JSON.stringify(problemOf(refusal)), {
-    status: refusal.code === 'invalid_input' ? 400 : 503,
-    headers: { 'content-type': PROBLEM_CONTENT_TYPE },
+  const status = refusal.code === 'invalid_input' ? 400 : 503;
+  const method = arrival?.request.method ?? 'GET';
+  const durationMs = arrival === undefined ? 0 : performance.now() - arrival.started;
+  logger.info(
+    {
+      request_id: requestId,
+      method,
+      route: null,
+      status,
+      duration_ms: Math.round(durationMs * 1000) / 1000,
+      tenant: null,
+      remote_address: arrival?.request.socket.remoteAddress ?? null,
+      ...(detail === undefined ? {} : { reason: 'malformed_request', detail }),
+    },
+    'request',
+  );
+  metrics.observeHttp({ route: null, method, status, durationMs });
+  return new Response(JSON.stringify(problemOf(refusal, { requestId })), {
+    status,
+    headers: { 'content-type': PROBLEM_CONTENT_TYPE, 'x-request-id': requestId },
   });
 }
 

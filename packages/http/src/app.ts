@@ -195,6 +195,14 @@ export const SCOPE_PREFIX = '/v1/tenants/:tenant_id/namespaces/:namespace';
 // so it can go into headers and logs as it is.
 const REQUEST_ID = /^[A-Za-z0-9._:/+=@-]{1,128}$/;
 
+/**
+ * A request's id: the caller's (its `x-request-id`) when it is short and made of characters safe
+ * in headers and logs as they are, else a new UUID.
+ */
+export function acceptedRequestId(incoming: string | undefined): string {
+  return incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+}
+
 // Strings longer than this are never quoted by service messages (they quote
 // identifiers), so they need not be remembered for scrubbing.
 const SUPPLIED_MAX_CHARS = 512;
@@ -523,8 +531,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const started = performance.now();
     // Read first: a client that disconnects before the reply leaves a socket with no address.
     const peer = peerOf(c);
-    const incoming = c.req.header(requestIdHeader);
-    const requestId = incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : randomUUID();
+    const requestId = acceptedRequestId(c.req.header(requestIdHeader));
     c.set('requestId', requestId);
     c.set('supplied', []);
     c.set('inService', false);

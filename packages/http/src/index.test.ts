@@ -34,6 +34,7 @@ it('exports exactly the public surface', () => {
     'PROBLEM_TYPE_BASE',
     'ROLES',
     'SCOPE_PREFIX',
+    'acceptedRequestId',
     'apiKeyProblems',
     'createHttpApp',
     'createOpenApiDocument',

@@ -37,6 +37,7 @@
  * ```
  */
 export {
+  acceptedRequestId,
   createHttpApp,
   type HealthOptions,
   type HttpAppEnv,
