@@ -272,7 +272,7 @@ export async function startServer(
         errorHandler: (error) => refusedBeforeTheApp(error, arriving.getStore(), logger, metrics),
       });
       const server = createServer((request, response) =>
-        arriving.run({ request, started: performance.now() }, () => listener(request, response)),
+        arriving.run(arrivalOf(request), () => listener(request, response)),
       );
       server.listen(settings.port, settings.host, () => listening(server));
       server.once('error', (error: NodeJS.ErrnoException) =>
@@ -403,10 +403,27 @@ const REQUEST_ERRORS = new Set([
   'Unsupported scheme',
 ]);
 
-/** A request as it reached the listener, before @hono/node-server read it. */
+/**
+ * What a refusal before the app reports of its request, taken as it reached the listener. Only
+ * these: the store stays reachable from every async resource the request starts, so it must not
+ * hold the request itself, whose headers carry its credential (DESIGN §6: only a key's hash is
+ * held in memory; keys-in-memory.e2e).
+ */
 interface Arrival {
-  readonly request: IncomingMessage;
+  readonly requestId: string | undefined;
+  readonly method: string;
+  readonly remoteAddress: string | null;
   readonly started: number;
+}
+
+function arrivalOf(request: IncomingMessage): Arrival {
+  const header = request.headers['x-request-id'];
+  return {
+    requestId: typeof header === 'string' ? header : undefined,
+    method: request.method ?? 'GET',
+    remoteAddress: request.socket.remoteAddress ?? null,
+    started: performance.now(),
+  };
 }
 
 /**
@@ -425,8 +442,7 @@ function refusedBeforeTheApp(
   logger: Logger,
   metrics: { observeHttp(info: HttpResponseInfo): void },
 ): Response {
-  const header = arrival?.request.headers['x-request-id'];
-  const requestId = acceptedRequestId(typeof header === 'string' ? header : undefined);
+  const requestId = acceptedRequestId(arrival?.requestId);
   let refusal: ContractError;
   let detail: string | undefined;
   if (error instanceof RequestError) {
@@ -439,7 +455,7 @@ function refusedBeforeTheApp(
     logger.error({ request_id: requestId, err: error }, 'request failed outside the app');
   }
   const status = refusal.code === 'invalid_input' ? 400 : 503;
-  const method = arrival?.request.method ?? 'GET';
+  const method = arrival?.method ?? 'GET';
   const durationMs = arrival === undefined ? 0 : performance.now() - arrival.started;
   logger.info(
     {
@@ -449,7 +465,7 @@ function refusedBeforeTheApp(
       status,
       duration_ms: Math.round(durationMs * 1000) / 1000,
       tenant: null,
-      remote_address: arrival?.request.socket.remoteAddress ?? null,
+      remote_address: arrival?.remoteAddress ?? null,
       ...(detail === undefined ? {} : { reason: 'malformed_request', detail }),
     },
     'request',
