@@ -1,9 +1,3 @@
-/**
- * Worker sessions and the poll protocol over real server processes (DESIGN §5
- * Sessions and Acquire, §6): a disconnect consumes no task, two polls of one slot at once are one
- * claim, a replay answers the same on another replica, a session's expiry leaves its leases be.
- */
-import { connect } from 'node:net';
 import type { AcquireReply, Assignment, TaskStatus } from '@ledgence/contracts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Stack, sleep, until } from './test/harness.js';
@@ -11,27 +5,13 @@ import {
   call,
   openSession,
   pollBody,
+  postAndLeave,
   SCOPE,
   settleBody,
   submitTask,
   TASKS_BASE,
   taskBody,
 } from './test/wire.js';
-
-/** Sends a POST and resets the connection at once: the client is gone before any reply. */
-function postAndLeave(url: string, path: string, body: unknown): Promise<void> {
-  const text = JSON.stringify(body);
-  return new Promise<void>((resolve) => {
-    const socket = connect(Number(new URL(url).port), '127.0.0.1', () => {
-      socket.write(
-        `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\n\r\n${text}`,
-      );
-      socket.resetAndDestroy();
-    });
-    socket.on('error', () => undefined);
-    socket.on('close', () => resolve());
-  });
-}
 
 async function statusOf(url: string, taskId: string): Promise<TaskStatus> {
   return (await call<TaskStatus>(url, `${TASKS_BASE}/tasks/${taskId}`)).body;

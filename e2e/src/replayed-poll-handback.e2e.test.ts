@@ -1,32 +1,10 @@
-/**
- * A replayed poll writes nothing (DESIGN §5 Acquire: `sequence == last` answers the same
- * assignment with freshly sampled authority). A copy of an already answered poll that reaches
- * the server after its client left — a request the worker gave up on, late out of a proxy or a
- * full pool — must not give back the assignment the worker holds and runs: the hand-back of an
- * undelivered claim is for a claim nobody can have heard of.
- */
-import { connect } from 'node:net';
 import type { AcquireCommand, TaskStatus, WorkerSession } from '@ledgence/contracts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NAMESPACE, postJson, Stack, TENANT } from './test/harness.js';
+import { postAndLeave } from './test/wire.js';
 
 const scope = { tenant_id: TENANT, namespace: NAMESPACE };
 const base = `/v1/tenants/${TENANT}/namespaces/${NAMESPACE}`;
-
-/** Sends `path` with `body` and resets the connection at once: the client is gone before any reply. */
-function postAndLeave(url: string, path: string, body: unknown): Promise<void> {
-  const text = JSON.stringify(body);
-  return new Promise<void>((resolve) => {
-    const socket = connect(Number(new URL(url).port), '127.0.0.1', () => {
-      socket.write(
-        `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\n\r\n${text}`,
-      );
-      socket.resetAndDestroy();
-    });
-    socket.on('error', () => undefined);
-    socket.on('close', () => resolve());
-  });
-}
 
 describe('a replayed poll whose client left', () => {
   const stack = new Stack('replayleft');

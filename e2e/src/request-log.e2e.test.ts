@@ -1,15 +1,7 @@
-/**
- * The request log of a real server process as an operator reads it (README "Running
- * the server": each request's log line, `msg: "request"`, has `method`, `route`, `status`,
- * `duration_ms`, `tenant`, `request_id` and `remote_address`; DESIGN §11 "one line per request
- * with request id, tenant, route, status, duration"). The id a client sees (the `x-request-id`
- * header and the problem document's `request_id`) finds its line; no line holds a key or a
- * task's payload.
- */
-import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ServerProcess, startServerProcess } from './server-process.js';
 import { Stack, until } from './test/harness.js';
+import { rawExchange } from './test/wire.js';
 
 const KEY = 'acme_KEY_0123456789abcdef';
 const OTHER = 'globex_KEY_0123456789abcd';
@@ -62,30 +54,6 @@ async function send(
     body = undefined;
   }
   return { status: response.status, header: response.headers.get('x-request-id'), body, text };
-}
-
-/** One raw HTTP/1.1 exchange (for what fetch will not send, e.g. a backslash in the path). */
-function raw(url: string, head: string) {
-  const { hostname, port } = new URL(url);
-  return new Promise<{ status: number; headers: string; body: string }>((resolve, reject) => {
-    const socket = connect(Number(port), hostname, () => {
-      socket.write(`${head}\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`);
-    });
-    let text = '';
-    socket.setEncoding('utf8');
-    socket.on('data', (c: string) => {
-      text += c;
-    });
-    socket.on('error', reject);
-    socket.on('end', () => {
-      const split = text.indexOf('\r\n\r\n');
-      resolve({
-        status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1]),
-        headers: text.slice(0, split),
-        body: text.slice(split + 4),
-      });
-    });
-  });
 }
 
 const stack = new Stack('request_log');
@@ -178,7 +146,7 @@ describe('request log lines as the README lists them', () => {
   });
 
   it('a request refused before the app (a backslash in its path) is logged as a request with the id its client sent, and its problem document carries that id', async () => {
-    const reply = await raw(
+    const reply = await rawExchange(
       server.url,
       `GET ${base}/tasks\\x HTTP/1.1\r\nAuthorization: Bearer ${KEY}\r\nX-Request-Id: backslash`,
     );
@@ -215,7 +183,7 @@ describe('request log lines as the README lists them', () => {
     };
     const before = await count();
     for (let i = 0; i < 3; i += 1) {
-      expect((await raw(server.url, `GET /x\\${i} HTTP/1.1`)).status).toBe(400);
+      expect((await rawExchange(server.url, `GET /x\\${i} HTTP/1.1`)).status).toBe(400);
     }
     expect(await count()).toBe(before + 3);
   });

@@ -8,7 +8,6 @@
  *    signing secret and no database password.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { connect } from 'node:net';
 import {
   createTestDatabase,
   type PgProxy,
@@ -18,6 +17,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ServerProcess, startServerProcess } from './server-process.js';
 import { until } from './test/harness.js';
+import { rawExchange } from './test/wire.js';
 
 const KX = 'tmKX_acme_x_0123456789abcdefKEY';
 const KY = 'tmKY_acme_y_0123456789abcdefKEY';
@@ -34,33 +34,6 @@ function forms(): string[] {
     out.push(k, h.toString('hex'), h.toString('base64'), Buffer.from(k).toString('base64'));
   }
   return out;
-}
-
-function raw(url: string, head: string, body?: string) {
-  const { hostname, port } = new URL(url);
-  return new Promise<{ status: number; headers: string; body: string }>((resolve, reject) => {
-    const socket = connect(Number(port), hostname, () => {
-      const extra =
-        body === undefined
-          ? ''
-          : `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`;
-      socket.write(`${head}\r\nHost: 127.0.0.1\r\n${extra}Connection: close\r\n\r\n${body ?? ''}`);
-    });
-    let text = '';
-    socket.setEncoding('latin1');
-    socket.on('data', (c: string) => {
-      text += c;
-    });
-    socket.on('error', reject);
-    socket.on('end', () => {
-      const split = text.indexOf('\r\n\r\n');
-      resolve({
-        status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1]),
-        headers: text.slice(0, split),
-        body: text.slice(split + 4),
-      });
-    });
-  });
 }
 
 describe('paths and secrets over the real server process', () => {
@@ -154,7 +127,7 @@ describe('paths and secrets over the real server process', () => {
     for (const path of paths) {
       for (const method of ['GET', 'HEAD']) {
         for (const auth of [`\r\nAuthorization: Bearer ${KX}`, '']) {
-          const r = await raw(server.url, `${method} ${path} HTTP/1.1${auth}`);
+          const r = await rawExchange(server.url, `${method} ${path} HTTP/1.1${auth}`);
           replies.push(r.headers, r.body);
           // Anything 2xx must not carry y's task or y's data.
           const leak =
@@ -174,7 +147,7 @@ describe('paths and secrets over the real server process', () => {
   }, 120_000);
 
   it('a backslash in the path is answered problem+json like every other error (DESIGN §6)', async () => {
-    const r = await raw(
+    const r = await rawExchange(
       server.url,
       `GET /v1/tenants/acme/namespaces/x\\y/tasks HTTP/1.1\r\nAuthorization: Bearer ${KX}`,
     );
@@ -200,7 +173,7 @@ describe('paths and secrets over the real server process', () => {
       `GET /v1/tenants/${KX}/namespaces/y/tasks HTTP/1.1\r\nAuthorization: Bearer ${KY}`,
     ];
     for (const head of heads) {
-      const r = await raw(server.url, head);
+      const r = await rawExchange(server.url, head);
       replies.push(r.headers, r.body);
     }
     // Bodies quoting the key (a client that pasted it into a field).
@@ -210,13 +183,13 @@ describe('paths and secrets over the real server process', () => {
       `{"idempotency_key":"a","input":${KX}}`,
       `{"subscription_key":"${KY}","destination":"${KY}"}`,
     ]) {
-      const r = await raw(
+      const r = await rawExchange(
         server.url,
         `POST ${y}/tasks HTTP/1.1\r\nAuthorization: Bearer ${KY}`,
         body,
       );
       replies.push(r.headers, r.body);
-      const s = await raw(
+      const s = await rawExchange(
         server.url,
         `POST ${y}/tasks/${yTask}/completion-subscriptions HTTP/1.1\r\nAuthorization: Bearer ${KY}`,
         body,
@@ -224,13 +197,13 @@ describe('paths and secrets over the real server process', () => {
       replies.push(s.headers, s.body);
     }
     // A subscription on a dead destination, then the database away and back.
-    const sub = await raw(
+    const sub = await rawExchange(
       server.url,
       `POST ${y}/tasks/${yTask}/completion-subscriptions HTTP/1.1\r\nAuthorization: Bearer ${KY}`,
       '{"subscription_key":"s","destination":"dead"}',
     );
     expect(sub.status).toBe(201);
-    await raw(
+    await rawExchange(
       server.url,
       `POST ${y}/tasks/${yTask}/cancel HTTP/1.1\r\nAuthorization: Bearer ${KY}`,
     );
@@ -242,7 +215,7 @@ describe('paths and secrets over the real server process', () => {
       'GET /readyz HTTP/1.1',
       'GET /metrics HTTP/1.1',
     ]) {
-      const r = await raw(server.url, head);
+      const r = await rawExchange(server.url, head);
       replies.push(r.headers, r.body);
     }
     await until(
@@ -256,13 +229,13 @@ describe('paths and secrets over the real server process', () => {
       30_000,
       'ready again',
     );
-    const list = await raw(
+    const list = await rawExchange(
       server.url,
       `GET ${y}/tasks/${yTask}/completion-subscriptions HTTP/1.1\r\nAuthorization: Bearer ${KY}`,
     );
     replies.push(list.body);
     for (const path of ['/metrics', '/openapi.json', '/healthz', '/readyz']) {
-      replies.push((await raw(server.url, `GET ${path} HTTP/1.1`)).body);
+      replies.push((await rawExchange(server.url, `GET ${path} HTTP/1.1`)).body);
     }
     server.child.kill('SIGTERM');
     await server.exited;

@@ -4,6 +4,7 @@
  * renewal, a settle sent by a test rather than a worker. Plain `fetch`, no retries, every reply
  * returned as it came (status and body), so a test asserts on exactly what the server said.
  */
+import { connect } from 'node:net';
 import type { AcquireReply, Assignment } from '@ledgence/contracts';
 import { NAMESPACE, TENANT } from './harness.js';
 
@@ -153,4 +154,58 @@ export async function metricSum(url: string, name: string): Promise<number> {
     }
   }
   return sum;
+}
+
+/** A reply read off the socket as it came: status, the head's text, the body's text (latin1). */
+export interface RawReply {
+  readonly status: number;
+  readonly headers: string;
+  readonly body: string;
+}
+
+/**
+ * One raw HTTP/1.1 exchange, for what fetch will not send (a backslash in the path, a header
+ * fetch rewrites): `head` is the request line and any headers; a `body` goes as JSON. The reply
+ * is read as latin1, so every byte the server sent is seen as it was.
+ */
+export function rawExchange(url: string, head: string, body?: string): Promise<RawReply> {
+  const { hostname, port } = new URL(url);
+  return new Promise<RawReply>((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => {
+      const extra =
+        body === undefined
+          ? ''
+          : `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`;
+      socket.write(`${head}\r\nHost: 127.0.0.1\r\n${extra}Connection: close\r\n\r\n${body ?? ''}`);
+    });
+    let text = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (c: string) => {
+      text += c;
+    });
+    socket.on('error', reject);
+    socket.on('end', () => {
+      const split = text.indexOf('\r\n\r\n');
+      resolve({
+        status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1]),
+        headers: text.slice(0, split),
+        body: text.slice(split + 4),
+      });
+    });
+  });
+}
+
+/** POSTs `body` to `path` and resets the connection at once: the client is gone before any reply. */
+export function postAndLeave(url: string, path: string, body: unknown): Promise<void> {
+  const text = JSON.stringify(body);
+  return new Promise<void>((resolve) => {
+    const socket = connect(Number(new URL(url).port), '127.0.0.1', () => {
+      socket.write(
+        `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\n\r\n${text}`,
+      );
+      socket.resetAndDestroy();
+    });
+    socket.on('error', () => undefined);
+    socket.on('close', () => resolve());
+  });
 }
