@@ -112,7 +112,10 @@ export interface ServerMetrics {
   readonly registry: Registry;
   /** The `Content-Type` of {@link render}'s text (Prometheus text format 0.0.4). */
   readonly contentType: string;
-  /** Renders every metric, reading the queue depths and the due backlog first (failures counted in this scrape). */
+  /**
+   * Renders every metric, reading the queue depths and the due backlog first: a failed read is
+   * counted in the scrape it failed in.
+   */
   render(): Promise<string>;
   /** Observes one answered HTTP request (pass as the HTTP app's `onResponse`). */
   observeHttp(info: HttpResponseInfo): void;

@@ -35,10 +35,10 @@ const PRODUCER = 'bench-graphile-producer';
 /** graphile-worker on `url`'s database, its schema installed up front. */
 export async function graphileSystem(url: string, database: string): Promise<BenchSystem> {
   await runMigrations({ connectionString: url, logger });
-  // The producer's pool is ours: WorkerUtils.release() ends a pool it made without awaiting it
-  // (graphile-worker 0.17.3 makeNewPool), so its backends — and the commits they have not yet
-  // reported to pg_stat_database — could outlive flushStats() and land in the next window;
-  // and its closed backends are waited out: a backend reports its last commits as it exits.
+  // The producer's pool is ours, ended and its backends waited out: WorkerUtils.release() ends a
+  // pool it made without awaiting it (graphile-worker 0.17.3 makeNewPool), and a backend reports
+  // its last commits to pg_stat_database only as it exits, so they could outlive flushStats() and
+  // land in the next window.
   let producer: { pool: pg.Pool; utils: Promise<WorkerUtils> } | undefined;
   const getProducer = (): Promise<WorkerUtils> => {
     if (producer === undefined) {
@@ -59,7 +59,8 @@ export async function graphileSystem(url: string, database: string): Promise<Ben
     const watcher = new pg.Client({ connectionString: admin.toString() });
     await watcher.connect();
     try {
-      for (;;) {
+      // Bounded: a backend that never goes would cost a reading's precision, not the run.
+      for (const end = Date.now() + 10_000; Date.now() < end; ) {
         const { rows } = await watcher.query<{ n: number }>(
           'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1',
           [PRODUCER],

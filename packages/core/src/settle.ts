@@ -275,9 +275,9 @@ export function settleAttempt(
  * space out, and the next poll may take it at once. Unless its attempt has been renewed: a
  * renewal means the reply did reach a worker — the hand-back answers a late copy of a delivered
  * poll — and, once dispatch is granted, that worker runs the task: settling under it would count
- * the attempt and refuse the worker's own result. Checked here, under the task's lock, because the caller's reading of the
- * reply came from an earlier transaction, and a renewal may commit in between. Refused as
- * `409 conflict`, writing nothing.
+ * the attempt and refuse the worker's own result. Checked here, under the task's lock, because
+ * the caller's reading of the reply came from an earlier transaction, and a renewal may commit in
+ * between. Refused as `409 conflict`, writing nothing.
  */
 export function handBackAttempt(
   loadedTask: TaskRow | null,
