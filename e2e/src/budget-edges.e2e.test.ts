@@ -11,7 +11,6 @@ import {
   historyOf,
   reasons,
   settled,
-  shortWorker,
   sleep,
   workerSuite,
 } from './test/harness.js';
@@ -23,12 +22,9 @@ const suite = workerSuite('budget_edges', {
   LEDGENCE_LEASE_SAFETY_MARGIN_MS: String(MARGIN_MS),
   LEDGENCE_CLEANUP_GRACE_MS: '2000',
 });
-const { workers } = suite;
 
 function worker(queue: string): Worker {
-  const w = shortWorker(suite.server.url, queue, { shutdownGraceMs: 1_000 });
-  workers.push(w);
-  return w;
+  return suite.worker(queue, { shutdownGraceMs: 1_000 });
 }
 
 describe('the least execution budget the server accepts: its margin + MIN_DISPATCH_WINDOW_MS', () => {
@@ -143,9 +139,7 @@ describe('a lease as long as the budget, or longer', () => {
     });
   });
   function longWorker(queue: string): Worker {
-    const w = shortWorker(longLease.url, queue, { shutdownGraceMs: 1_000 });
-    workers.push(w);
-    return w;
+    return suite.worker(queue, { url: longLease.url, shutdownGraceMs: 1_000 });
   }
 
   it('timeout_ms equal to the lease: a handler that returns before its deadline succeeds on its one attempt', async () => {

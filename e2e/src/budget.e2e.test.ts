@@ -12,7 +12,6 @@ import {
   historyOf,
   reasons,
   settled,
-  shortWorker,
   until,
   workerSuite,
 } from './test/harness.js';
@@ -21,12 +20,9 @@ const suite = workerSuite('budget_e2e', {
   LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
   LEDGENCE_CLEANUP_GRACE_MS: '2000',
 });
-const { workers } = suite;
 
 function worker(queue: string): Worker {
-  const w = shortWorker(suite.server.url, queue, { shutdownGraceMs: 1_000 });
-  workers.push(w);
-  return w;
+  return suite.worker(queue, { shutdownGraceMs: 1_000 });
 }
 
 describe('execution budget in the worker', () => {

@@ -8,7 +8,7 @@
  */
 import type { RecordedHistoryEvent } from '@ledgence/contracts';
 import { expect, it } from 'vitest';
-import { client, historyOf, settled, shortWorker, sleep, workerSuite } from './test/harness.js';
+import { client, historyOf, settled, sleep, workerSuite } from './test/harness.js';
 
 /** The server's long-poll maximum, which the workers ask for; the rescan is far past it. */
 const WAIT_MS = 10_000;
@@ -19,8 +19,7 @@ const suite = workerSuite('due_wake_e2e', {
 
 /** A one-slot worker on `queue` whose polls park for the whole wait, running `handler`. */
 function parkedWorker(queue: string, handler: () => Promise<unknown>) {
-  const worker = shortWorker(suite.server.url, queue, { pollWaitMs: WAIT_MS });
-  suite.workers.push(worker);
+  const worker = suite.worker(queue, { pollWaitMs: WAIT_MS });
   worker.register('due', handler);
   return { worker, running: worker.run() };
 }

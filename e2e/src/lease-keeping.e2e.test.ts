@@ -14,7 +14,6 @@ import {
   perAttempt,
   reasons,
   settled,
-  shortWorker,
   sleep,
   startHttpProxy,
   until,
@@ -26,7 +25,7 @@ const suite = workerSuite('lease_keeping_e2e', {
   LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
   LEDGENCE_CLEANUP_GRACE_MS: '30000',
 });
-const { workers, proxies } = suite;
+const { proxies } = suite;
 
 function deferred(): { promise: Promise<void>; resolve: () => void } {
   let resolve!: () => void;
@@ -69,8 +68,7 @@ describe('lease keeping', () => {
     proxies.push(proxy);
     // Backoff capped at 200 ms, heartbeats every 250 ms: over 1.5 s a well-behaved retry loop
     // sends a few dozen renewals at most.
-    const w = shortWorker(proxy.url, queue);
-    workers.push(w);
+    const w = suite.worker(queue, { url: proxy.url });
     let ran = false;
     w.register('p', () => {
       ran = true;
@@ -111,12 +109,11 @@ describe('lease keeping', () => {
       release = resolve;
     });
     // A long poll backoff makes the difference plain: a retry of the busy slot 30..60 s later.
-    const w = shortWorker(suite.server.url, queue, {
+    const w = suite.worker(queue, {
       concurrency: 2,
       abortGraceMs: 50,
       backoff: { baseMs: 60_000, maxMs: 60_000 },
     });
-    workers.push(w);
     w.register('deaf', async () => {
       await released;
       return 'late';
@@ -160,8 +157,7 @@ describe('lease keeping', () => {
       },
     });
     proxies.push(proxy);
-    const w = shortWorker(proxy.url, queue);
-    workers.push(w);
+    const w = suite.worker(queue, { url: proxy.url });
     let abortedBy: unknown;
     w.register('long', async (_data, ctx) => {
       await sleep(3_000);
@@ -190,8 +186,7 @@ describe('lease keeping', () => {
         holding && request.path.startsWith('/v1/worker/renew') ? sleep(1_500) : undefined,
     });
     proxies.push(proxy);
-    const w = shortWorker(proxy.url, queue);
-    workers.push(w);
+    const w = suite.worker(queue, { url: proxy.url });
     let started = false;
     let release = () => {};
     const released = new Promise<void>((resolve) => {
@@ -288,8 +283,7 @@ describe('lease keeping', () => {
     });
     await new Promise<void>((resolve) => proxyServer.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(proxyServer.address() as AddressInfo).port}`;
-    const w = shortWorker(url, queue, { requestTimeoutMs: 5_000 });
-    workers.push(w);
+    const w = suite.worker(queue, { url, requestTimeoutMs: 5_000 });
     let abortedBy: unknown;
     w.register('long', async (_data, ctx) => {
       await sleep(3_000);
@@ -331,11 +325,11 @@ describe('lease keeping', () => {
     proxies.push(proxy);
     // A backoff wide enough that eight slots' own jittered delays (100–200 ms on the first
     // failure) would come due at eight different moments.
-    const w = shortWorker(proxy.url, queue, {
+    const w = suite.worker(queue, {
+      url: proxy.url,
       concurrency: 8,
       backoff: { baseMs: 200, maxMs: 400 },
     });
-    workers.push(w);
     w.register('p', () => 'ok');
     const running = w.run();
     await sleep(1_000);
@@ -363,8 +357,7 @@ describe('lease keeping', () => {
       },
     });
     proxies.push(proxy);
-    const w = shortWorker(proxy.url, queue);
-    workers.push(w);
+    const w = suite.worker(queue, { url: proxy.url });
     w.register('p', (_data, ctx) => {
       refusing = ctx.attemptId;
       return 'kept';
@@ -409,13 +402,13 @@ describe('lease keeping', () => {
     });
     proxies.push(proxy);
     const warnings: string[] = [];
-    const w = shortWorker(proxy.url, queue, {
+    const w = suite.worker(queue, {
+      url: proxy.url,
       sessionExtendIntervalMs: 300,
       requestTimeoutMs: 60_000,
       abortGraceMs: 100,
       logger: { ...silentLogger, warn: (message) => warnings.push(message) },
     });
-    workers.push(w);
     let started = false;
     w.register('deaf', async () => {
       started = true;

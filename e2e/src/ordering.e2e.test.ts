@@ -8,15 +8,7 @@
  */
 import type { TaskSnapshot } from '@ledgence/contracts';
 import { expect, it } from 'vitest';
-import {
-  client,
-  historyOf,
-  idsOf,
-  settled,
-  shortWorker,
-  sleep,
-  workerSuite,
-} from './test/harness.js';
+import { client, historyOf, idsOf, settled, sleep, workerSuite } from './test/harness.js';
 
 const suite = workerSuite('ordering_e2e');
 
@@ -51,11 +43,10 @@ it('a one-slot worker runs a backlog by priority, FIFO within a priority, and a 
     delay_ms: 1_500,
   })) as TaskSnapshot;
   const ran: string[] = [];
-  const worker = shortWorker(suite.server.url, queue).register('rec', (data) => {
+  const worker = suite.worker(queue).register('rec', (data) => {
     ran.push((data as { name: string }).name);
     return null;
   });
-  suite.workers.push(worker);
   void worker.run();
   await settled(c, [...ready, delayed.task_id]);
   // The ready tasks, whenever the delayed one came due among them, kept their order.
@@ -86,7 +77,8 @@ it('a two-slot worker keeps running unkeyed tasks while a limit-1 key’s backlo
   let most = 0;
   const keyedStarts: number[] = [];
   const plainEnds: number[] = [];
-  const worker = shortWorker(suite.server.url, queue, { concurrency: 2 })
+  const worker = suite
+    .worker(queue, { concurrency: 2 })
     .register('keyed', async () => {
       running += 1;
       most = Math.max(most, running);
@@ -99,7 +91,6 @@ it('a two-slot worker keeps running unkeyed tasks while a limit-1 key’s backlo
       plainEnds.push(performance.now());
       return null;
     });
-  suite.workers.push(worker);
   void worker.run();
   await settled(c, [...keyed, ...plain]);
   expect(most).toBe(1);

@@ -25,7 +25,6 @@ import {
   portOf,
   reasons,
   settled,
-  shortWorker,
   sleep,
   startHttpProxy,
   until,
@@ -36,7 +35,6 @@ const suite = workerSuite('quiescence_e2e', {
   LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
   LEDGENCE_CLEANUP_GRACE_MS: '60000',
 });
-const { workers } = suite;
 const children: ChildProcess[] = [];
 
 afterEach(() => {
@@ -192,8 +190,7 @@ describe('quiescence confirmation', () => {
         release = resolve;
       });
       let started = false;
-      const w = shortWorker(proxy.url, queue, { abortGraceMs: 50 });
-      workers.push(w);
+      const w = suite.worker(queue, { url: proxy.url, abortGraceMs: 50 });
       w.register('deaf', async () => {
         started = true;
         await released;
@@ -270,8 +267,7 @@ describe('quiescence confirmation', () => {
       release = resolve;
     });
     let started = false;
-    const w = shortWorker(url, queue, { abortGraceMs: 50 });
-    workers.push(w);
+    const w = suite.worker(queue, { url, abortGraceMs: 50 });
     w.register('deaf', async () => {
       started = true;
       await released;

@@ -7,16 +7,7 @@
  * seconds, and a cancel seen within a few periods rather than ~15 s later.
  */
 import { describe, expect, it } from 'vitest';
-import {
-  client,
-  historyOf,
-  reasons,
-  settled,
-  shortWorker,
-  sleep,
-  until,
-  workerSuite,
-} from './test/harness.js';
+import { client, historyOf, reasons, settled, sleep, until, workerSuite } from './test/harness.js';
 
 /** The worker's heartbeat period, far below half the server's lease. */
 const PERIOD_MS = 200;
@@ -27,8 +18,7 @@ const suite = workerSuite('worker_heartbeat_period', {
 });
 
 function worker(queue: string) {
-  const w = shortWorker(suite.server.url, queue, { renewIntervalMs: PERIOD_MS });
-  suite.workers.push(w);
+  const w = suite.worker(queue, { renewIntervalMs: PERIOD_MS });
   return w;
 }
 

@@ -6,15 +6,7 @@
  */
 import { Client, type LogFields, type Logger } from '@ledgence/worker';
 import { describe, expect, it } from 'vitest';
-import {
-  NAMESPACE,
-  shortWorker,
-  sleep,
-  startProxy,
-  TENANT,
-  until,
-  workerSuite,
-} from './test/harness.js';
+import { NAMESPACE, sleep, startProxy, TENANT, until, workerSuite } from './test/harness.js';
 
 const suite = workerSuite('worker_outage_log');
 
@@ -38,11 +30,11 @@ describe('a worker through a network outage', () => {
     const proxy = await startProxy(suite.server.url);
     suite.proxies.push(proxy);
     const logger = recordingLogger();
-    const worker = shortWorker(proxy.url, 'outage-log', {
+    const worker = suite.worker('outage-log', {
+      url: proxy.url,
       logger,
       backoff: { baseMs: 10, maxMs: 50 },
     });
-    suite.workers.push(worker);
     worker.register('noop', () => null);
     const running = worker.run();
     await until(

@@ -14,7 +14,6 @@ import {
   historyOf,
   reasons,
   settled,
-  shortWorker,
   sleep,
   startHttpProxy,
   until,
@@ -25,7 +24,7 @@ const suite = workerSuite('worker_slots_e2e', {
   LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
   LEDGENCE_CLEANUP_GRACE_MS: '60000',
 });
-const { workers, proxies } = suite;
+const { proxies } = suite;
 
 /** A retried poll waits 60 to 120 s (backoff.ts: jitter in [ceiling/2, ceiling]). */
 const LONG_BACKOFF = { baseMs: 120_000, maxMs: 120_000 };
@@ -99,8 +98,7 @@ async function deafSlot(
     release = resolve;
   });
   let started = false;
-  const w = shortWorker(proxy.url, queue, { abortGraceMs: 50, backoff: LONG_BACKOFF });
-  workers.push(w);
+  const w = suite.worker(queue, { url: proxy.url, abortGraceMs: 50, backoff: LONG_BACKOFF });
   w.register('deaf', async (_data, ctx) => {
     started = true;
     events.push('deaf started');
@@ -206,8 +204,7 @@ describe('an idle worker against a server that parks polls for less than asked',
       },
     });
     proxies.push(proxy);
-    const w = shortWorker(proxy.url, 'idle-short-parks', { pollWaitMs: 20_000 });
-    workers.push(w);
+    const w = suite.worker('idle-short-parks', { url: proxy.url, pollWaitMs: 20_000 });
     w.register('p', () => null);
     const running = w.run();
     // From the third early batch in a row the pause is 100 ms, doubling: after the sixth it is
@@ -261,10 +258,10 @@ describe('a slot whose session expired during an outage', () => {
     });
     proxies.push(proxy);
     // Retries of 1 to 2 s, then 2 to 4 s: the outage outlasts the session.
-    const w = shortWorker(proxy.url, 'session-lost-in-outage', {
+    const w = suite.worker('session-lost-in-outage', {
+      url: proxy.url,
       backoff: { baseMs: 2_000, maxMs: 60_000 },
     });
-    workers.push(w);
     w.register('p', () => null);
     const running = w.run();
     await until(() => polls.length >= 2, 30_000, 'a poll on a second session');

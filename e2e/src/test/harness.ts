@@ -487,6 +487,11 @@ export interface WorkerSuite {
   readonly workers: Worker[];
   /** Proxies a test started: closed after it. */
   readonly proxies: { close(): Promise<void> }[];
+  /**
+   * A {@link shortWorker} on `queue` of the suite's server (unless `options.url` names a proxy)
+   * with `options` over its settings, stopped after the test. The test runs it.
+   */
+  worker(queue: string, options?: Partial<WorkerOptions>): Worker;
 }
 
 /**
@@ -507,6 +512,11 @@ export function workerSuite(prefix: string, env: Record<string, string> = {}): W
     },
     workers: [],
     proxies: [],
+    worker(queue, options = {}) {
+      const made = shortWorker(suite.server.url, queue, options);
+      suite.workers.push(made);
+      return made;
+    },
   };
   beforeAll(async () => {
     await stack.open();
