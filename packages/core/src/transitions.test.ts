@@ -179,6 +179,26 @@ describe('submitTask', () => {
     }
   });
 
+  it('compares a replay as sent: a field written out at its default is another command (worker README)', () => {
+    const ids = { task_id: 'a', run_id: 'b' };
+    const first = submitTask(null, submitCommand(), T0, ids, config);
+    expect(first.task.priority).toBe(0);
+    expect(first.task.timeout_ms).toBe(300_000);
+    for (const spelled of [{ priority: 0 }, { timeout_ms: 300_000 }]) {
+      expect(codeOf(() => submitTask(first.task, submitCommand(spelled), T0, ids, config))).toBe(
+        'conflict',
+      );
+    }
+    // And the other way round: a task first spelled with the default is not replayed without it.
+    const explicit = submitTask(null, submitCommand({ priority: 0 }), T0, ids, config);
+    expect(codeOf(() => submitTask(explicit.task, submitCommand(), T0, ids, config))).toBe(
+      'conflict',
+    );
+    expect(submitTask(explicit.task, submitCommand({ priority: 0 }), T0, ids, config).created).toBe(
+      false,
+    );
+  });
+
   it('treats a null origin trace as none when comparing a replay (DESIGN §4.1)', () => {
     const command = submitCommand();
     const ids = { task_id: 'a', run_id: 'b' };
