@@ -399,7 +399,11 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     // A disconnected client gets nothing and consumes nothing: its retry of the
     // same sequence is still a new poll.
     if (wait?.signal?.aborted) return { disposition: 'empty', sequence: command.sequence };
-    return (await store.acquire(command, { recordEmpty: true })).reply;
+    // The recording poll may claim (a task came due after the last probe), and its client may
+    // leave while it runs.
+    const { reply } = await store.acquire(command, { recordEmpty: true });
+    await handBackUndelivered([reply], wait?.signal);
+    return reply;
   }
 
   async function acquireBatch(
@@ -466,7 +470,11 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
         outcomes[index] = recorded[k] as ItemResult<AcquireOutcome>;
       });
     }
-    return replies(outcomes);
+    // The client may have left while the empties were recorded (which can claim, too): every
+    // assignment of the batch is then undelivered.
+    const answered = replies(outcomes);
+    await handBackUndelivered(okReplies(answered), wait?.signal);
+    return answered;
   }
 
   async function result(scope: Scope, taskId: string, wait?: WaitOptions): Promise<TaskResult> {

@@ -4,7 +4,7 @@
  * movable store clock (fixtures: lease 2 s, session validity 60 s).
  */
 import type { AcquireReply, Assignment } from '@ledgence/contracts';
-import { createTaskService } from '@ledgence/core';
+import { createTaskService, type TaskStore } from '@ledgence/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   acquireCommand,
@@ -75,6 +75,54 @@ describe('a claim given back for a poll whose client left (core handBackUndelive
     const next = await poll(session.id, 1, 1, queue);
     expect(next.disposition).toBe('assigned');
   });
+
+  /**
+   * The real store, whose poll that records the park's outcome (the one a parked wait makes when
+   * its wait ends) first moves the store clock past a delayed task's due time and loses the
+   * poll's client: that call claims, for a reply nobody receives.
+   */
+  function clientLeavesDuringRecording(gone: AbortController, dueInMs: number): TaskStore {
+    return new Proxy(h.store, {
+      get(target, name) {
+        const value = Reflect.get(target, name);
+        if (typeof value !== 'function') return value;
+        if (name !== 'acquire' && name !== 'acquireBatch') return value.bind(target);
+        return (command: unknown, options: { recordEmpty: boolean }) => {
+          if (options.recordEmpty) {
+            h.advance(dueInMs);
+            gone.abort();
+          }
+          return value.call(target, command, options);
+        };
+      },
+    });
+  }
+
+  for (const route of ['acquire', 'acquireBatch'] as const) {
+    it(`${route}: a claim made by the poll recording the end of a park, whose client left meanwhile, is given back`, async () => {
+      const queue = `handback-record-${route}`;
+      const delay = 30_000; // within the session validity (60 s)
+      const gone = new AbortController();
+      const service = createTaskService({ store: clientLeavesDuringRecording(gone, delay + 1) });
+      const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 2 });
+      const { snapshot } = await h.store.submit(
+        submitCommand(`handback-record-${route}`, { queue, delay_ms: delay }),
+      );
+      // Parks 50 ms (the task is not due before the wait ends), then records its outcome.
+      const wait = { waitMs: 50, signal: gone.signal };
+      const replies =
+        route === 'acquire'
+          ? [await service.acquire(acquireCommand(session.id, 0, 1, queue), wait)]
+          : (await service.acquireBatch([acquireCommand(session.id, 0, 1, queue)], wait)).map(
+              (item) => (item.ok ? item.value : item.error),
+            );
+      expect(replies.map((r) => ('disposition' in r ? r.disposition : r))).toEqual(['assigned']);
+      // Nobody could receive it: the task is queued again, and another slot claims it at once.
+      const status = await h.store.status(SCOPE, snapshot.task_id);
+      expect(status.state).toBe('queued');
+      expect((await poll(session.id, 1, 1, queue)).disposition).toBe('assigned');
+    });
+  }
 });
 
 describe('replayed polls', () => {
