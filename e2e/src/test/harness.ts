@@ -314,6 +314,40 @@ export interface HttpProxyOptions {
    * it: the server never sees it, as when the server was briefly overloaded or restarting.
    */
   refuse?: (request: ProxiedRequest) => boolean;
+  /**
+   * Answers a request itself with the reply this returns, without forwarding it (a gateway's
+   * error page, a captive portal, a reply cut short); `undefined` forwards it.
+   */
+  answer?: (request: ProxiedRequest) => ProxyAnswer | undefined;
+}
+
+/** A reply a test proxy makes up (see {@link HttpProxyOptions.answer}). */
+export interface ProxyAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+  /** Declares a body 100 bytes longer than `body`, sends `body`, then closes the connection. */
+  cut?: boolean;
+}
+
+function refusal(): ProxyAnswer {
+  const problem = problemDocument(new ContractError('unavailable', 'refused by a test proxy'));
+  return {
+    status: problem.status,
+    headers: { 'content-type': 'application/problem+json' },
+    body: JSON.stringify(problem),
+  };
+}
+
+function writeAnswer(res: ServerResponse, answer: ProxyAnswer): void {
+  if (answer.cut !== true) {
+    res.writeHead(answer.status, answer.headers).end(answer.body);
+    return;
+  }
+  const length = Buffer.byteLength(answer.body) + 100;
+  res.writeHead(answer.status, { ...answer.headers, 'content-length': String(length) });
+  res.write(answer.body);
+  setTimeout(() => res.socket?.destroy(), 20);
 }
 
 /** An HTTP(S) proxy in front of a server. */
@@ -343,12 +377,9 @@ export async function startHttpProxy(
     req.on('end', () => {
       const body = Buffer.concat(chunks);
       const request = { method: req.method ?? '', path: req.url ?? '', body };
-      if (options.refuse?.(request)) {
-        const problem = problemDocument(
-          new ContractError('unavailable', 'refused by a test proxy'),
-        );
-        res.writeHead(problem.status, { 'content-type': 'application/problem+json' });
-        res.end(JSON.stringify(problem));
+      const answer = options.refuse?.(request) ? refusal() : options.answer?.(request);
+      if (answer !== undefined) {
+        writeAnswer(res, answer);
         return;
       }
       forwarded += 1;

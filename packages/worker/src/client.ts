@@ -49,6 +49,8 @@ import {
   type ReplyOf,
   type ReplySchema,
   type RequestSpec,
+  refuseIllFormedQuery,
+  requiredText,
   waitQuery,
   wireWaitMs,
 } from './http.js';
@@ -175,11 +177,7 @@ export class Client {
   readonly #backoff: BackoffPolicy;
 
   constructor(options: ClientOptions) {
-    for (const key of ['tenant', 'namespace'] as const) {
-      if (typeof options[key] !== 'string' || options[key].length === 0) {
-        throw new TypeError(`${key} is required`);
-      }
-    }
+    for (const key of ['tenant', 'namespace'] as const) requiredText(options, key);
     this.#http = new HttpTransport(options);
     this.#tenant = options.tenant;
     this.#namespace = options.namespace;
@@ -399,6 +397,7 @@ export class Client {
         cursor,
       };
       for (const [key, value] of Object.entries(labels ?? {})) query[`label.${key}`] = value;
+      refuseIllFormedQuery(query);
       const page = await this.#call({
         method: 'GET',
         path: `${this.#scopePath}/tasks`,

@@ -15,12 +15,13 @@ import {
   CONTROL_REQUEST_TIMEOUT_MS,
   ContractError,
   decodeStrictJson,
+  isWellFormedText,
   type Problem,
   ProblemSchema,
   parseRetryAfterMs,
   parseWith,
 } from '@ledgence/contracts';
-import { ProblemError, ProtocolError, TransportError } from './errors.js';
+import { localProblem, ProblemError, ProtocolError, TransportError } from './errors.js';
 import {
   DeadlineExceeded,
   type Exchange,
@@ -108,7 +109,43 @@ export function pathSegment(value: string): string {
   if (value === '.' || value === '..') {
     throw new TypeError(`an id cannot be "${value}": URL normalisation removes it from a path`);
   }
+  // encodeURIComponent would throw a bare URIError ("URI malformed") naming nothing.
+  if (!isWellFormedText(value)) {
+    throw new TypeError('an id must be well-formed text: it holds a lone surrogate');
+  }
   return encodeURIComponent(value);
+}
+
+/**
+ * Checks a required text setting of a `Client` or `Worker` at construction: present, not empty,
+ * and well-formed (a lone surrogate has no UTF-8 encoding, so no request could carry it).
+ */
+export function requiredText<K extends string>(
+  options: { readonly [key in K]: unknown },
+  key: K,
+): void {
+  const value = options[key];
+  if (typeof value !== 'string' || value.length === 0) throw new TypeError(`${key} is required`);
+  if (!isWellFormedText(value)) {
+    throw new TypeError(`${key} must be well-formed text: it holds a lone surrogate`);
+  }
+}
+
+/**
+ * Refuses, as the server would (`invalid_input`), a query whose text is not well-formed:
+ * `URLSearchParams` would send a lone surrogate as U+FFFD, and a filter would then silently
+ * match a value the caller never named.
+ */
+export function refuseIllFormedQuery(query: Query): void {
+  for (const [name, value] of Object.entries(query)) {
+    if (isWellFormedText(name) && (typeof value !== 'string' || isWellFormedText(value))) continue;
+    throw localProblem(
+      new ContractError(
+        'invalid_input',
+        `the query parameter ${JSON.stringify(name)} is not well-formed text: it holds a lone surrogate`,
+      ),
+    );
+  }
 }
 
 /** Query parameters of a request; `undefined` values are left out. */

@@ -34,7 +34,7 @@ import {
   ProtocolError,
   problemCode,
 } from './errors.js';
-import { type HttpOptions, HttpTransport, isProblem, wireWaitMs } from './http.js';
+import { type HttpOptions, HttpTransport, isProblem, requiredText, wireWaitMs } from './http.js';
 import { laneSlots, requestLanes } from './lanes.js';
 import {
   awaitingDispatch,
@@ -471,11 +471,7 @@ export class Worker {
   readonly #stopped = deferred();
 
   constructor(options: WorkerOptions) {
-    for (const key of ['tenant', 'namespace', 'queue'] as const) {
-      if (typeof options[key] !== 'string' || options[key].length === 0) {
-        throw new TypeError(`${key} is required`);
-      }
-    }
+    for (const key of ['tenant', 'namespace', 'queue'] as const) requiredText(options, key);
     if (
       !Number.isInteger(options.concurrency) ||
       options.concurrency < 1 ||
