@@ -1,25 +1,17 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { getRequestListener, type HttpBindings, RequestError } from '@hono/node-server';
+import type { HttpBindings } from '@hono/node-server';
 import { getConnInfo } from '@hono/node-server/conninfo';
 import { createCompletionSender } from '@ledgence/callbacks';
-import { ContractError } from '@ledgence/contracts';
 import {
   createCompletionService,
   createTaskService,
   lifecycleConfig,
   withGroupCommit,
 } from '@ledgence/core';
-import {
-  acceptedRequestId,
-  createHttpApp,
-  type HttpResponseInfo,
-  PROBLEM_CONTENT_TYPE,
-  problemOf,
-} from '@ledgence/http';
+import { createHttpApp } from '@ledgence/http';
 import {
   createPostgresTaskStore,
   createPostgresWakeSource,
@@ -32,6 +24,7 @@ import pino, { type Logger } from 'pino';
 import postgres from 'postgres';
 import { isLoopbackHost, type ServerConfig } from './config.js';
 import { armAfterReply, serverFailpoints } from './failpoints.js';
+import { createListeningServer } from './listener.js';
 import { startRecoveryLoop, startRetentionLoop, startStatisticsLoop } from './maintenance.js';
 import { createServerMetrics } from './metrics.js';
 import { wakeListenLog } from './wake-log.js';
@@ -246,7 +239,7 @@ export async function startServer(
       },
     });
 
-    // node:http, with @hono/node-server's request listener (as its `serve()` builds it).
+    // node:http and @hono/node-server at the edge (listener.ts).
     const http = await new Promise<Server>((listening, failed) => {
       // While stopping, every reply asks the client to close its connection, so keep-alive
       // connections drain with their last request instead of lingering until the timeout.
@@ -264,16 +257,7 @@ export async function startServer(
         }
         return response;
       };
-      // `serve()` but for the listener's errorHandler, which `serve` does not pass on, and which
-      // is given the error alone: the request it refuses travels beside it, in `arriving`.
-      const arriving = new AsyncLocalStorage<Arrival>();
-      const listener = getRequestListener(fetch, {
-        hostname: settings.host,
-        errorHandler: (error) => refusedBeforeTheApp(error, arriving.getStore(), logger, metrics),
-      });
-      const server = createServer((request, response) =>
-        arriving.run(arrivalOf(request), () => listener(request, response)),
-      );
+      const server = createListeningServer({ fetch, hostname: settings.host, logger, metrics });
       server.listen(settings.port, settings.host, () => listening(server));
       server.once('error', (error: NodeJS.ErrnoException) =>
         failed(listenError(error, settings.host, settings.port)),
@@ -391,90 +375,6 @@ export async function startServer(
     await cleanup(settings.shutdownTimeoutMs);
     throw error;
   }
-}
-
-/** What @hono/node-server says of the requests it cannot make a `Request` of; anything else is not echoed. */
-const REQUEST_ERRORS = new Set([
-  'Backslash in request path',
-  'Invalid host header',
-  'Missing host header',
-  'Invalid URL',
-  'Invalid absolute URL',
-  'Unsupported scheme',
-]);
-
-/**
- * What a refusal before the app reports of its request, taken as it reached the listener. Only
- * these: the store stays reachable from every async resource the request starts, so it must not
- * hold the request itself, whose headers carry its credential (DESIGN §6: only a key's hash is
- * held in memory; keys-in-memory.e2e).
- */
-interface Arrival {
-  readonly requestId: string | undefined;
-  readonly method: string;
-  readonly remoteAddress: string | null;
-  readonly started: number;
-}
-
-function arrivalOf(request: IncomingMessage): Arrival {
-  const header = request.headers['x-request-id'];
-  return {
-    requestId: typeof header === 'string' ? header : undefined,
-    method: request.method ?? 'GET',
-    remoteAddress: request.socket.remoteAddress ?? null,
-    started: performance.now(),
-  };
-}
-
-/**
- * The answer to a request @hono/node-server refuses before the app sees it (a backslash in its
- * path, a Host it cannot parse): its own answer was a bare `400` with no body and no log line,
- * where every other refusal is problem+json (DESIGN §6) and logged. It is answered, logged and
- * counted as the app answers every request: its id (the client's `x-request-id`, or a new one) in
- * the reply's header, its problem document and its `request` log line, and its route `unmatched`
- * in `ledgence_http_request_duration_seconds`. Anything else reaching this handler (the app's
- * fetch rejecting, which its error mapping should make impossible) is logged as the fault it is
- * and answered `unavailable`, never a connection left without a reply.
- */
-function refusedBeforeTheApp(
-  error: unknown,
-  arrival: Arrival | undefined,
-  logger: Logger,
-  metrics: { observeHttp(info: HttpResponseInfo): void },
-): Response {
-  const requestId = acceptedRequestId(arrival?.requestId);
-  let refusal: ContractError;
-  let detail: string | undefined;
-  if (error instanceof RequestError) {
-    detail = REQUEST_ERRORS.has(error.message) ? error.message : 'Malformed request';
-    refusal = new ContractError('invalid_input', `${detail}: the request could not be read`, {
-      reason: 'malformed_request',
-    });
-  } else {
-    refusal = new ContractError('unavailable', 'the request could not be served; retry');
-    logger.error({ request_id: requestId, err: error }, 'request failed outside the app');
-  }
-  const status = refusal.code === 'invalid_input' ? 400 : 503;
-  const method = arrival?.method ?? 'GET';
-  const durationMs = arrival === undefined ? 0 : performance.now() - arrival.started;
-  logger.info(
-    {
-      request_id: requestId,
-      method,
-      route: null,
-      status,
-      duration_ms: Math.round(durationMs * 1000) / 1000,
-      tenant: null,
-      remote_address: arrival?.remoteAddress ?? null,
-      ...(detail === undefined ? {} : { reason: 'malformed_request', detail }),
-    },
-    'request',
-  );
-  metrics.observeHttp({ route: null, method, status, durationMs });
-  return new Response(JSON.stringify(problemOf(refusal, { requestId })), {
-    status,
-    headers: { 'content-type': PROBLEM_CONTENT_TYPE, 'x-request-id': requestId },
-  });
 }
 
 /** Waits for `promise` at most `ms` (which may be 0 or less): its outcome, or `'timeout'`. */

@@ -168,31 +168,96 @@ export interface RawReply {
  * fetch rewrites): `head` is the request line and any headers; a `body` goes as JSON. The reply
  * is read as latin1, so every byte the server sent is seen as it was.
  */
-export function rawExchange(url: string, head: string, body?: string): Promise<RawReply> {
+export async function rawExchange(url: string, head: string, body?: string): Promise<RawReply> {
+  const extra =
+    body === undefined
+      ? ''
+      : `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`;
+  const { text, closed } = await socketExchange(
+    url,
+    `${head}\r\nHost: 127.0.0.1\r\n${extra}Connection: close\r\n\r\n${body ?? ''}`,
+    60_000,
+  );
+  if (!closed) throw new Error(`the server kept the connection open after: ${text.slice(0, 200)}`);
+  const split = text.indexOf('\r\n\r\n');
+  return {
+    status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1]),
+    headers: text.slice(0, split),
+    body: text.slice(split + 4),
+  };
+}
+
+/**
+ * Writes `bytes` on a fresh connection and collects everything the server sends (as latin1)
+ * until it closes the connection, or until `waitMs` has passed (`closed: false`). `onData` sees
+ * the text so far and may write more (a body sent once `100 Continue` came).
+ */
+export function socketExchange(
+  url: string,
+  bytes: string | Buffer,
+  waitMs = 3_000,
+  onData?: (text: string, write: (more: string) => void) => void,
+): Promise<{ text: string; closed: boolean }> {
   const { hostname, port } = new URL(url);
-  return new Promise<RawReply>((resolve, reject) => {
-    const socket = connect(Number(port), hostname, () => {
-      const extra =
-        body === undefined
-          ? ''
-          : `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`;
-      socket.write(`${head}\r\nHost: 127.0.0.1\r\n${extra}Connection: close\r\n\r\n${body ?? ''}`);
-    });
+  return new Promise((resolve) => {
     let text = '';
+    const socket = connect(Number(port), hostname, () => socket.write(bytes));
     socket.setEncoding('latin1');
-    socket.on('data', (c: string) => {
-      text += c;
+    socket.on('data', (chunk: string) => {
+      text += chunk;
+      onData?.(text, (more) => socket.write(more));
     });
-    socket.on('error', reject);
-    socket.on('end', () => {
-      const split = text.indexOf('\r\n\r\n');
-      resolve({
-        status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1]),
-        headers: text.slice(0, split),
-        body: text.slice(split + 4),
-      });
+    // A reset after the server's reply still ends the exchange with what was read.
+    socket.on('error', () => {});
+    const timer = setTimeout(() => {
+      socket.destroy();
+      resolve({ text, closed: false });
+    }, waitMs);
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve({ text, closed: true });
     });
   });
+}
+
+/** One reply of a {@link socketExchange}: its status, its head lower-cased, its body. */
+export interface FramedReply {
+  status: number;
+  head: string;
+  body: string;
+}
+
+/** The replies in `text`, in order, each body framed by its Content-Length or its chunks. */
+export function repliesIn(text: string): FramedReply[] {
+  const out: FramedReply[] = [];
+  let rest = text;
+  while (rest.startsWith('HTTP/1.1 ')) {
+    const end = rest.indexOf('\r\n\r\n');
+    if (end < 0) break;
+    const head = rest.slice(0, end).toLowerCase();
+    const status = Number(rest.slice(9, 12));
+    rest = rest.slice(end + 4);
+    const length = /content-length: (\d+)/.exec(head);
+    let body = '';
+    if (length !== null) {
+      body = rest.slice(0, Number(length[1]));
+      rest = rest.slice(body.length);
+    } else if (head.includes('transfer-encoding: chunked')) {
+      for (;;) {
+        const line = rest.indexOf('\r\n');
+        const size = Number.parseInt(rest.slice(0, line), 16);
+        rest = rest.slice(line + 2);
+        if (!(size > 0)) {
+          rest = rest.slice(2);
+          break;
+        }
+        body += rest.slice(0, size);
+        rest = rest.slice(size + 2);
+      }
+    }
+    out.push({ status, head, body });
+  }
+  return out;
 }
 
 /** POSTs `body` to `path` and resets the connection at once: the client is gone before any reply. */

@@ -1,0 +1,280 @@
+/**
+ * The HTTP/1.1 edge between the socket and the app: node:http with @hono/node-server's request
+ * listener (as its `serve()` builds it), plus what neither does for the server's promises —
+ * every refusal made before the app sees a request (by node:http's parser, by its `Expect`
+ * check, by @hono/node-server's URL building) is problem+json, logged and counted like the app's
+ * own (DESIGN §6, §11), and the requests pipelined on one connection run one after another
+ * (RFC 9112 §9.3.2), as the sequence and idempotency rules (DESIGN §4.1) assume of a client that
+ * sends `n + 1` after `n`.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import {
+  createServer,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+  STATUS_CODES,
+} from 'node:http';
+import type { Duplex } from 'node:stream';
+import { getRequestListener, RequestError } from '@hono/node-server';
+import { ContractError } from '@ledgence/contracts';
+import {
+  acceptedRequestId,
+  type HttpResponseInfo,
+  PROBLEM_CONTENT_TYPE,
+  problemOf,
+} from '@ledgence/http';
+import type { Logger } from 'pino';
+
+/** Options of {@link createListeningServer}. */
+export interface ListeningServerOptions {
+  /** The app's fetch (with whatever the server wraps around it). */
+  fetch: (request: Request, env: unknown) => Promise<Response>;
+  /** The host the server listens on: @hono/node-server's default for a request without one. */
+  hostname: string;
+  logger: Logger;
+  metrics: { observeHttp(info: HttpResponseInfo): void };
+}
+
+/** An HTTP server (not yet listening) that serves `fetch` at the edge described above. */
+export function createListeningServer(options: ListeningServerOptions): Server {
+  const { logger, metrics } = options;
+  // `serve()` but for the listener's errorHandler, which `serve` does not pass on, and which is
+  // given the error alone: the request it refuses travels beside it, in `arriving`.
+  const arriving = new AsyncLocalStorage<Arrival>();
+  const listener = getRequestListener(options.fetch, {
+    hostname: options.hostname,
+    errorHandler: (error) => {
+      const refused = refusal(appRefusal(error, arriving.getStore(), logger));
+      return new Response(refused.body, { status: refused.status, headers: refused.headers });
+    },
+  });
+  const refusal = (made: Refusal) => answerOf(made, logger, metrics);
+  const serve = (request: IncomingMessage, response: ServerResponse) => {
+    const arrival = arrivalOf(request);
+    // RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400. node:http's own check answers it
+    // bare, and @hono/node-server would serve it as if sent to `hostname`.
+    if (request.httpVersion === '1.1' && request.headers.host === undefined) {
+      sendRefusal(response, refusal(missingHost(arrival)));
+      return;
+    }
+    arriving.run(arrival, () => listener(request, response));
+  };
+  const server = createServer({ requireHostHeader: false }, inOrderPerConnection(serve));
+  // Node answers a header block past its limit, a malformed chunk or request line with a bare
+  // status and no body; a socket that failed while reading gets no answer (there is no one).
+  server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
+    if (!socket.writable || error.code === 'ECONNRESET') {
+      socket.destroy();
+      return;
+    }
+    const refused = refusal(parserRefusal(error));
+    const head = [
+      `HTTP/1.1 ${refused.status} ${STATUS_CODES[refused.status] ?? ''}`,
+      ...Object.entries(refused.headers).map(([name, value]) => `${name}: ${value}`),
+      `content-length: ${Buffer.byteLength(refused.body)}`,
+      'connection: close',
+    ];
+    socket.end(`${head.join('\r\n')}\r\n\r\n${refused.body}`);
+  });
+  // Node answers an `Expect` other than 100-continue with a bare 417 when nothing listens here.
+  server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
+    const refused = refusal(expectationRefusal(arrivalOf(request)));
+    sendRefusal(response, refused);
+  });
+  return server;
+}
+
+/**
+ * Runs the requests of one connection one at a time, each once the previous one's response has
+ * ended (or its connection closed). node:http parses pipelined requests as they arrive and hands
+ * each over at once, so a renewal `n + 1` sent right behind `n` could run first and be refused
+ * (`sequence_conflict`), and the replay of a submit could create the task its first copy then
+ * found. Responses go out in order either way; a request behind a parked poll waits for it, as
+ * its response had to.
+ */
+function inOrderPerConnection(
+  serve: (request: IncomingMessage, response: ServerResponse) => void,
+): (request: IncomingMessage, response: ServerResponse) => void {
+  const previous = new WeakMap<Duplex, Promise<void>>();
+  return (request, response) => {
+    const socket = request.socket;
+    const ahead = previous.get(socket);
+    const ended = new Promise<void>((resolve) => response.once('close', () => resolve()));
+    previous.set(socket, ended);
+    // The common case, one request at a time on a connection: served at once.
+    if (ahead === undefined) serve(request, response);
+    else void ahead.then(() => serve(request, response));
+    void ended.then(() => {
+      if (previous.get(socket) === ended) previous.delete(socket);
+    });
+  };
+}
+
+/** What @hono/node-server says of the requests it cannot make a `Request` of; anything else is not echoed. */
+const REQUEST_ERRORS = new Set([
+  'Backslash in request path',
+  'Invalid host header',
+  'Missing host header',
+  'Invalid URL',
+  'Invalid absolute URL',
+  'Unsupported scheme',
+]);
+
+/**
+ * What a refusal before the app reports of its request, taken as it reached the listener. Only
+ * these: the store stays reachable from every async resource the request starts, so it must not
+ * hold the request itself, whose headers carry its credential (DESIGN §6: only a key's hash is
+ * held in memory; keys-in-memory.e2e).
+ */
+interface Arrival {
+  readonly requestId: string | undefined;
+  readonly method: string;
+  readonly remoteAddress: string | null;
+  readonly started: number;
+}
+
+function arrivalOf(request: IncomingMessage): Arrival {
+  const header = request.headers['x-request-id'];
+  return {
+    requestId: typeof header === 'string' ? header : undefined,
+    method: request.method ?? 'GET',
+    remoteAddress: request.socket.remoteAddress ?? null,
+    started: performance.now(),
+  };
+}
+
+/** A refusal made before the app: what to answer and what to log. */
+interface Refusal {
+  readonly error: ContractError;
+  /** The HTTP status, where it is not the code's own (a parser's 431, an `Expect`'s 417). */
+  readonly status?: number;
+  /** Echoed in the log line; only texts of a known set, never the request's bytes. */
+  readonly detail?: string;
+  readonly arrival: Arrival | undefined;
+}
+
+/**
+ * A request @hono/node-server refuses (a backslash in its path, a Host it cannot parse or none):
+ * `invalid_input`. Anything else reaching its error handler (the app's fetch rejecting, which
+ * its error mapping should make impossible) is logged as the fault it is and answered
+ * `unavailable`, never a connection left without a reply.
+ */
+function appRefusal(error: unknown, arrival: Arrival | undefined, logger: Logger): Refusal {
+  if (error instanceof RequestError) {
+    const detail = REQUEST_ERRORS.has(error.message) ? error.message : 'Malformed request';
+    const refused = new ContractError('invalid_input', `${detail}: the request could not be read`, {
+      reason: 'malformed_request',
+    });
+    return { error: refused, detail, arrival };
+  }
+  logger.error(
+    { request_id: acceptedRequestId(arrival?.requestId), err: error },
+    'request failed outside the app',
+  );
+  const refused = new ContractError('unavailable', 'the request could not be served; retry');
+  return { error: refused, arrival };
+}
+
+/**
+ * A request node:http's parser refused, with the status node:http would have sent: 431 for a
+ * header block past its limit (`payload_too_large`, reason `header_too_large`), 408 for one not
+ * received in time, 400 for any other bytes that are not HTTP/1.1. Nothing of the request was
+ * parsed, so it has no id of its own, no method and no peer to report.
+ */
+function parserRefusal(error: NodeJS.ErrnoException): Refusal {
+  if (error.code === 'HPE_HEADER_OVERFLOW') {
+    const refused = new ContractError(
+      'payload_too_large',
+      'the request headers are larger than the server reads (16 KiB)',
+      { reason: 'header_too_large' },
+    );
+    return { error: refused, status: 431, detail: 'Header fields too large', arrival: undefined };
+  }
+  if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+    const refused = new ContractError('invalid_input', 'the request was not received in time', {
+      reason: 'request_timeout',
+    });
+    return { error: refused, status: 408, detail: 'Request timeout', arrival: undefined };
+  }
+  const refused = new ContractError(
+    'invalid_input',
+    'Malformed request: the request could not be read',
+    { reason: 'malformed_request' },
+  );
+  return { error: refused, detail: 'Malformed request', arrival: undefined };
+}
+
+function missingHost(arrival: Arrival): Refusal {
+  const refused = new ContractError(
+    'invalid_input',
+    'Missing host header: an HTTP/1.1 request names its host',
+    { reason: 'malformed_request' },
+  );
+  return { error: refused, detail: 'Missing host header', arrival };
+}
+
+/** An `Expect` other than `100-continue` (RFC 9110 §10.1.1): 417, as node:http would. */
+function expectationRefusal(arrival: Arrival): Refusal {
+  const refused = new ContractError(
+    'invalid_input',
+    'the only expectation the server meets is Expect: 100-continue',
+    { reason: 'expectation_failed' },
+  );
+  return { error: refused, status: 417, detail: 'Expectation failed', arrival };
+}
+
+/** Sends a refusal made after node:http parsed the request, and closes the connection. */
+function sendRefusal(response: ServerResponse, refused: Answer): void {
+  response.writeHead(refused.status, {
+    ...refused.headers,
+    'content-length': String(Buffer.byteLength(refused.body)),
+    connection: 'close',
+  });
+  response.end(refused.body);
+}
+
+/** A refusal's reply. */
+interface Answer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/**
+ * Answers, logs and counts a refusal made before the app as the app does every request: its id
+ * (the client's `x-request-id`, or a new one) in the reply's header, its problem document and
+ * its `request` log line, and its route `unmatched` in `ledgence_http_request_duration_seconds`.
+ */
+function answerOf(
+  { error, status: given, detail, arrival }: Refusal,
+  logger: Logger,
+  metrics: { observeHttp(info: HttpResponseInfo): void },
+): Answer {
+  const requestId = acceptedRequestId(arrival?.requestId);
+  const problem = problemOf(error, { requestId });
+  const status = given ?? problem.status;
+  problem.status = status;
+  const method = arrival?.method ?? null;
+  const durationMs = arrival === undefined ? 0 : performance.now() - arrival.started;
+  logger.info(
+    {
+      request_id: requestId,
+      method,
+      route: null,
+      status,
+      duration_ms: Math.round(durationMs * 1000) / 1000,
+      tenant: null,
+      remote_address: arrival?.remoteAddress ?? null,
+      ...(detail === undefined ? {} : { reason: error.reason, detail }),
+    },
+    'request',
+  );
+  // A request the parser refused has no method to count: it is counted as `other`.
+  metrics.observeHttp({ route: null, method: method ?? '', status, durationMs });
+  return {
+    status,
+    headers: { 'content-type': PROBLEM_CONTENT_TYPE, 'x-request-id': requestId },
+    body: JSON.stringify(problem),
+  };
+}
