@@ -626,6 +626,36 @@ describe('a failing store', () => {
     expect(logger.lines.filter((line) => line.level === 'warn')).toHaveLength(2);
   });
 
+  it('a report recorded whose answer was lost keeps its outcome: the copy sent again answers stale, the try is delivered', async () => {
+    const r = await receiver((res) => res.end());
+    let lost = 1;
+    const logger = captureLogger();
+    const s = sender({
+      destinations: destinations({ billing: r }),
+      logger,
+      store: {
+        leaseDeliveries: (limit, leaseMs) => store.leaseDeliveries(limit, leaseMs),
+        // Committed, and then the connection fails before the answer arrives.
+        reportDelivery: async (report) => {
+          const recorded = await store.reportDelivery(report);
+          if (lost-- > 0) throw new Error('connection lost before the answer');
+          return recorded;
+        },
+      },
+    });
+    const subscription = await dueDelivery('billing');
+
+    expect((await s.runOnce()).records).toMatchObject([{ outcome: 'delivered', status: 200 }]);
+    expect(await subscriptionOf(store, scope, subscription)).toMatchObject({
+      state: 'delivered',
+      attempts: 1,
+    });
+    expect(r.requests).toHaveLength(1);
+    expect(logger.lines.map((line) => line.message)).not.toContain(
+      'completion report was stale: the lease had run out',
+    );
+  });
+
   it('is logged when a report fails until stop, and the try is made again when its lease runs out', async () => {
     const r = await receiver((res) => res.end());
     let down = true;

@@ -106,8 +106,9 @@ export interface SenderLogger {
  * recorded it as `delivered`, `retry` (due again after a backoff), `gone`
  * (the receiver answered 410; the delivery is exhausted) or `exhausted` (the
  * generation's last try failed, or the event cannot be built); or the store
- * refused the report as `stale` (the lease ran out and the row moved on, or
- * an unseen earlier copy of the report was recorded), or the report failed
+ * refused the report as `stale` (the lease ran out and the row moved on; a copy
+ * answered stale after an earlier copy's answer was lost keeps the try's own
+ * outcome, which that copy recorded), or the report failed
  * until its lease ran out or the sender stopped and the try is `unreported`
  * (the row is tried again when its lease runs out).
  */
@@ -376,7 +377,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
       // Between the receiver's answer and the report: the receiver has the event, the store
       // does not know yet, so the lease running out must lead to a redelivery of the same id.
       if (failpoints.enabled) failpoints.hit('delivery.after_send');
-      if (!(await reportWithinLease(report, lease, clock))) outcome = 'stale';
+      if ((await reportWithinLease(report, lease, clock)) === 'stale') outcome = 'stale';
       if (failpoints.enabled) failpoints.hit('delivery.after_report');
     } catch (error) {
       outcome = 'unreported';
@@ -403,18 +404,23 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
    * fails: the row is still this sender's, and a report given up would leave it to its lease
    * running out, so an event the receiver acknowledged would be posted again (DESIGN §8: 2xx =
    * delivered). The report is fenced by generation and try, so a second copy after a first
-   * that committed unseen changes nothing (it answers stale). Not retried once stopping: a
-   * shutdown leaves the row to its lease, as a crash does. Rejects with the last failure.
+   * that committed unseen changes nothing (it answers stale). Such a copy is sent only while the
+   * lease still holds the row (by the lease clock's reckoning of store time), which no one else
+   * can have moved on meanwhile: its stale answer
+   * means the earlier copy was recorded (`recorded_unseen`), not that the lease ran out. Not
+   * retried once stopping: a shutdown leaves the row to its lease, as a crash does. Rejects with
+   * the last failure.
    */
   async function reportWithinLease(
     report: DeliveryReport,
     lease: CompletionLease,
     clock: () => number,
-  ): Promise<boolean> {
+  ): Promise<'recorded' | 'recorded_unseen' | 'stale'> {
     let delayMs = REPORT_RETRY_MIN_MS;
-    for (;;) {
+    for (let copy = 1; ; copy += 1) {
       try {
-        return await store.reportDelivery(report);
+        if (await store.reportDelivery(report)) return 'recorded';
+        return copy === 1 ? 'stale' : 'recorded_unseen';
       } catch (error) {
         if (stopping || lease.lease_expires_at - clock() <= delayMs + REPORT_RETRY_MIN_MS) {
           throw error;
