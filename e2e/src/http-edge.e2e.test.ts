@@ -154,6 +154,14 @@ describe('pipelined requests on one keep-alive connection (RFC 9112 §9.3.2)', (
 });
 
 describe('Expect: 100-continue (RFC 9110 §10.1.1)', () => {
+  it('a declared Content-Length above the route limit is refused with 413 without first inviting the body (no 100 Continue)', async () => {
+    const { text } = await exchange(
+      `POST ${TASKS} HTTP/1.1\r\n${H}Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 99999999\r\nConnection: close\r\n\r\n`,
+    );
+    expect(text.startsWith('HTTP/1.1 413 '), text.slice(0, 40)).toBe(true);
+    expect(text).not.toContain('100 Continue');
+  });
+
   it('a body within the limit is invited (100 Continue), then read and answered 201', async () => {
     const body = JSON.stringify(taskBody('expect-continue', 'expect'));
     let sent = false;
