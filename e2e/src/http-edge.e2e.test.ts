@@ -9,7 +9,14 @@ import { createPostgresTaskStore } from '@ledgence/store-postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ServerProcess, startServerProcess } from './server-process.js';
 import { SHORT_TIMINGS, Stack } from './test/harness.js';
-import { claimNext, repliesIn, socketExchange, TASKS_BASE, taskBody } from './test/wire.js';
+import {
+  claimNext,
+  repliesIn,
+  socketExchange,
+  submitTask,
+  TASKS_BASE,
+  taskBody,
+} from './test/wire.js';
 
 const stack = new Stack('http_edge');
 let server: ServerProcess;
@@ -113,6 +120,22 @@ describe('pipelined requests on one keep-alive connection (RFC 9112 §9.3.2)', (
       `GET /healthz HTTP/1.1\r\n${H}\r\nGET ${TASKS}/tsk_absent HTTP/1.1\r\n${H}\r\nGET ${TASKS}?limit=1&limit=2 HTTP/1.1\r\n${H}\r\nGET /readyz HTTP/1.1\r\n${H}Connection: close\r\n\r\n`,
     );
     expect(repliesIn(text).map((r) => r.status)).toEqual([200, 404, 400, 200]);
+  });
+
+  it('a request the parser refuses behind a parked one is answered after it, in order: 200 pending, then the 400 problem', async () => {
+    const taskId = await submitTask(server.url, taskBody('behind-parked', 'behind-parked'));
+    const { text } = await exchange(
+      `GET ${TASKS}/${taskId}/result?wait_ms=500 HTTP/1.1\r\n${H}\r\nget /healthz HTTP/1.1\r\n${H}\r\n`,
+    );
+    const [first, second] = repliesIn(text);
+    expect([first?.status, JSON.parse(first?.body ?? 'null')?.outcome]).toEqual([
+      200,
+      { state: 'pending' },
+    ]);
+    expect([second?.status, second?.head]).toEqual([
+      400,
+      expect.stringContaining('content-type: application/problem+json'),
+    ]);
   });
 
   it('processes pipelined submits of one idempotency key in order: the first creates (201), the second replays (200)', async () => {

@@ -60,17 +60,13 @@ export function createListeningServer(options: ListeningServerOptions): Server {
     }
     arriving.run(arrival, () => listener(request, response));
   };
-  const handle = inOrderPerConnection(serve);
-  const server = createServer({ requireHostHeader: false }, handle);
-  // RFC 9110 §10.1.1: node:http would invite the body (100 Continue) before the app could look at
-  // the request; a body the app refuses by its declared length (413) would then be uploaded for
-  // nothing. The invitation goes out when the app starts reading the body, and never once the
-  // answer has begun (node:http reads an unread body to keep the connection).
+  const order = inOrderPerConnection(serve);
+  const server = createServer({ requireHostHeader: false }, order.handle);
   server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
     request.once('resume', () => {
       if (!response.headersSent && !response.writableEnded) response.writeContinue();
     });
-    handle(request, response);
+    order.handle(request, response);
   });
   // Node answers a header block past its limit, a malformed chunk or request line with a bare
   // status and no body; a socket that failed while reading gets no answer (there is no one).
@@ -86,7 +82,24 @@ export function createListeningServer(options: ListeningServerOptions): Server {
       `content-length: ${Buffer.byteLength(refused.body)}`,
       'connection: close',
     ];
-    socket.end(`${head.join('\r\n')}\r\n\r\n${refused.body}`);
+    const reply = () => {
+      if (socket.writable) socket.end(`${head.join('\r\n')}\r\n\r\n${refused.body}`);
+      else socket.destroy();
+    };
+    const last = order.last(socket);
+    if (last !== undefined && !last.request.complete) {
+      // The bytes refused are the body of the last request handed over: the refusal is its
+      // answer, if the app has begun serving it and not yet begun its own answer (node:http's
+      // rule); a request still queued behind others gets none (the connection closes).
+      if (last.served && !last.response.headersSent) reply();
+      else socket.destroy();
+      return;
+    }
+    // A request of its own, behind those pipelined before it: written at once, the refusal would
+    // be read as the answer to the first of them, or cut into it.
+    const ahead = order.answered(socket);
+    if (ahead === undefined) reply();
+    else void ahead.then(reply);
   });
   // Node answers an `Expect` other than 100-continue with a bare 417 when nothing listens here.
   server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
@@ -106,20 +119,42 @@ export function createListeningServer(options: ListeningServerOptions): Server {
  */
 function inOrderPerConnection(
   serve: (request: IncomingMessage, response: ServerResponse) => void,
-): (request: IncomingMessage, response: ServerResponse) => void {
-  const previous = new WeakMap<Duplex, Promise<void>>();
-  return (request, response) => {
-    const socket = request.socket;
-    const ahead = previous.get(socket);
-    const ended = new Promise<void>((resolve) => response.once('close', () => resolve()));
-    previous.set(socket, ended);
-    // The common case, one request at a time on a connection: served at once.
-    if (ahead === undefined) serve(request, response);
-    else void ahead.then(() => serve(request, response));
-    void ended.then(() => {
-      if (previous.get(socket) === ended) previous.delete(socket);
-    });
+): {
+  handle: (request: IncomingMessage, response: ServerResponse) => void;
+  /** When every request handed over on `socket` so far is answered; `undefined` if it is now. */
+  answered: (socket: Duplex) => Promise<void> | undefined;
+  /** The last request handed over on `socket` and not yet answered, and whether it is served. */
+  last: (socket: Duplex) => Handed | undefined;
+} {
+  const lastOf = new WeakMap<Duplex, Handed & { ended: Promise<void> }>();
+  return {
+    handle(request, response) {
+      const socket = request.socket;
+      const ahead = lastOf.get(socket)?.ended;
+      const ended = new Promise<void>((resolve) => response.once('close', () => resolve()));
+      const handed = { request, response, ended, served: false };
+      lastOf.set(socket, handed);
+      const start = () => {
+        handed.served = true;
+        serve(request, response);
+      };
+      // The common case, one request at a time on a connection: served at once.
+      if (ahead === undefined) start();
+      else void ahead.then(start);
+      void ended.then(() => {
+        if (lastOf.get(socket) === handed) lastOf.delete(socket);
+      });
+    },
+    answered: (socket) => lastOf.get(socket)?.ended,
+    last: (socket) => lastOf.get(socket),
   };
+}
+
+/** A request handed over on a connection, and whether the app serves it yet. */
+interface Handed {
+  readonly request: IncomingMessage;
+  readonly response: ServerResponse;
+  served: boolean;
 }
 
 /** What @hono/node-server says of the requests it cannot make a `Request` of; anything else is not echoed. */
