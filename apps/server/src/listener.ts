@@ -193,8 +193,6 @@ function arrivalOf(request: IncomingMessage): Arrival {
 /** A refusal made before the app: what to answer and what to log. */
 interface Refusal {
   readonly error: ContractError;
-  /** The HTTP status, where it is not the code's own (a parser's 431, an `Expect`'s 417). */
-  readonly status?: number;
   /** Echoed in the log line; only texts of a known set, never the request's bytes. */
   readonly detail?: string;
   readonly arrival: Arrival | undefined;
@@ -223,10 +221,12 @@ function appRefusal(error: unknown, arrival: Arrival | undefined, logger: Logger
 }
 
 /**
- * A request node:http's parser refused, with the status node:http would have sent: 431 for a
- * header block past its limit (`payload_too_large`, reason `header_too_large`), 408 for one not
- * received in time, 400 for any other bytes that are not HTTP/1.1. Nothing of the request was
- * parsed, so it has no id of its own, no method and no peer to report.
+ * A request node:http's parser refused: a header block past its limit is `payload_too_large`
+ * (413, reason `header_too_large`, where node:http says 431), one not received in time or any
+ * other bytes that are not HTTP/1.1 `invalid_input` (400; node:http says 408 for the first).
+ * Each keeps the status of its code, as every problem document does (`ProblemSchema`; the SDK
+ * reads a document that breaks it as a protocol error). Nothing of the request was parsed, so
+ * it has no id of its own, no method and no peer to report.
  */
 function parserRefusal(error: NodeJS.ErrnoException): Refusal {
   if (error.code === 'HPE_HEADER_OVERFLOW') {
@@ -235,13 +235,13 @@ function parserRefusal(error: NodeJS.ErrnoException): Refusal {
       'the request headers are larger than the server reads (16 KiB)',
       { reason: 'header_too_large' },
     );
-    return { error: refused, status: 431, detail: 'Header fields too large', arrival: undefined };
+    return { error: refused, detail: 'Header fields too large', arrival: undefined };
   }
   if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
     const refused = new ContractError('invalid_input', 'the request was not received in time', {
       reason: 'request_timeout',
     });
-    return { error: refused, status: 408, detail: 'Request timeout', arrival: undefined };
+    return { error: refused, detail: 'Request timeout', arrival: undefined };
   }
   const refused = new ContractError(
     'invalid_input',
@@ -260,14 +260,17 @@ function missingHost(arrival: Arrival): Refusal {
   return { error: refused, detail: 'Missing host header', arrival };
 }
 
-/** An `Expect` other than `100-continue` (RFC 9110 §10.1.1): 417, as node:http would. */
+/**
+ * An `Expect` other than `100-continue` (RFC 9110 §10.1.1): `invalid_input` (400, reason
+ * `expectation_failed`), where node:http says 417 with no body.
+ */
 function expectationRefusal(arrival: Arrival): Refusal {
   const refused = new ContractError(
     'invalid_input',
     'the only expectation the server meets is Expect: 100-continue',
     { reason: 'expectation_failed' },
   );
-  return { error: refused, status: 417, detail: 'Expectation failed', arrival };
+  return { error: refused, detail: 'Expectation failed', arrival };
 }
 
 /** Sends a refusal made after node:http parsed the request, and closes the connection. */
@@ -293,14 +296,13 @@ interface Answer {
  * its `request` log line, and its route `unmatched` in `ledgence_http_request_duration_seconds`.
  */
 function answerOf(
-  { error, status: given, detail, arrival }: Refusal,
+  { error, detail, arrival }: Refusal,
   logger: Logger,
   metrics: { observeHttp(info: HttpResponseInfo): void },
 ): Answer {
   const requestId = acceptedRequestId(arrival?.requestId);
   const problem = problemOf(error, { requestId });
-  const status = given ?? problem.status;
-  problem.status = status;
+  const status = problem.status;
   const method = arrival?.method ?? null;
   const durationMs = arrival === undefined ? 0 : performance.now() - arrival.started;
   logger.info(

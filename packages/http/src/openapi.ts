@@ -173,6 +173,16 @@ const ITEM_COUNT = /^must hold (\d+) to (\d+) items$/;
 
 /** Turns the contracts' integer checks into `type: integer` with bounds, item counts into `minItems`/`maxItems`. */
 const overrideAction: ConversionConfig['overrideAction'] = ({ valibotAction, jsonSchema }) => {
+  const textMaxBytes = (valibotAction as { textMaxBytes?: unknown }).textMaxBytes;
+  if (typeof textMaxBytes === 'number') {
+    // Characters never outnumber UTF-8 bytes, so the byte bound is a character bound too.
+    return {
+      ...jsonSchema,
+      minLength: 1,
+      maxLength: textMaxBytes,
+      description: `1..${textMaxBytes} UTF-8 bytes: well-formed, no control characters, no leading or trailing whitespace.`,
+    } as ReturnType<NonNullable<ConversionConfig['overrideAction']>>;
+  }
   const message = (valibotAction as { message?: unknown }).message;
   if (valibotAction.type !== 'check' || typeof message !== 'string') return undefined;
   const range = INTEGER_RANGE.exec(message);

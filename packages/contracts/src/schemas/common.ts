@@ -157,11 +157,13 @@ export function itemCount<TInput extends readonly unknown[]>(
  * characters, no leading or trailing whitespace. A pipe action for `v.string()`.
  */
 export function text(maxBytes: number) {
-  return v.rawCheck<string>(({ dataset, addIssue }) => {
+  const rule = v.rawCheck<string>(({ dataset, addIssue }) => {
     if (!dataset.typed) return;
     const problem = textProblem(dataset.value, maxBytes);
     if (problem !== undefined) addIssue({ message: problem });
   });
+  // Read by the OpenAPI document (packages/http), which cannot see into the check.
+  return Object.assign(rule, { textMaxBytes: maxBytes });
 }
 
 /** A string schema with the {@link text} rule. */
