@@ -52,10 +52,12 @@ export function createListeningServer(options: ListeningServerOptions): Server {
   const refusal = (made: Refusal) => answerOf(made, logger, metrics);
   const serve = (request: IncomingMessage, response: ServerResponse) => {
     const arrival = arrivalOf(request);
-    // RFC 9112 §3.2: an HTTP/1.1 request without Host is a 400. node:http's own check answers it
-    // bare, and @hono/node-server would serve it as if sent to `hostname`.
-    if (request.httpVersion === '1.1' && request.headers.host === undefined) {
-      sendRefusal(response, refusal(missingHost(arrival)));
+    // RFC 9112 §3.2: an HTTP/1.1 request without Host, or any with an empty Host or two, is a
+    // 400. node:http answers the first bare and keeps the first of two Host lines, and
+    // @hono/node-server would serve a missing or empty Host as if sent to `hostname`.
+    const hostProblem = hostHeaderProblem(request);
+    if (hostProblem !== undefined) {
+      sendRefusal(response, refusal(badHost(hostProblem, arrival)));
       return;
     }
     arriving.run(arrival, () => listener(request, response));
@@ -131,10 +133,25 @@ function inOrderPerConnection(
     handle(request, response) {
       const socket = request.socket;
       const ahead = lastOf.get(socket)?.ended;
-      const ended = new Promise<void>((resolve) => response.once('close', () => resolve()));
+      // node:http emits no 'close' on a response still queued when its connection closes: the
+      // connection's own 'close' ends it then.
+      const ended = new Promise<void>((resolve) => {
+        const done = () => {
+          response.off('close', done);
+          socket.off('close', done);
+          resolve();
+        };
+        response.once('close', done);
+        socket.once('close', done);
+      });
       const handed = { request, response, ended, served: false };
       lastOf.set(socket, handed);
       const start = () => {
+        // Its client left while it waited: nobody can receive its answer, and a request never
+        // served answers nothing (DESIGN §5: a disconnect consumes no task). Served, a poll would
+        // park and claim for no one, its signal never aborted (@hono/node-server aborts it on
+        // the response's 'close', which a queued response never emits).
+        if (socket.destroyed) return;
         handed.served = true;
         serve(request, response);
       };
@@ -251,13 +268,25 @@ function parserRefusal(error: NodeJS.ErrnoException): Refusal {
   return { error: refused, detail: 'Malformed request', arrival: undefined };
 }
 
-function missingHost(arrival: Arrival): Refusal {
+/** What is wrong with a request's Host header (RFC 9112 §3.2), if anything. */
+function hostHeaderProblem(request: IncomingMessage): string | undefined {
+  let lines = 0;
+  for (let i = 0; i < request.rawHeaders.length; i += 2) {
+    if (request.rawHeaders[i]?.toLowerCase() === 'host') lines += 1;
+  }
+  if (lines > 1) return 'Duplicate host header';
+  if (request.headers.host === '') return 'Empty host header';
+  if (lines === 0 && request.httpVersion === '1.1') return 'Missing host header';
+  return undefined;
+}
+
+function badHost(detail: string, arrival: Arrival): Refusal {
   const refused = new ContractError(
     'invalid_input',
-    'Missing host header: an HTTP/1.1 request names its host',
+    `${detail}: an HTTP/1.1 request names its host once`,
     { reason: 'malformed_request' },
   );
-  return { error: refused, detail: 'Missing host header', arrival };
+  return { error: refused, detail, arrival };
 }
 
 /**
