@@ -64,6 +64,10 @@ export function createListeningServer(options: ListeningServerOptions): Server {
   };
   const order = inOrderPerConnection(serve);
   const server = createServer({ requireHostHeader: false }, order.handle);
+  // RFC 9110 §10.1.1: node:http would invite the body (100 Continue) before the app could look at
+  // the request; a body the app refuses by its declared length (413) would then be uploaded for
+  // nothing. The invitation goes out when the app starts reading the body, and never once the
+  // answer has begun (node:http reads an unread body to keep the connection).
   server.on('checkContinue', (request: IncomingMessage, response: ServerResponse) => {
     request.once('resume', () => {
       if (!response.headersSent && !response.writableEnded) response.writeContinue();
