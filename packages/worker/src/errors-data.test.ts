@@ -40,6 +40,7 @@ describe('errors as data', () => {
     expect(
       data(new TransportError('GET /x failed: connect ECONNREFUSED', { reason: 'network' })),
     ).toMatchObject({
+      name: 'TransportError',
       code: 'transport_error',
       message: 'GET /x failed: connect ECONNREFUSED',
       reason: 'network',
@@ -55,6 +56,7 @@ describe('errors as data', () => {
       ),
     ).toMatchObject({ code: 'transport_error', status: 429, retryAfterMs: 7_000 });
     expect(data(new ProtocolError('the reply is not strict JSON', { status: 200 }))).toMatchObject({
+      name: 'ProtocolError',
       code: 'protocol_error',
       message: 'the reply is not strict JSON',
       status: 200,
@@ -72,6 +74,7 @@ describe('errors as data', () => {
         }),
       ),
     ).toMatchObject({
+      name: 'ProblemError',
       code: 'not_found',
       message: 'no such task',
       status: 404,

@@ -231,11 +231,14 @@ export class ProblemError extends ContractError {
    * `Retry-After`, when present.
    */
   override toJSON(): ContractErrorData & {
+    name: string;
     status: number;
     requestId?: string;
     retryAfterMs?: number;
   } {
+    // `name` as every other SDK error's data has it: a log line tells the kinds apart by it.
     const data: ReturnType<ProblemError['toJSON']> = {
+      name: this.name,
       ...super.toJSON(),
       status: this.problem.status,
     };
