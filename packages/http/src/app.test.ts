@@ -242,11 +242,12 @@ describe('POST {scope}/tasks', () => {
 });
 
 describe('POST {scope}/tasks:batch', () => {
-  it('answers every item on its own, in order', async () => {
+  it('answers every item on its own, in order, each problem with the request id', async () => {
     const h = createHarness();
     await h.call(TASKS, { key: KEYS.client, json: submitBody(ACME_PROD, 'taken') });
     const res = await h.call(`${TASKS}:batch`, {
       key: KEYS.client,
+      headers: { 'x-request-id': 'batch-1' },
       json: {
         commands: [
           submitBody(ACME_PROD, 'b-1'),
@@ -267,6 +268,13 @@ describe('POST {scope}/tasks:batch', () => {
     ]);
     expect(results[1]).toMatchObject({ status: 400, path: '$.commands[1].input' });
     expect(results[2]).toMatchObject({ reason: 'scope_mismatch' });
+    // Refused in decoding, in the route's scope check and by the service: each traceable to the
+    // request's log line, as a whole request's problem is (the SDK's ProblemError.requestId).
+    expect([1, 2, 3].map((i) => (results[i] as Problem).request_id)).toEqual([
+      'batch-1',
+      'batch-1',
+      'batch-1',
+    ]);
   });
 
   it('answers an item whose data breaks a strict-JSON value rule on its own; its neighbours are submitted', async () => {

@@ -408,8 +408,9 @@ function checkSubmitScope(command: SubmitCommand, scope: Scope, at: string): voi
 /**
  * Runs the items of a batch that passed decoding and authorization through
  * `run` in one call, and answers every item in request order: its reply, or
- * its own problem document (an item's backend failure goes to `logFailure`, as
- * its document names it only as `unavailable`).
+ * its own problem document carrying the request's id, as a whole request's
+ * does (an item's backend failure goes to `logFailure`, as its document names
+ * it only as `unavailable`).
  */
 async function answerBatch<C, R, O>(
   items: readonly DecodedItem<C>[],
@@ -417,13 +418,14 @@ async function answerBatch<C, R, O>(
   run: (commands: C[]) => Promise<ItemResult<R>[]>,
   reply: (value: R) => O,
   logFailure: (error: ContractError) => void,
+  requestId: string,
 ): Promise<(O | Problem)[]> {
   const answers: (O | Problem | undefined)[] = new Array(items.length);
   const accepted: C[] = [];
   const positions: number[] = [];
   items.forEach((item, index) => {
     if (!item.ok) {
-      answers[index] = problemOf(item.error);
+      answers[index] = problemOf(item.error, { requestId });
       return;
     }
     try {
@@ -432,7 +434,7 @@ async function answerBatch<C, R, O>(
       positions.push(index);
     } catch (error) {
       if (!(error instanceof ContractError)) throw error;
-      answers[index] = problemOf(error, { supplied: suppliedStrings([item.value]) });
+      answers[index] = problemOf(error, { requestId, supplied: suppliedStrings([item.value]) });
     }
   });
   if (accepted.length > 0) {
@@ -444,7 +446,10 @@ async function answerBatch<C, R, O>(
         return;
       }
       if (wrapsBackendFailure(result.error)) logFailure(result.error);
-      const problem = problemOf(result.error, { supplied: suppliedStrings([accepted[k]]) });
+      const problem = problemOf(result.error, {
+        requestId,
+        supplied: suppliedStrings([accepted[k]]),
+      });
       // The service names a path within the command it was given (`$.input.timeout_ms`); in
       // this body that command is `$.commands[index]`, as the adapter's own item checks say.
       if (problem.path?.startsWith('$'))
@@ -453,7 +458,9 @@ async function answerBatch<C, R, O>(
     });
   }
   return answers.map(
-    (answer) => answer ?? problemOf(new ContractError('unavailable', 'the item was not answered')),
+    (answer) =>
+      answer ??
+      problemOf(new ContractError('unavailable', 'the item was not answered'), { requestId }),
   );
 }
 
@@ -663,6 +670,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
       (commands) => svc(c).submitBatch(commands),
       (outcome) => outcome.snapshot,
       logFailure(c),
+      c.get('requestId'),
     );
     return c.json({ results });
   });
@@ -858,6 +866,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
       (commands) => svc(c).acquireBatch(commands, { waitMs, signal: c.req.raw.signal }),
       (reply) => reply,
       logFailure(c),
+      c.get('requestId'),
     );
     return c.json({ replies });
   });
@@ -880,6 +889,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
       run,
       (value) => value,
       logFailure(c),
+      c.get('requestId'),
     );
   }
 
