@@ -243,3 +243,87 @@ describe('a client that breaks off mid-body', () => {
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
   });
 });
+
+const chunkBody = JSON.stringify(taskBody('edge-chunk', 'edge-chunk'));
+const badChunked = `POST ${TASKS} HTTP/1.1\r\n${H}Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n${chunkBody}\r\n0\r\n\r\n`;
+
+describe('one reply per request (RFC 9112 §9.3)', () => {
+  it('a malformed chunk in a body the app is reading: exactly one reply on the connection', async () => {
+    const { text } = await exchange(badChunked, 3_000);
+    const replies = repliesIn(text);
+    expect(
+      replies.map((r) => r.status),
+      text,
+    ).toHaveLength(1);
+  });
+});
+
+const CONTINUE = 'HTTP/1.1 100 Continue\r\n\r\n';
+
+/** The statuses of the final replies in `text`, the interim 100s taken out. */
+const finals = (text: string) => repliesIn(text.split(CONTINUE).join('')).map((r) => r.status);
+
+describe('Expect: 100-continue with a streamed body, or behind a pipelined request', () => {
+  it('a chunked body is invited (100 Continue), then read and answered 201', async () => {
+    const body = JSON.stringify(taskBody('edge-expect-chunked', 'edge-expect'));
+    let sent = false;
+    const { text } = await socketExchange(
+      server.url,
+      `POST ${TASKS} HTTP/1.1\r\n${H}Content-Type: application/json\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n`,
+      3_000,
+      (so, write) => {
+        if (!sent && so.startsWith('HTTP/1.1 100 ')) {
+          sent = true;
+          write(`${Buffer.byteLength(body).toString(16)}\r\n${body}\r\n0\r\n\r\n`);
+        }
+      },
+    );
+    expect(sent, `no 100 Continue: ${text.slice(0, 60)}`).toBe(true);
+    expect(finals(text)).toEqual([201]);
+  });
+
+  it('a request pipelined behind another is invited once its turn comes, then answered 201', async () => {
+    const body = JSON.stringify(taskBody('edge-expect-pipelined', 'edge-expect'));
+    let sent = false;
+    const { text } = await socketExchange(
+      server.url,
+      `GET /healthz HTTP/1.1\r\n${H}\r\n` +
+        `POST ${TASKS} HTTP/1.1\r\n${H}Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n`,
+      3_000,
+      (so, write) => {
+        if (!sent && so.includes(CONTINUE)) {
+          sent = true;
+          write(body);
+        }
+      },
+    );
+    expect(sent, `no 100 Continue: ${text.slice(0, 200)}`).toBe(true);
+    // The 100 belongs to the second request: it comes after the first one's answer.
+    expect(text.indexOf(CONTINUE)).toBeGreaterThan(text.indexOf('HTTP/1.1 200 '));
+    expect(finals(text)).toEqual([200, 201]);
+  });
+});
+
+describe('a body refused by its declared length, on a keep-alive connection', () => {
+  it('the body a client sends anyway after the 413 is never read as a request of its own', async () => {
+    // Above the route's limit: refused on its declared length, without a 100 Continue.
+    const smuggled = `GET /healthz HTTP/1.1\r\n${H}\r\n`;
+    const length = 3_000_000;
+    const padded = smuggled + ' '.repeat(length - smuggled.length);
+    let sent = false;
+    const { text } = await socketExchange(
+      server.url,
+      `POST ${TASKS} HTTP/1.1\r\n${H}Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: ${length}\r\n\r\n`,
+      2_000,
+      (so, write) => {
+        if (!sent && so.startsWith('HTTP/1.1 413 ')) {
+          sent = true;
+          // RFC 9110 §10.1.1: a client may send the body without waiting for 100 Continue.
+          write(padded);
+        }
+      },
+    );
+    expect(text.startsWith('HTTP/1.1 413 '), text.slice(0, 40)).toBe(true);
+    expect(finals(text)).toEqual([413]);
+  });
+});
