@@ -536,6 +536,21 @@ describe('per-task client routes', () => {
     await expectProblem(await h.call(`${TASKS}/a%00b`, { key: KEYS.client }), 'invalid_input');
   });
 
+  it('rejects a path whose escapes are not UTF-8, where the router would keep them as typed', async () => {
+    const h = createHarness();
+    // Truncated, overlong and non-hex escapes, in the scope and in an id; `%25` spells a `%`.
+    for (const path of [
+      `${TASKS}/tsk_%E0%A4`,
+      `${TASKS}/tsk_%C0%AF`,
+      `${TASKS}/tsk_%ZZ`,
+      '/v1/tenants/acme%E0%A4/namespaces/prod/tasks',
+    ]) {
+      const res = await h.call(path, { key: KEYS.client });
+      expect((await expectProblem(res, 'invalid_input')).reason, path).toBe('path_parameter');
+    }
+    await expectProblem(await h.call(`${TASKS}/tsk_%25E0`, { key: KEYS.client }), 'not_found');
+  });
+
   it('cancels with no body, with {} and rejects other bodies', async () => {
     const h = createHarness();
     const a = await submitTask(h, ACME_PROD, KEYS.client);

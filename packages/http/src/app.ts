@@ -286,13 +286,31 @@ function headerLines(c: AppContext, name: string): number {
   return env?.incoming?.headersDistinct?.[name.toLowerCase()]?.length ?? 1;
 }
 
-/** A path parameter checked with the text rule of its field. */
+/**
+ * A path parameter checked with the text rule of its field. The router decodes a parameter
+ * leniently (an escape that is not UTF-8 stays as typed), so `/tenants/%E0%A4` and
+ * `/tenants/%25E0%25A4` would name one tenant: a path whose escapes are not UTF-8 is refused, as
+ * such a query is.
+ */
 function pathText(c: AppContext, name: string, maxBytes: number): string {
+  if (c.req.url.includes('%')) refuseMalformedEscapes(c.req.url);
   const value = c.req.param(name) ?? '';
   supply(c, value);
   const problem = textProblem(value, maxBytes);
   if (problem !== undefined) throw invalidPathParameter(name, problem);
   return value;
+}
+
+function refuseMalformedEscapes(url: string): void {
+  for (const segment of new URL(url).pathname.split('/')) {
+    try {
+      decodeURIComponent(segment);
+    } catch {
+      throw new ContractError('invalid_input', 'the path is not percent-encoded UTF-8 text', {
+        reason: 'path_parameter',
+      });
+    }
+  }
 }
 
 /** The `{scope}` of a client route's path. */
