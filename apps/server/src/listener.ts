@@ -34,6 +34,12 @@ export interface ListeningServerOptions {
   hostname: string;
   logger: Logger;
   metrics: { observeHttp(info: HttpResponseInfo): void };
+  /**
+   * Whether the server is stopping: the last reply of each connection then asks the client to
+   * close it, so keep-alive connections drain with their last request instead of lingering until
+   * the timeout. Default: never.
+   */
+  stopping?: () => boolean;
 }
 
 /** An HTTP server (not yet listening) that serves `fetch` at the edge described above. */
@@ -42,7 +48,22 @@ export function createListeningServer(options: ListeningServerOptions): Server {
   // `serve()` but for the listener's errorHandler, which `serve` does not pass on, and which is
   // given the error alone: the request it refuses travels beside it, in `arriving`.
   const arriving = new AsyncLocalStorage<Arrival>();
-  const listener = getRequestListener(options.fetch, {
+  const stopping = options.stopping ?? (() => false);
+  // Only the last request handed over on its connection closes it: a reply marked `close` ends
+  // the connection (node:http), and the requests pipelined behind it would run unanswered.
+  const fetch = async (request: Request, env: unknown): Promise<Response> => {
+    const response = await options.fetch(request, env);
+    const incoming = (env as { incoming?: IncomingMessage } | undefined)?.incoming;
+    if (stopping() && incoming !== undefined && order.isLast(incoming)) {
+      try {
+        response.headers.set('connection', 'close');
+      } catch {
+        // A response with immutable headers is sent as is; the timeout still bounds it.
+      }
+    }
+    return response;
+  };
+  const listener = getRequestListener(fetch, {
     hostname: options.hostname,
     errorHandler: (error) => {
       const refused = refusal(appRefusal(error, arriving.getStore(), logger));
@@ -131,31 +152,48 @@ function inOrderPerConnection(
   answered: (socket: Duplex) => Promise<void> | undefined;
   /** The last request handed over on `socket` and not yet answered, and whether it is served. */
   last: (socket: Duplex) => Handed | undefined;
+  /** Whether `request` is the last one handed over on its connection so far. */
+  isLast: (request: IncomingMessage) => boolean;
 } {
-  const lastOf = new WeakMap<Duplex, Handed & { ended: Promise<void> }>();
+  const connections = new WeakMap<Duplex, Connection>();
+  const connectionOf = (socket: Duplex): Connection => {
+    let connection = connections.get(socket);
+    if (connection === undefined) {
+      const made: Connection = { last: undefined, waiting: new Set() };
+      // node:http emits no 'close' on a response still queued when its connection closes: the
+      // connection's own 'close' (one listener per connection) ends them all then.
+      socket.once('close', () => {
+        for (const end of made.waiting) end();
+      });
+      connections.set(socket, made);
+      connection = made;
+    }
+    return connection;
+  };
   return {
     handle(request, response) {
       const socket = request.socket;
-      const ahead = lastOf.get(socket)?.ended;
-      // node:http emits no 'close' on a response still queued when its connection closes: the
-      // connection's own 'close' ends it then.
+      const connection = connectionOf(socket);
+      const ahead = connection.last?.ended;
+      let end = () => {};
       const ended = new Promise<void>((resolve) => {
-        const done = () => {
-          response.off('close', done);
-          socket.off('close', done);
+        end = () => {
+          connection.waiting.delete(end);
+          response.off('close', end);
           resolve();
         };
-        response.once('close', done);
-        socket.once('close', done);
       });
+      connection.waiting.add(end);
+      response.once('close', end);
       const handed = { request, response, ended, served: false };
-      lastOf.set(socket, handed);
+      connection.last = handed;
       const start = () => {
-        // Its client left while it waited: nobody can receive its answer, and a request never
-        // served answers nothing (DESIGN §5: a disconnect consumes no task). Served, a poll would
-        // park and claim for no one, its signal never aborted (@hono/node-server aborts it on
-        // the response's 'close', which a queued response never emits).
-        if (socket.destroyed) return;
+        // Its client left while it waited, or the reply ahead of it closed the connection:
+        // nobody can receive its answer, and a request never served answers nothing (DESIGN §5:
+        // a disconnect consumes no task). Served, a poll would park and claim for no one, its
+        // signal never aborted (@hono/node-server aborts it on the response's 'close', which a
+        // queued response never emits).
+        if (socket.destroyed || !socket.writable) return;
         handed.served = true;
         serve(request, response);
       };
@@ -163,12 +201,21 @@ function inOrderPerConnection(
       if (ahead === undefined) start();
       else void ahead.then(start);
       void ended.then(() => {
-        if (lastOf.get(socket) === handed) lastOf.delete(socket);
+        if (connection.last === handed) connection.last = undefined;
       });
     },
-    answered: (socket) => lastOf.get(socket)?.ended,
-    last: (socket) => lastOf.get(socket),
+    answered: (socket) => connections.get(socket)?.last?.ended,
+    last: (socket) => connections.get(socket)?.last,
+    isLast: (request) => connections.get(request.socket)?.last?.request === request,
   };
+}
+
+/** The requests of one connection still to be answered. */
+interface Connection {
+  /** The last request handed over and not yet answered. */
+  last: (Handed & { ended: Promise<void> }) | undefined;
+  /** Ends the wait of each request handed over and not yet answered. */
+  readonly waiting: Set<() => void>;
 }
 
 /** A request handed over on a connection, and whether the app serves it yet. */

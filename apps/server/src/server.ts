@@ -241,23 +241,20 @@ export async function startServer(
 
     // node:http and @hono/node-server at the edge (listener.ts).
     const http = await new Promise<Server>((listening, failed) => {
-      // While stopping, every reply asks the client to close its connection, so keep-alive
-      // connections drain with their last request instead of lingering until the timeout.
       const fetch = async (request: Request, env: unknown): Promise<Response> => {
         const response = await app.fetch(request, env);
         if (failpoints.enabled) {
           await armAfterReply(failpoints, request, response, (env as HttpBindings).outgoing);
         }
-        if (!accepting) {
-          try {
-            response.headers.set('connection', 'close');
-          } catch {
-            // A response with immutable headers is sent as is; the timeout still bounds it.
-          }
-        }
         return response;
       };
-      const server = createListeningServer({ fetch, hostname: settings.host, logger, metrics });
+      const server = createListeningServer({
+        fetch,
+        hostname: settings.host,
+        logger,
+        metrics,
+        stopping: () => !accepting,
+      });
       server.listen(settings.port, settings.host, () => listening(server));
       server.once('error', (error: NodeJS.ErrnoException) =>
         failed(listenError(error, settings.host, settings.port)),
