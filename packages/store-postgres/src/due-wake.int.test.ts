@@ -10,6 +10,7 @@ import { createTaskService, type TaskService } from '@ledgence/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   acquireCommand,
+  CONFIG,
   failureCommand,
   type Harness,
   harness,
@@ -167,5 +168,36 @@ describe('a parked poll and the due times of its queue', () => {
     const assignment = assignmentOf(nearReply);
     expect(assignment.lease.owner.task_id).toBe(snapshot.task_id);
     await expectAnsweredWhenDue(assignment, snapshot.available_at, elapsed, 'batch, delay_ms 300');
+  });
+
+  // The recovery path of the same promise (DESIGN §5 Lease expiry: "re-queued with the retry
+  // delay"): the poll was parked before the lease ran out.
+  it('a lease-expiry retry delayed 300 ms is handed to a poll parked before the recovery when due, not at the rescan', async () => {
+    const queue = 'due-lost';
+    const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 2 });
+    const { snapshot } = await h.store.submit(
+      submitCommand('due-lost', { queue, retry: { max_attempts: 3, delay_ms: 300 } }),
+    );
+    const first = assignmentOf(
+      (await h.store.acquire(acquireCommand(session.id, 0, 1, queue), { recordEmpty: true })).reply,
+    );
+    await h.store.renew(renewCommand(first.lease.owner, 1, 'dispatch'));
+    h.advance(CONFIG.leaseDurationMs + 50);
+    const started = performance.now();
+    const parked = service.acquire(acquireCommand(session.id, 1, 1, queue), { waitMs: WAIT });
+    await sleep(100);
+    // The clock moved past the earlier tests' leases too: the count covers theirs as well.
+    expect((await h.store.recoverExpiredLeases()).requeued).toBeGreaterThanOrEqual(1);
+    const { state, available_at } = await h.store.status(SCOPE, snapshot.task_id);
+    expect(state).toBe('queued');
+    const second = assignmentOf(await parked);
+    const elapsed = performance.now() - started;
+    expect(second.lease.owner.task_id).toBe(snapshot.task_id);
+    expect(second.event.ldgattempt).toBe(2);
+    const claimed = (await h.store.history(SCOPE, snapshot.task_id, 0)).find(
+      (e) => e.event.reason === 'claimed' && e.event.attempt_id === second.lease.owner.attempt_id,
+    );
+    expect(claimed?.event.at).toBeGreaterThanOrEqual(available_at);
+    expect(elapsed).toBeLessThan(WAIT / 2);
   });
 });
