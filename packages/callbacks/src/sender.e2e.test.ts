@@ -65,6 +65,16 @@ afterEach(async () => {
   await Promise.all(stopping);
 });
 
+/** The test's store, whose reports go through `reportDelivery` (a fault made around them). */
+function reportingWith(
+  reportDelivery: CompletionSenderOptions['store']['reportDelivery'],
+): CompletionSenderOptions['store'] {
+  return {
+    leaseDeliveries: (limit, leaseMs) => store.leaseDeliveries(limit, leaseMs),
+    reportDelivery,
+  };
+}
+
 async function receiver(answer: Answer): Promise<Receiver> {
   const started = await startReceiver(answer);
   open.push(started);
@@ -607,13 +617,9 @@ describe('a failing store', () => {
     const s = sender({
       destinations: destinations({ billing: r }),
       logger,
-      store: {
-        leaseDeliveries: (limit, leaseMs) => store.leaseDeliveries(limit, leaseMs),
-        reportDelivery: (report) =>
-          failures-- > 0
-            ? Promise.reject(new Error('database down'))
-            : store.reportDelivery(report),
-      },
+      store: reportingWith((report) =>
+        failures-- > 0 ? Promise.reject(new Error('database down')) : store.reportDelivery(report),
+      ),
     });
     const subscription = await dueDelivery('billing');
 
@@ -633,15 +639,12 @@ describe('a failing store', () => {
     const s = sender({
       destinations: destinations({ billing: r }),
       logger,
-      store: {
-        leaseDeliveries: (limit, leaseMs) => store.leaseDeliveries(limit, leaseMs),
-        // Committed, and then the connection fails before the answer arrives.
-        reportDelivery: async (report) => {
-          const recorded = await store.reportDelivery(report);
-          if (lost-- > 0) throw new Error('connection lost before the answer');
-          return recorded;
-        },
-      },
+      // Committed, and then the connection fails before the answer arrives.
+      store: reportingWith(async (report) => {
+        const recorded = await store.reportDelivery(report);
+        if (lost-- > 0) throw new Error('connection lost before the answer');
+        return recorded;
+      }),
     });
     const subscription = await dueDelivery('billing');
 
@@ -663,11 +666,9 @@ describe('a failing store', () => {
     const s = sender({
       destinations: destinations({ billing: r }),
       logger,
-      store: {
-        leaseDeliveries: (limit, leaseMs) => store.leaseDeliveries(limit, leaseMs),
-        reportDelivery: (report) =>
-          down ? Promise.reject(new Error('database down')) : store.reportDelivery(report),
-      },
+      store: reportingWith((report) =>
+        down ? Promise.reject(new Error('database down')) : store.reportDelivery(report),
+      ),
     });
     const subscription = await dueDelivery('billing');
 
