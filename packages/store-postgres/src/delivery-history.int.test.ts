@@ -3,17 +3,16 @@
  * records, in order and without gaps, every step of an attempt that is held for cleanup, and a held
  * settlement takes its outcome at the authority deadline.
  */
-import type { Assignment, RecordedHistoryEvent } from '@ledgence/contracts';
+import type { RecordedHistoryEvent } from '@ledgence/contracts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  acquireCommand,
   CONFIG,
+  claimedTask,
   type Harness,
   harness,
   outcomeCode,
   renewCommand,
   SCOPE,
-  submitCommand,
   successCommand,
 } from './testdata/fixtures.js';
 
@@ -23,24 +22,13 @@ beforeAll(async () => {
 });
 afterAll(() => h.close());
 
-async function claim(key: string): Promise<{ a: Assignment; session: string; queue: string }> {
-  const queue = `dh-${key}`;
-  const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 1 });
-  await h.store.submit(submitCommand(key, { queue }));
-  const { reply } = await h.store.acquire(acquireCommand(session.id, 0, 1, queue), {
-    recordEmpty: true,
-  });
-  if (reply.disposition !== 'assigned') throw new Error(`got ${reply.disposition}`);
-  return { a: reply.assignment, session: session.id, queue };
-}
-
 function shape(history: RecordedHistoryEvent[]) {
   return history.map((e) => [e.sequence, e.event.reason, e.event.attempt_id]);
 }
 
 describe('seed 000 HistoryEvent: "Per-task ordering is assigned under the same task lock; heartbeat renewals do not append history rows"', () => {
   it('dispatch, heartbeats, unconfirmed report, cancel request, confirmation: gapless ordered records with their attempt, heartbeats absent', async () => {
-    const { a } = await claim('hist');
+    const a = await claimedTask(h, 'hist');
     const o = a.lease.owner;
     await h.store.renew(renewCommand(o, 1, 'dispatch'));
     await h.store.renew(renewCommand(o, 2));
@@ -80,7 +68,7 @@ describe('seed 000 HistoryEvent: "Per-task ordering is assigned under the same t
 
 describe('seed 000 Quiescence: a held settlement takes its outcome at the authority deadline', () => {
   it('recovery applies the held success once; the confirmation after it is ownership_lost; records end with the outcome', async () => {
-    const { a } = await claim('held-deadline');
+    const a = await claimedTask(h, 'held-deadline');
     const o = a.lease.owner;
     await h.store.renew(renewCommand(o, 1, 'dispatch'));
     await h.store.settle(successCommand(a, 'held-deadline', { v: 2 }, 'unconfirmed'));

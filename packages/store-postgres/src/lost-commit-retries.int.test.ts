@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPostgresTaskStore, type PostgresTaskStore } from './store.js';
 import {
   acquireCommand,
+  claimedTask,
   failureCommand,
   type Harness,
   harness,
@@ -78,15 +79,9 @@ let n = 0;
 /** A task of a queue of its own, claimed (and renewed with dispatch when `dispatch`). */
 async function claimed(dispatch = true, input = {}): Promise<Assignment> {
   n += 1;
-  const queue = `lc-${n}`;
-  await h.store.submit(submitCommand(`lc-${n}`, { queue, ...input }));
-  const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 1 });
-  const { reply } = await h.store.acquire(acquireCommand(session.id, 0, 1, queue), {
-    recordEmpty: true,
-  });
-  if (reply.disposition !== 'assigned') throw new Error(`not assigned: ${reply.disposition}`);
-  if (dispatch) await h.store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
-  return reply.assignment;
+  const assignment = await claimedTask(h, `lc-${n}`, input);
+  if (dispatch) await h.store.renew(renewCommand(assignment.lease.owner, 1, 'dispatch'));
+  return assignment;
 }
 
 async function reasons(taskId: string): Promise<string[]> {

@@ -125,6 +125,25 @@ export function acquireCommand(
   return { scope, queue, worker_session_id: session, consumer_id: consumer, sequence };
 }
 
+/**
+ * Submits the task `key` to a queue of its own (`claimed-<key>`, unless `input` names one) and
+ * claims it with a new one-slot session: its assignment, not yet granted dispatch.
+ */
+export async function claimedTask(
+  h: Pick<Harness, 'store'>,
+  key: string,
+  input: Partial<SubmitTask> = {},
+): Promise<Assignment> {
+  const queue = input.queue ?? `claimed-${key}`;
+  await h.store.submit(submitCommand(key, { ...input, queue }));
+  const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 1 });
+  const { reply } = await h.store.acquire(acquireCommand(session.id, 0, 1, queue), {
+    recordEmpty: true,
+  });
+  if (reply.disposition !== 'assigned') throw new Error(`not assigned: ${reply.disposition}`);
+  return reply.assignment;
+}
+
 /** A renewal of an assignment's lease. */
 export function renewCommand(
   owner: LeaseOwner,
