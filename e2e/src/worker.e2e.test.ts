@@ -837,7 +837,16 @@ describe('Worker with long leases', () => {
     // The server accepts no budget within its 5 s safety margin, so the worker is made to ask
     // late: the claim's answer is held back 2 s, leaving 4 s of the 6 s budget at the dispatch
     // renew. The 20 s lease outlasts the wait.
-    const task = await c.submit({ queue, program: 'never', data: null, timeout_ms: 6_000 });
+    // A fixed 30 s retry delay keeps the re-queued task from being claimed again before stop():
+    // with the default jittered delay (1..1 000 ms) the worker's next poll could claim it and the
+    // proxy hold that answer, leaving the task active at the cancel below.
+    const task = await c.submit({
+      queue,
+      program: 'never',
+      data: null,
+      timeout_ms: 6_000,
+      retry: { max_attempts: 3, delay_ms: 30_000 },
+    });
     const proxy = await startHttpProxy(longLeases.url, {
       hold: ({ path }) => (path.startsWith('/v1/worker/acquire') ? sleep(2_000) : undefined),
     });
