@@ -7,7 +7,6 @@
  * (RFC 9112 §9.3.2), as the sequence and idempotency rules (DESIGN §4.1) assume of a client that
  * sends `n + 1` after `n`.
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
 import {
   createServer,
   type IncomingMessage,
@@ -46,13 +45,23 @@ export interface ListeningServerOptions {
 export function createListeningServer(options: ListeningServerOptions): Server {
   const { logger, metrics } = options;
   // `serve()` but for the listener's errorHandler, which `serve` does not pass on, and which is
-  // given the error alone: the request it refuses travels beside it, in `arriving`.
-  const arriving = new AsyncLocalStorage<Arrival>();
+  // given the error alone. The request it refuses is the one being handed to the listener: it
+  // builds the `Request` (and refuses one it cannot build) and calls `fetch` before its first
+  // await, so `handing` is set across that synchronous call only. No async context is needed,
+  // and none is used: on Node 20 an AsyncLocalStorage turns on a promise hook for every promise
+  // of the process once it first runs.
+  let handing: Arrival | undefined;
   const stopping = options.stopping ?? (() => false);
-  // Only the last request handed over on its connection closes it: a reply marked `close` ends
-  // the connection (node:http), and the requests pipelined behind it would run unanswered.
   const fetch = async (request: Request, env: unknown): Promise<Response> => {
-    const response = await options.fetch(request, env);
+    const arrival = handing;
+    let response: Response;
+    try {
+      response = await options.fetch(request, env);
+    } catch (error) {
+      return responseOf(refusal(appFault(error, arrival, logger)));
+    }
+    // Only the last request handed over on its connection closes it: a reply marked `close`
+    // ends the connection (node:http), and the requests pipelined behind it would run unanswered.
     const incoming = (env as { incoming?: IncomingMessage } | undefined)?.incoming;
     if (stopping() && incoming !== undefined && order.isLast(incoming)) {
       try {
@@ -65,10 +74,7 @@ export function createListeningServer(options: ListeningServerOptions): Server {
   };
   const listener = getRequestListener(fetch, {
     hostname: options.hostname,
-    errorHandler: (error) => {
-      const refused = refusal(appRefusal(error, arriving.getStore(), logger));
-      return new Response(refused.body, { status: refused.status, headers: refused.headers });
-    },
+    errorHandler: (error) => responseOf(refusal(requestRefusal(error, handing, logger))),
   });
   const refusal = (made: Refusal) => answerOf(made, logger, metrics);
   const serve = (request: IncomingMessage, response: ServerResponse) => {
@@ -81,7 +87,12 @@ export function createListeningServer(options: ListeningServerOptions): Server {
       sendRefusal(response, refusal(badHost(hostProblem, arrival)));
       return;
     }
-    arriving.run(arrival, () => listener(request, response));
+    handing = arrival;
+    try {
+      void listener(request, response);
+    } finally {
+      handing = undefined;
+    }
   };
   const order = inOrderPerConnection(serve);
   const server = createServer({ requireHostHeader: false }, order.handle);
@@ -237,9 +248,9 @@ const REQUEST_ERRORS = new Set([
 
 /**
  * What a refusal before the app reports of its request, taken as it reached the listener. Only
- * these: the store stays reachable from every async resource the request starts, so it must not
- * hold the request itself, whose headers carry its credential (DESIGN §6: only a key's hash is
- * held in memory; keys-in-memory.e2e).
+ * these: the fetch wrapper holds it while the app serves the request (for a fault's log line), so
+ * it must not hold the request itself, whose headers carry its credential (DESIGN §6: only a
+ * key's hash is held in memory; keys-in-memory.e2e).
  */
 interface Arrival {
   readonly requestId: string | undefined;
@@ -268,18 +279,23 @@ interface Refusal {
 
 /**
  * A request @hono/node-server refuses (a backslash in its path, a Host it cannot parse or none):
- * `invalid_input`. Anything else reaching its error handler (the app's fetch rejecting, which
- * its error mapping should make impossible) is logged as the fault it is and answered
- * `unavailable`, never a connection left without a reply.
+ * `invalid_input`. Anything else reaching its error handler is the fault {@link appFault} reports
+ * (none is expected: `fetch` answers its own rejections).
  */
-function appRefusal(error: unknown, arrival: Arrival | undefined, logger: Logger): Refusal {
-  if (error instanceof RequestError) {
-    const detail = REQUEST_ERRORS.has(error.message) ? error.message : 'Malformed request';
-    const refused = new ContractError('invalid_input', `${detail}: the request could not be read`, {
-      reason: 'malformed_request',
-    });
-    return { error: refused, detail, arrival };
-  }
+function requestRefusal(error: unknown, arrival: Arrival | undefined, logger: Logger): Refusal {
+  if (!(error instanceof RequestError)) return appFault(error, arrival, logger);
+  const detail = REQUEST_ERRORS.has(error.message) ? error.message : 'Malformed request';
+  const refused = new ContractError('invalid_input', `${detail}: the request could not be read`, {
+    reason: 'malformed_request',
+  });
+  return { error: refused, detail, arrival };
+}
+
+/**
+ * The app's fetch rejecting, which its error mapping should make impossible: logged as the fault
+ * it is and answered `unavailable`, never a connection left without a reply.
+ */
+function appFault(error: unknown, arrival: Arrival | undefined, logger: Logger): Refusal {
   logger.error(
     { request_id: acceptedRequestId(arrival?.requestId), err: error },
     'request failed outside the app',
@@ -361,6 +377,11 @@ function sendRefusal(response: ServerResponse, refused: Answer): void {
     connection: 'close',
   });
   response.end(refused.body);
+}
+
+/** A refusal's reply as the listener sends the app's. */
+function responseOf(refused: Answer): Response {
+  return new Response(refused.body, { status: refused.status, headers: refused.headers });
 }
 
 /** A refusal's reply. */

@@ -21,7 +21,7 @@ const REQUESTS = 2_000;
 const ROUNDS = 4;
 
 const benchDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const postgres = await startPostgres(benchDir, process.env.DATABASE_URL);
+const postgres = await startPostgres(join(benchDir, '.data'), process.env.DATABASE_URL);
 await postgres.recreate('ledgence_micro_transport');
 const server = await startServer(serverEntry(join(benchDir, '..')), {
   DATABASE_URL: postgres.urlFor('ledgence_micro_transport'),
