@@ -11,6 +11,7 @@ import { createPostgresTaskStore, type PostgresTaskStore } from './store.js';
 import {
   acquireCommand,
   CONFIG,
+  claimedTask,
   type Harness,
   harness,
   outcomeCode,
@@ -30,15 +31,9 @@ afterAll(() => h.close());
 let n = 0;
 async function claim(): Promise<Assignment> {
   n += 1;
-  const queue = `rg-${n}`;
-  await h.store.submit(submitCommand(`rg-${n}`, { queue }));
-  const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 1 });
-  const { reply } = await h.store.acquire(acquireCommand(session.id, 0, 1, queue), {
-    recordEmpty: true,
-  });
-  if (reply.disposition !== 'assigned') throw new Error(`not assigned: ${reply.disposition}`);
-  await h.store.renew(renewCommand(reply.assignment.lease.owner, 1, 'dispatch'));
-  return reply.assignment;
+  const assignment = await claimedTask(h, `rg-${n}`);
+  await h.store.renew(renewCommand(assignment.lease.owner, 1, 'dispatch'));
+  return assignment;
 }
 
 function storeWith(spec: string): PostgresTaskStore {

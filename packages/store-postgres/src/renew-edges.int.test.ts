@@ -3,17 +3,15 @@
  * renewals, after expiry, settlement and cancel; a settlement awaiting quiescence; the
  * authority deadline; the dispatch grant recorded once across replays in separate calls.
  */
-import type { Assignment } from '@ledgence/contracts';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  acquireCommand,
   CONFIG,
+  claimedTask,
   type Harness,
   harness,
   outcomeCode,
   renewCommand,
   SCOPE,
-  submitCommand,
   successCommand,
 } from './testdata/fixtures.js';
 
@@ -23,19 +21,6 @@ beforeAll(async () => {
 });
 afterAll(() => h.close());
 
-async function assigned(key: string, timeoutMs?: number): Promise<Assignment> {
-  const queue = `rr-${key}`;
-  const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 1 });
-  await h.store.submit(
-    submitCommand(key, timeoutMs === undefined ? { queue } : { queue, timeout_ms: timeoutMs }),
-  );
-  const { reply } = await h.store.acquire(acquireCommand(session.id, 0, 1, queue), {
-    recordEmpty: true,
-  });
-  if (reply.disposition !== 'assigned') throw new Error(`got ${reply.disposition}`);
-  return reply.assignment;
-}
-
 async function dispatchAuthorizations(taskId: string): Promise<number> {
   const history = await h.store.history(SCOPE, taskId, 0);
   return history.filter((e) => e.event.reason === 'dispatch_authorized').length;
@@ -43,7 +28,7 @@ async function dispatchAuthorizations(taskId: string): Promise<number> {
 
 describe('renew sequences at the edges', () => {
   it('an old sequence after a later one is sequence_conflict; the last replays without extending', async () => {
-    const a = await assigned('old-seq');
+    const a = await claimedTask(h, 'old-seq');
     const o = a.lease.owner;
     await h.store.renew(renewCommand(o, 1, 'dispatch'));
     const second = await h.store.renew(renewCommand(o, 2));
@@ -60,12 +45,12 @@ describe('renew sequences at the edges', () => {
   });
 
   it('a replay after the lease expired, or after a confirmed settlement, is ownership_lost', async () => {
-    const a = await assigned('after-expiry');
+    const a = await claimedTask(h, 'after-expiry');
     const o = a.lease.owner;
     await h.store.renew(renewCommand(o, 1, 'dispatch'));
     h.advance(CONFIG.leaseDurationMs + 10);
     expect(await outcomeCode(h.store.renew(renewCommand(o, 1, 'dispatch')))).toBe('ownership_lost');
-    const b = await assigned('after-settle');
+    const b = await claimedTask(h, 'after-settle');
     await h.store.renew(renewCommand(b.lease.owner, 1, 'dispatch'));
     await h.store.settle(successCommand(b, 'after-settle'));
     expect(await outcomeCode(h.store.renew(renewCommand(b.lease.owner, 1, 'dispatch')))).toBe(
@@ -74,7 +59,7 @@ describe('renew sequences at the edges', () => {
   });
 
   it('a dispatch replayed after cancel was requested shows the cancel and records no second grant', async () => {
-    const a = await assigned('cancel-replay');
+    const a = await claimedTask(h, 'cancel-replay');
     const o = a.lease.owner;
     const granted = await h.store.renew(renewCommand(o, 1, 'dispatch'));
     expect(granted.dispatch_allowed).toBe(true);
@@ -87,7 +72,7 @@ describe('renew sequences at the edges', () => {
   });
 
   it('a dispatch asked first after cancel was requested is not granted and records nothing', async () => {
-    const a = await assigned('cancel-first');
+    const a = await claimedTask(h, 'cancel-first');
     const o = a.lease.owner;
     await h.store.cancel(SCOPE, o.task_id);
     const refused = await h.store.renew(renewCommand(o, 1, 'dispatch'));
@@ -96,7 +81,7 @@ describe('renew sequences at the edges', () => {
   });
 
   it('renewing an attempt awaiting quiescence neither shortens its lease nor grants dispatch', async () => {
-    const a = await assigned('quiescence');
+    const a = await claimedTask(h, 'quiescence');
     const o = a.lease.owner;
     // Never dispatched, then settled unconfirmed: the lease is held to the authority deadline.
     await h.store.settle(successCommand(a, 'quiescence', { ok: 1 }, 'unconfirmed'));
@@ -109,7 +94,7 @@ describe('renew sequences at the edges', () => {
   });
 
   it('a heartbeat never extends past the authority deadline, and one after it is ownership_lost', async () => {
-    const a = await assigned('deadline', 1_000);
+    const a = await claimedTask(h, 'deadline', { timeout_ms: 1_000 });
     const o = a.lease.owner;
     const authorityDeadline = a.attempt_deadline + CONFIG.cleanupGraceMs;
     await h.store.renew(renewCommand(o, 1, 'dispatch'));
@@ -123,7 +108,7 @@ describe('renew sequences at the edges', () => {
   });
 
   it('the lease a renewal grants is counted from store time', async () => {
-    const a = await assigned('store-time');
+    const a = await claimedTask(h, 'store-time');
     const o = a.lease.owner;
     h.advance(700);
     const renewed = await h.store.renew(renewCommand(o, 1, 'dispatch'));

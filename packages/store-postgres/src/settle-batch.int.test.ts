@@ -10,13 +10,13 @@ import { createPostgresTaskStore } from './store.js';
 import {
   acquireCommand,
   CONFIG,
+  claimedTask,
   failureCommand,
   type Harness,
   harness,
   outcomeCode,
   renewCommand,
   SCOPE,
-  submitCommand,
   successCommand,
 } from './testdata/fixtures.js';
 
@@ -27,16 +27,9 @@ beforeAll(async () => {
 afterAll(() => h.close());
 
 let n = 0;
-async function claim(extra: Parameters<typeof submitCommand>[1] = {}): Promise<Assignment> {
+async function claim(extra: Parameters<typeof claimedTask>[2] = {}): Promise<Assignment> {
   n += 1;
-  const queue = `rs-${n}`;
-  await h.store.submit(submitCommand(`rs-${n}`, { queue, ...extra }));
-  const session = await h.store.openSession({ scope: SCOPE, queue, concurrency: 1 });
-  const { reply } = await h.store.acquire(acquireCommand(session.id, 0, 1, queue), {
-    recordEmpty: true,
-  });
-  if (reply.disposition !== 'assigned') throw new Error(`not assigned: ${reply.disposition}`);
-  return reply.assignment;
+  return claimedTask(h, `rs-${n}`, extra);
 }
 
 async function dispatch(a: Assignment): Promise<void> {
