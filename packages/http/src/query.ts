@@ -26,6 +26,17 @@ export const LIST_QUERY_PARAMETERS = [
 export const LABEL_PREFIX = 'label.';
 
 const DIGITS = /^\d+$/;
+const LEADING_ZEROS = /^0+(?=\d)/;
+
+/**
+ * The value of a string of decimal digits, leading zeros and all (`005` is 5, however many
+ * zeros): `Infinity` past 16 significant digits, which is past 2^53−1 either way, so a long
+ * string is not parsed.
+ */
+function digitsValue(digits: string): number {
+  const significant = digits.replace(LEADING_ZEROS, '');
+  return significant.length > 16 ? Number.POSITIVE_INFINITY : Number(significant);
+}
 
 function queryError(message: string, parameter?: string): ContractError {
   return new ContractError(
@@ -101,7 +112,7 @@ function nonNegativeInteger(name: string, value: string): number {
   if (!DIGITS.test(value)) {
     throw queryError(`the query parameter ${name} must be a non-negative integer`, name);
   }
-  const number = value.length > 16 ? Number.POSITIVE_INFINITY : Number(value);
+  const number = digitsValue(value);
   return Number.isSafeInteger(number) ? number : Number.POSITIVE_INFINITY;
 }
 
@@ -136,7 +147,7 @@ export function parseAfterSequence(value: string | undefined): number {
  */
 export function parseLimit(value: string | undefined, max: number): number {
   if (value === undefined) return max;
-  const limit = DIGITS.test(value) && value.length <= 16 ? Number(value) : Number.NaN;
+  const limit = DIGITS.test(value) ? digitsValue(value) : Number.NaN;
   if (!(limit >= 1 && limit <= max)) {
     throw queryError(`the query parameter limit must be an integer from 1 to ${max}`, 'limit');
   }
@@ -149,8 +160,7 @@ export function parseLimit(value: string | undefined, max: number): number {
  * it as "must be a number".
  */
 function numberOrText(value: string): number | string {
-  if (!DIGITS.test(value)) return value;
-  return value.length > 16 ? Number.POSITIVE_INFINITY : Number(value);
+  return DIGITS.test(value) ? digitsValue(value) : value;
 }
 
 /**
