@@ -64,6 +64,7 @@ describe('typed errors across two installed copies of the built package', () => 
       transport: new b.worker.TransportError('x', { reason: 'network' }),
       protocol: new b.worker.ProtocolError('x'),
       application: new b.worker.ApplicationError('c', 'm'),
+      aborted: new b.worker.TaskAbortedError('cancelled'),
       contract: new b.contracts.ContractError('invalid_input', 'x'),
     };
     expect(fromB.problem).toBeInstanceOf(a.worker.ProblemError);
@@ -72,6 +73,9 @@ describe('typed errors across two installed copies of the built package', () => 
     expect(fromB.transport).toBeInstanceOf(a.worker.TransportError);
     expect(fromB.protocol).toBeInstanceOf(a.worker.ProtocolError);
     expect(fromB.application).toBeInstanceOf(a.worker.ApplicationError);
+    // A handler may rethrow its signal's reason made by another copy (a shared helper library).
+    expect(fromB.aborted).toBeInstanceOf(a.worker.TaskAbortedError);
+    expect(fromB.aborted).not.toBeInstanceOf(a.worker.ApplicationError);
     expect(fromB.contract).toBeInstanceOf(a.contracts.ContractError);
     expect(fromB.transport).not.toBeInstanceOf(a.worker.ProblemError);
     expect(fromB.contract).not.toBeInstanceOf(a.worker.ProblemError);

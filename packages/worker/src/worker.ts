@@ -1025,6 +1025,8 @@ export class Worker {
     const held = this.#hold(consumerId, assignment, sentAt);
     const owner = held.lease.owner;
     const fields = { task_id: owner.task_id, attempt_id: owner.attempt_id };
+    // A handler abandoned while it still runs, that the server no longer holds a slot for.
+    let stillRunning: Promise<unknown> | undefined;
     try {
       if (this.#state !== 'running') {
         // Taken while stopping (a poll answered after stop, or a drain
@@ -1107,6 +1109,7 @@ export class Worker {
       );
       if (!maySettle(held.lease)) {
         this.#logger.warn('lease lost; the outcome is not reported', fields);
+        if (outcome.kind === 'abandoned') stillRunning = finished;
         return;
       }
       if (outcome.kind !== 'abandoned') {
@@ -1120,6 +1123,7 @@ export class Worker {
       // task would be held to its authority deadline although the handler had ended. A report
       // abandoned at shutdown may have been taken all the same: confirming it costs one request.
       if (settled.kind !== 'rejected') void finished.then(() => this.#confirmQuiescence(held));
+      else stillRunning = finished;
     } catch (error) {
       // Defensive: every step above handles its own errors.
       this.#logger.error('task execution failed unexpectedly', {
@@ -1128,9 +1132,23 @@ export class Worker {
       });
     } finally {
       this.#drop(held);
-      const slot = this.#slots[consumerId];
-      if (slot !== undefined) this.#slots[consumerId] = released(slot);
-      this.#notifier.notify();
+      // `concurrency` bounds the handlers running at once, deaf ones included (README). The
+      // server holds an `unconfirmed` attempt's slot itself (`consumer_busy`); a lost lease or a
+      // refused report leaves it nothing to hold, and the slot's next poll could take the retry
+      // of this very task beside its deaf handler: the slot stays taken until the handler ends.
+      const release = () => {
+        const slot = this.#slots[consumerId];
+        if (slot !== undefined) this.#slots[consumerId] = released(slot);
+        this.#notifier.notify();
+      };
+      if (stillRunning === undefined) release();
+      else {
+        this.#logger.warn(
+          'the abandoned handler still runs; its slot waits for it to return',
+          fields,
+        );
+        void stillRunning.then(release, release);
+      }
     }
   }
 
