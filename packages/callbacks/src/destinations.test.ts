@@ -188,6 +188,42 @@ describe('parseDestinations refuses', () => {
     expect(problem?.message).toContain('unknown field "timeout"');
   });
 
+  it('a secret out of place (its "secret": label forgotten, pasted as a field or an alias), never echoing it', () => {
+    const key = KEY.toString('base64');
+    const random = 'q3Zs8d0bK1mF2pL9xV7cT4yN6hJ5gR0aW1eU3iO8kM2=';
+    // A syntax error while the parser reads the secret as a name: the path it reports is made
+    // of the names read so far (until 2026-12-05 it quoted the secret whole).
+    const syntax = problems(undefined, `{"billing": {"url": "${good.url}", "${SECRET}"}}`);
+    expect(syntax.map((p) => p.message)).toEqual([
+      'LEDGENCE_CALLBACK_DESTINATIONS must be a JSON object of destinations (syntax at $.billing[…])',
+    ]);
+    for (const name of [SECRET, random, `whsec_${random}`]) {
+      const asField = problems({ billing: { ...good, [name]: true } });
+      expect(asField).toEqual([
+        {
+          alias: 'billing',
+          message:
+            'LEDGENCE_CALLBACK_DESTINATIONS: destination "billing": unknown field (not shown: it looks like a secret) (expected url, secret, timeout_ms)',
+        },
+      ]);
+      const asAlias = problems({ [name]: { url: good.url } });
+      expect(asAlias).toEqual([
+        {
+          field: 'secret',
+          message:
+            'LEDGENCE_CALLBACK_DESTINATIONS: destination (not shown: it looks like a secret): secret is required',
+        },
+      ]);
+      expect(JSON.stringify([asField, asAlias])).not.toContain(random.slice(0, 20));
+      expect(JSON.stringify([asField, asAlias])).not.toContain(key.slice(0, 20));
+    }
+    // A long name that is no secret (no digits and both cases) is shown as written.
+    const long = 'billing_service_production_eu_west_1';
+    expect(problems({ [long]: { ...good, timeout: 1 } })[0]?.message).toContain(
+      `destination "${long}": unknown field "timeout"`,
+    );
+  });
+
   it('reporting every problem of every destination at once, under the given source', () => {
     let error: unknown;
     try {

@@ -36,6 +36,12 @@ export const DESTINATION_URL_MAX_BYTES = 2048;
 const DESTINATIONS_MAX_BYTES = 1024 * 1024;
 
 const FIELDS: ReadonlySet<string> = new Set(['url', 'secret', 'timeout_ms']);
+// Text of the document that may be a signing secret out of place (its `"secret":` label
+// forgotten, a secret pasted as a name): `whsec_…`, or a run of base64 as long as a key's with
+// the digits and both cases random bytes have (a long snake_case alias has not).
+const SECRET_LIKE = /^whsec_|^(?=.*\d)(?=.*[a-z])(?=.*[A-Z])[A-Za-z0-9+/=_-]{32,}$/;
+// A path segment as `appendJsonPath` writes one: `.name` or `["…"]` (escaped, maybe cut).
+const PATH_NAME = /\.([A-Za-z_][A-Za-z0-9_]*)|\["((?:[^"\\]|\\.)*)"\]/g;
 // Standard base64 with padding, as the Standard Webhooks libraries decode it.
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
@@ -158,10 +164,11 @@ export function parseDestinations(
   try {
     document = decodeStrictJson(text, { maxBytes: DESTINATIONS_MAX_BYTES });
   } catch (error) {
-    // Only the reason and path: a syntax error's message could quote a secret.
+    // Only the reason and path: a syntax error's message could quote a secret, and so could the
+    // path, made of the names read so far (a secret whose label was forgotten is read as a name).
     const detail =
       error instanceof ContractError
-        ? ` (${error.reason ?? 'syntax'} at ${error.path ?? '$'})`
+        ? ` (${error.reason ?? 'syntax'} at ${withoutSecrets(error.path ?? '$')})`
         : '';
     throw new DestinationsError({
       problems: [{ message: `${source} must be a JSON object of destinations${detail}` }],
@@ -186,6 +193,21 @@ export function parseDestinations(
   return destinations;
 }
 
+/**
+ * A name read from the document as a message shows it: quoted (an alias may hold control
+ * characters we must not print raw), or described when it looks like a secret out of place.
+ */
+function shownName(name: string): string {
+  return SECRET_LIKE.test(name) ? '(not shown: it looks like a secret)' : JSON.stringify(name);
+}
+
+/** A JSON path with every name that looks like a secret out of place replaced by `[…]`. */
+function withoutSecrets(path: string): string {
+  return path.replace(PATH_NAME, (segment, name: string | undefined, quoted: string | undefined) =>
+    SECRET_LIKE.test(name ?? quoted ?? '') ? '[…]' : segment,
+  );
+}
+
 /** One destination, or `undefined` after pushing its problems. */
 function parseEntry(
   source: string,
@@ -193,35 +215,36 @@ function parseEntry(
   entry: unknown,
   problems: DestinationProblem[],
 ): Destination | undefined {
-  // JSON.stringify: an alias may hold control characters we must not print raw.
-  const where = `${source}: destination ${JSON.stringify(alias)}`;
+  const where = `${source}: destination ${shownName(alias)}`;
+  const named = SECRET_LIKE.test(alias) ? {} : { alias };
   const before = problems.length;
   const aliasProblem = textProblem(alias, DESTINATION_ALIAS_MAX_BYTES);
   if (aliasProblem !== undefined) {
-    problems.push({ alias, message: `${where}: the alias ${aliasProblem}` });
+    problems.push({ ...named, message: `${where}: the alias ${aliasProblem}` });
   }
   if (typeof entry !== 'object' || entry === null || Array.isArray(entry)) {
-    problems.push({ alias, message: `${where} must be an object with url and secret` });
+    problems.push({ ...named, message: `${where} must be an object with url and secret` });
     return undefined;
   }
   const fields = entry as Record<string, unknown>;
   for (const field of Object.keys(fields)) {
     if (!FIELDS.has(field)) {
+      const hidden = SECRET_LIKE.test(field);
       problems.push({
-        alias,
-        field,
-        message: `${where}: unknown field ${JSON.stringify(field)} (expected url, secret, timeout_ms)`,
+        ...named,
+        ...(hidden ? {} : { field }),
+        message: `${where}: unknown field ${shownName(field)} (expected url, secret, timeout_ms)`,
       });
     }
   }
   const url = parseUrl(fields.url, (message) =>
-    problems.push({ alias, field: 'url', message: `${where}: url ${message}` }),
+    problems.push({ ...named, field: 'url', message: `${where}: url ${message}` }),
   );
   const secret = parseSecret(fields.secret, (message) =>
-    problems.push({ alias, field: 'secret', message: `${where}: secret ${message}` }),
+    problems.push({ ...named, field: 'secret', message: `${where}: secret ${message}` }),
   );
   const timeoutMs = parseTimeout(fields.timeout_ms, (message) =>
-    problems.push({ alias, field: 'timeout_ms', message: `${where}: timeout_ms ${message}` }),
+    problems.push({ ...named, field: 'timeout_ms', message: `${where}: timeout_ms ${message}` }),
   );
   if (problems.length > before || url === undefined || secret === undefined) return undefined;
   return createDestination({ alias, url, secret, timeoutMs });
