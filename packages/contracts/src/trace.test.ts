@@ -44,12 +44,24 @@ describe('tracestate', () => {
     ['a duplicate key', 'a=1,a=2'],
     ['an uppercase key', 'Rojo=1'],
     ['a member without =', 'rojo'],
-    ['only commas', ',,'],
     ['33 members', Array.from({ length: 33 }, (_, i) => `k${i}=v`).join(',')],
     ['513 characters', `k=${'v'.repeat(511)}`],
     ['a value with =', 'k=a=b'],
   ])('rejects %s', (_name, value) => {
     expect(tracestateProblem(value)).toBeTypeOf('string');
+  });
+
+  // W3C Trace Context §3.3.1: "Empty and whitespace-only list members are allowed. Vendors MUST
+  // accept empty `tracestate` headers" (until 2026-12-05 a value with no member was refused).
+  it.each([
+    ['empty', ''],
+    ['one space', ' '],
+    ['a tab', '\t'],
+    ['only commas', ',,'],
+    ['commas and blanks', ' , ,\t'],
+    ['empty members around one', ' ,a=1, '],
+  ])('accepts %s', (_name, value) => {
+    expect(tracestateProblem(value)).toBeUndefined();
   });
 
   it.each([

@@ -40,18 +40,26 @@ const TRACESTATE_CHARS = /^[\t\x20-\x7e]*$/;
 // line terminators and Unicode spaces.
 const OWS_EDGES = /^[ \t]+|[ \t]+$/g;
 
+/** The members of a `tracestate` value, empty ones (W3C: `list-member = OWS`) left out. */
+function tracestateMembers(value: string): string[] {
+  return value
+    .split(',')
+    .map((member) => member.replace(OWS_EDGES, ''))
+    .filter((member) => member.length > 0);
+}
+
 /**
  * Why `value` is not a valid W3C `tracestate`, or `undefined` when it is: at
- * most 512 characters of printable ASCII (and tab), and 32 `key=value` members with
- * distinct keys, separated by commas with optional spaces and tabs around them.
+ * most 512 characters of printable ASCII (and tab), and up to 32 `key=value` members with
+ * distinct keys, separated by commas with optional spaces and tabs around them. A value with no
+ * member (empty, blank, only commas) is valid: "Vendors MUST accept empty `tracestate`
+ * headers" (W3C Trace Context §3.3.1).
  */
 export function tracestateProblem(value: unknown): string | undefined {
   if (typeof value !== 'string') return 'must be a string';
   if (value.length > TRACESTATE_MAX_BYTES) return `must be at most ${TRACESTATE_MAX_BYTES} bytes`;
   if (!TRACESTATE_CHARS.test(value)) return 'must be printable ASCII';
-  const members = value.split(',').map((m) => m.replace(OWS_EDGES, ''));
-  const nonEmpty = members.filter((m) => m.length > 0);
-  if (nonEmpty.length === 0) return 'must hold at least one key=value member';
+  const nonEmpty = tracestateMembers(value);
   if (nonEmpty.length > 32) return 'must hold at most 32 members';
   const keys = new Set<string>();
   for (const member of nonEmpty) {
@@ -64,6 +72,14 @@ export function tracestateProblem(value: unknown): string | undefined {
     keys.add(key);
   }
   return undefined;
+}
+
+/**
+ * A valid `tracestate` as the system keeps it: one with no member is no tracestate (W3C: a
+ * vendor "SHOULD avoid sending" an empty one), so it is left out rather than passed on.
+ */
+export function keptTracestate(value: string | undefined): string | undefined {
+  return value === undefined || tracestateMembers(value).length === 0 ? undefined : value;
 }
 
 /** Whether `value` is a valid W3C `tracestate` header value. */

@@ -18,7 +18,7 @@ import {
   SCOPE_TEXT_MAX_BYTES,
 } from '../limits.js';
 import { isWellFormedText, textProblem, utf8ByteLength } from '../text.js';
-import { traceparentProblem, tracestateProblem } from '../trace.js';
+import { keptTracestate, traceparentProblem, tracestateProblem } from '../trace.js';
 
 // ---- Optional fields --------------------------------------------------------
 
@@ -270,11 +270,12 @@ export const TracestateSchema = v.pipe(
 /**
  * Origin and processing contexts have the same wire format but different
  * lifetimes. Used in requests and replies alike, so `tracestate` follows the
- * request rule (omitted or `null`, normalised to omitted).
+ * request rule (omitted or `null`, normalised to omitted); one with no member
+ * (W3C: accepted, not to be sent) is normalised to omitted too.
  */
 export const TraceContextSchema = requestObject({
   traceparent: TraceparentSchema,
-  tracestate: nullishOptional(TracestateSchema),
+  tracestate: v.pipe(nullishOptional(TracestateSchema), v.transform(keptTracestate)),
 });
 /** Origin and processing contexts have the same wire format but different lifetimes. */
 export type TraceContext = v.InferOutput<typeof TraceContextSchema>;

@@ -314,7 +314,7 @@ export const EXAMPLES: readonly SchemaExample[] = [
     name: 'TracestateSchema',
     schema: s.TracestateSchema,
     example: 'congo=t61rcWkgMzE',
-    invalid: ['', 'a=1,a=2', 'Upper=1'],
+    invalid: ['a=1,,rojo', 'a=1,a=2', 'Upper=1'],
   },
   { name: 'TraceContextSchema', schema: s.TraceContextSchema, example: trace },
   { name: 'ProgramDescriptorSchema', schema: s.ProgramDescriptorSchema, example: program },
