@@ -333,6 +333,14 @@ function unavailable(error: unknown): ContractError {
 // The failpoints of the transactions that have them (see TxFailpoint). Acquire and recovery
 // count only runs that claimed or recovered something: empty polls and idle recovery passes run
 // all the time and would fire a point before the transition it is armed for.
+/**
+ * The rows a claim examines per poll it serves, at most, across its select rounds (each row it
+ * examines is locked `FOR UPDATE`, its lock written to the WAL): enough for a backlog grouped by
+ * concurrency key with a few tasks per key before the next (measured in
+ * claim-rounds.int.test.ts), linear in the polls whatever the backlog.
+ */
+const CLAIM_ROWS_PER_POLL = 8;
+
 const SUBMIT_POINT: TxFailpoint<unknown> = { op: 'submit' };
 const RENEW_POINT: TxFailpoint<unknown> = { op: 'renew' };
 const SETTLE_POINT: TxFailpoint<unknown> = { op: 'settle' };
@@ -1693,8 +1701,12 @@ class PgTaskStore implements PostgresTaskStore {
    * Up to `need` claimable tasks of the command's queue, locked, each holding its concurrency
    * slot, taken from `offered` (the first-round select's rows, in claim order). A task whose key
    * filled up between the select and the slot update is passed over and the select runs again
-   * past it (at most three rounds: contention on one key is bounded by its limit, and the next
-   * poll finds the rest). `surplus` is a row the claim locked and leaves unwritten: beyond
+   * past it, while a round serves a poll (a backlog grouped by key meets one key per round: a
+   * round of `need` rows of key `a` wins one and is refused the rest by its own slot) or up to
+   * three rounds that serve none (contention on one key is bounded by its limit, and the next
+   * poll finds the rest), and while the rounds have examined fewer than
+   * {@link CLAIM_ROWS_PER_POLL} rows per poll (each examined row is locked: the work stays
+   * linear in the polls). `surplus` is a row the claim locked and leaves unwritten: beyond
    * `need`, available or submitted only after `now` (the select read store time, and the commits,
    * a little later than the claim's `now`), refused by its key without waiting, or refused in a
    * last round that left polls unserved — eligible tasks past it may remain unexamined. Its
@@ -1717,7 +1729,9 @@ class PgTaskStore implements PostgresTaskStore {
     let rows = offered;
     // A task refused by its key in the round that ended the loop, while polls went unserved.
     let refusedLast: TaskRow | undefined;
-    for (let round = 0; round < 3; round += 1) {
+    let examined = 0;
+    let fruitless = 0;
+    for (let round = 0; ; round += 1) {
       refusedLast = undefined;
       if (round > 0) {
         rows = await selectClaimable(
@@ -1729,6 +1743,8 @@ class PgTaskStore implements PostgresTaskStore {
         );
       }
       if (rows.length === 0) break;
+      examined += rows.length;
+      const wonBefore = won.length;
       const tasks: TaskRow[] = [];
       let tooNew = false;
       for (const row of rows) {
@@ -1789,8 +1805,10 @@ class PgTaskStore implements PostgresTaskStore {
         if (!refused.has(task.task_id)) won.push(task);
         else refusedLast = task;
       }
-      // Refusals leave polls unserved: another round past the refused tasks.
+      // Refusals leave polls unserved: another round past the refused tasks, within bounds.
       if (refused.size === 0 && !tooNew) break;
+      if (won.length === wonBefore) fruitless += 1;
+      if (fruitless >= 3 || examined >= CLAIM_ROWS_PER_POLL * need) break;
     }
     // Rounds ran out on refusals with polls unserved: an eligible task past the refused ones may
     // be left for a later poll, and nothing else would wake one parked meanwhile.
