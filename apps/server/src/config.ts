@@ -322,9 +322,7 @@ function readApiKeys(
     try {
       raw = readFile(file);
     } catch (error) {
-      problems.push(
-        `LEDGENCE_API_KEYS_FILE names a file that cannot be read (${(error as Error).message})`,
-      );
+      problems.push(unreadableFile('LEDGENCE_API_KEYS', file, error));
       return [];
     }
   }
@@ -443,7 +441,7 @@ function readDestinations(
     try {
       text = readFile(file);
     } catch (error) {
-      problems.push(`${source} names a file that cannot be read (${(error as Error).message})`);
+      problems.push(unreadableFile('LEDGENCE_CALLBACK_DESTINATIONS', file, error));
       return none;
     }
   }
@@ -461,12 +459,27 @@ function readDestinations(
 }
 
 /**
+ * The problem line of a `…_FILE` variable (`variable` + `_FILE`) whose file cannot be read: the
+ * error's code (ENOENT, EACCES, …), never its message, which quotes the path — and a value that
+ * is no path may be the secret itself, put in the wrong variable (the keys' JSON, say).
+ */
+function unreadableFile(variable: string, path: string, error: unknown): string {
+  const code = (error as NodeJS.ErrnoException | undefined)?.code ?? 'unreadable';
+  const inline = /^\s*[[{]/.test(path)
+    ? `: its value looks like the JSON itself, which goes in ${variable}; ${variable}_FILE takes a path`
+    : '';
+  return `${variable}_FILE names a file that cannot be read (${code})${inline}`;
+}
+
+/**
  * Unknown field names of a keys entry as a problem line may show them: names that look like a
- * field (a short identifier, a typo of `namespaces` say) are listed; anything else only counted,
- * as it may be a key pasted where a field name goes, and stderr must never show a key.
+ * field (an identifier shorter than any key, a typo of `namespaces` say) are listed; anything
+ * else only counted, as it may be a key pasted where a field name goes, and stderr must never
+ * show a key.
  */
 function fieldNames(names: readonly string[]): string {
-  const shown = names.filter((name) => /^[A-Za-z_][A-Za-z0-9_]{0,19}$/.test(name));
+  const field = new RegExp(`^[A-Za-z_][A-Za-z0-9_]{0,${KEY_MIN_CHARS - 2}}$`);
+  const shown = names.filter((name) => field.test(name));
   const hidden = names.length - shown.length;
   const note = hidden === 0 ? '' : `${hidden} not shown (not field names: a key out of place?)`;
   return [...shown, note].filter((part) => part !== '').join(', ');
