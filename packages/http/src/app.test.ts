@@ -142,11 +142,26 @@ describe('POST {scope}/tasks', () => {
       'Bearer realm="ledgence", error="invalid_token"',
     );
     await expectProblem(wrong, 'unauthorized');
-    const basic = await h.call(TASKS, {
-      headers: { authorization: 'Basic YTpi', 'content-type': 'application/json' },
+    // Credentials of another scheme are no bearer token at all (RFC 6750 §3.1: "attempted using
+    // an unsupported authentication method"): the challenge alone (until 2026-12-05 invalid_token).
+    for (const authorization of ['Basic YTpi', 'Digest username="u"', 'Token abc', 'bearerx y']) {
+      const other = await h.call(TASKS, {
+        headers: { authorization, 'content-type': 'application/json' },
+        body: '{}',
+      });
+      expect(other.headers.get('www-authenticate')).toBe('Bearer realm="ledgence"');
+      expect(await expectProblem(other, 'unauthorized')).toMatchObject({
+        reason: 'unsupported_scheme',
+      });
+    }
+    // A bearer attempt that is malformed is still a refused token.
+    const malformed = await h.call(TASKS, {
+      headers: { authorization: 'bearer  not a token', 'content-type': 'application/json' },
       body: '{}',
     });
-    await expectProblem(basic, 'unauthorized');
+    expect(malformed.headers.get('www-authenticate')).toBe(
+      'Bearer realm="ledgence", error="invalid_token"',
+    );
   });
 
   it('checks content type, size and body', async () => {

@@ -494,6 +494,20 @@ function hostOf(url: string): string {
   return new URL(url).host;
 }
 
+/** The answer to a request the authenticator refused, by its reason. */
+const UNAUTHENTICATED = {
+  missing: {
+    message: 'an API key is required: send Authorization: Bearer <key>',
+    reason: 'missing_credentials',
+  },
+  scheme: {
+    message:
+      'the Authorization header must use the Bearer scheme: send Authorization: Bearer <key>',
+    reason: 'unsupported_scheme',
+  },
+  invalid: { message: 'the API key is not valid', reason: 'invalid_credentials' },
+} as const;
+
 /** The route pattern that answered, for logs: never the raw path. */
 function routePattern(c: AppContext): string | null {
   const routes = matchedRoutes(c).filter((route) => route.method !== 'ALL');
@@ -502,8 +516,8 @@ function routePattern(c: AppContext): string | null {
 
 function problemResponse(c: AppContext, problem: Problem): Response {
   if (problem.code === 'unauthorized') {
-    // RFC 6750 §3.1: a presented credential that is refused is `invalid_token`; a request that
-    // presented none gets the challenge alone.
+    // RFC 6750 §3.1: a presented bearer token that is refused is `invalid_token`; a request that
+    // presented none, or credentials of another scheme, gets the challenge alone.
     c.header(
       'WWW-Authenticate',
       problem.reason === 'invalid_credentials'
@@ -645,13 +659,9 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   app.use('/v1/*', async (c, next) => {
     const result = authenticator.authenticate(c.req.header('authorization'));
     if (!result.ok) {
-      throw new ContractError(
-        'unauthorized',
-        result.reason === 'missing'
-          ? 'an API key is required: send Authorization: Bearer <key>'
-          : 'the API key is not valid',
-        { reason: result.reason === 'missing' ? 'missing_credentials' : 'invalid_credentials' },
-      );
+      throw new ContractError('unauthorized', UNAUTHENTICATED[result.reason].message, {
+        reason: UNAUTHENTICATED[result.reason].reason,
+      });
     }
     c.set('principal', result.principal);
     await next();

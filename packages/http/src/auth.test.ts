@@ -40,13 +40,16 @@ describe('createAuthenticator', () => {
     expect(auth.authenticate('')).toEqual({ ok: false, reason: 'missing' });
     for (const header of [
       `Bearer ${KEYS.client}x`,
-      `Basic ${KEYS.client}`,
       'Bearer',
       `Bearer  ${KEYS.client} extra`,
+      `Bearer\t${KEYS.client}`,
       `Bearer ${'a'.repeat(10_000)}`,
-      KEYS.client,
     ]) {
       expect(auth.authenticate(header)).toEqual({ ok: false, reason: 'invalid' });
+    }
+    // No bearer token at all: another scheme, or none (RFC 6750 §3.1).
+    for (const header of [`Basic ${KEYS.client}`, `Bearerx ${KEYS.client}`, KEYS.client]) {
+      expect(auth.authenticate(header)).toEqual({ ok: false, reason: 'scheme' });
     }
   });
 

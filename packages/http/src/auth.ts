@@ -55,7 +55,7 @@ export interface Principal {
 /** The outcome of authenticating a request. */
 export type Authentication =
   | { ok: true; principal: Principal }
-  | { ok: false; reason: 'missing' | 'invalid' };
+  | { ok: false; reason: 'missing' | 'scheme' | 'invalid' };
 
 const LOOPBACK_NAMES = new Set(['localhost', '::1', '[::1]']);
 
@@ -83,6 +83,8 @@ interface StoredKey {
 
 // RFC 6750: the scheme, then a b64token (BEARER_TOKEN_PATTERN, the form a configured key has).
 const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
+// The scheme alone (RFC 9110 §11.4: case-insensitive), however the rest is written.
+const BEARER_SCHEME = /^Bearer(?![^ \t])/i;
 
 const DEVELOPMENT_PRINCIPAL: Principal = {
   tenant: undefined,
@@ -209,6 +211,9 @@ export function createAuthenticator(options: AuthOptions): Authenticator {
       if (authorization === undefined || authorization.length === 0) {
         return { ok: false, reason: 'missing' };
       }
+      // RFC 6750 §3.1: credentials of another scheme (Basic, Digest…) are no bearer token at all,
+      // so not an invalid one: the answer is the challenge alone, as for none.
+      if (!BEARER_SCHEME.test(authorization)) return { ok: false, reason: 'scheme' };
       const match =
         authorization.length <= API_KEY_MAX_CHARS + 16 ? BEARER.exec(authorization) : null;
       if (match === null) return { ok: false, reason: 'invalid' };
