@@ -490,9 +490,24 @@ describe('redeliverSubscription (the generation rule)', () => {
         'generation_mismatch',
       );
     }
-    // Two generations back is not the previous one.
-    const later = redeliverSubscription(third, { generation: 2 }, at).row;
-    expectCode(() => redeliverSubscription(later, { generation: 1 }, at), 'conflict');
+  });
+
+  it('naming any earlier generation again answers the subscription unchanged (a late copy)', () => {
+    // Generation 1's request started 2 and its answer was lost; generation 2's started 3; the
+    // first request, sent again, is still the same request (DESIGN §1.3; until 2026-12-05 it
+    // was a conflict two generations later).
+    const second = delivered(
+      redeliverSubscription(delivered(due(), T0 + 2_000), { generation: 1 }, at).row,
+      at,
+    );
+    const third = redeliverSubscription(second, { generation: 2 }, at).row;
+    expect(third.generation).toBe(3);
+    for (const generation of [1, 2]) {
+      expect(redeliverSubscription(third, { generation }, at)).toEqual({
+        changed: false,
+        row: third,
+      });
+    }
   });
 
   it(`generation ${COMPLETION_MAX_GENERATION} is the last: redelivering it is limit_exceeded`, () => {

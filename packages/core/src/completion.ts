@@ -126,7 +126,9 @@ export interface RedeliverResult {
  * once it is delivered or exhausted starts `g+1` (due now, attempts from 0,
  * the same event); naming `g` again once `g+1` exists answers the
  * subscription unchanged, so a repeated request never starts two
- * generations; anything else is a `conflict`. A generation beyond
+ * generations — however many generations later the copy arrives (DESIGN
+ * §1.3: the same request, the same answer); anything else (a generation not
+ * started yet, or the current one still delivering) is a `conflict`. A generation beyond
  * COMPLETION_MAX_GENERATION is `limit_exceeded`: redelivery is a repair, not
  * a loop. The rule sees the row as it stands at `now`: a last try whose
  * sender's lease ended is exhausted ({@link expireLostTry}), so its
@@ -138,12 +140,12 @@ export function redeliverSubscription(
   now: Timestamp,
 ): RedeliverResult {
   const row = expireLostTry(stored, now);
-  if (command.generation === row.generation - 1) return { changed: row !== stored, row };
+  if (command.generation < row.generation) return { changed: row !== stored, row };
   if (command.generation !== row.generation) {
     throw new ContractError(
       'conflict',
       // The message never quotes the request (DESIGN §6 problems echo no input).
-      "the named generation is neither the subscription's current generation nor the one before it",
+      "the named generation is past the subscription's current generation",
       { reason: 'generation_mismatch' },
     );
   }

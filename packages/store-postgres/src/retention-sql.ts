@@ -66,7 +66,8 @@ function policyRow(scope: Scope, row: DbRow): RetentionPolicyRow {
 
 /**
  * Sets a namespace's policy (upsert) at store time `now`, with the retiring floor the caller
- * derived from the policy it replaces (core `retiringFloor`); returns the stored row.
+ * derived from the policy it replaces (core `retiringFloor`); returns the stored row, whose
+ * `updated_at` stays the stored one when the policy is the one already set.
  * Lock: the policy row (concurrent setters serialise; last writer wins; the floor only rises,
  * so a setter that raced past another's insert cannot lower it). Index: primary key.
  */
@@ -83,7 +84,10 @@ export async function upsertPolicy(
     values (${scope.tenant_id}, ${scope.namespace}, ${retentionMs}::bigint, ${now}::bigint,
       ${retiringBefore}::bigint)
     on conflict (tenant_id, namespace) do update
-      set retention_ms = excluded.retention_ms, updated_at = excluded.updated_at,
+      set retention_ms = excluded.retention_ms,
+        -- The same policy again is the same answer (DESIGN §1.3): its time is when it was set.
+        updated_at = case when p.retention_ms = excluded.retention_ms then p.updated_at
+          else excluded.updated_at end,
         retiring_before = greatest(p.retiring_before, excluded.retiring_before)
     returning retention_ms, updated_at`;
   return policyRow(scope, row ?? {});

@@ -1019,6 +1019,12 @@ export function runRetentionStoreConformance(
         const sibling = { ...w.scope, namespace: `${w.scope.namespace}-other` };
         expect((await w.store.retentionPolicy(sibling)).source).toBe('default');
         await w.advance(1_000);
+        // The same policy again: the same answer, set when it was first set (DESIGN §1.3; until
+        // 2026-12-05 its updated_at moved on every repeat).
+        expect(
+          await w.store.setRetentionPolicy(w.scope, { retention_ms: MIN_RETENTION_MS }),
+        ).toEqual(set);
+        expect(await w.store.retentionPolicy(w.scope)).toEqual(set);
         const changed = await w.store.setRetentionPolicy(w.scope, {
           retention_ms: 2 * MIN_RETENTION_MS,
         });

@@ -939,11 +939,13 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
         retiringFloors.get(key) ?? null,
       );
       retiringFloors.set(key, Math.max(floor, retiringFloors.get(key) ?? floor));
+      const stored = policies.get(key);
       const row: RetentionPolicyRow = {
         tenant_id: scope.tenant_id,
         namespace: scope.namespace,
         retention_ms: command.retention_ms,
-        updated_at: now,
+        // The same policy again is the same answer (DESIGN §1.3): its time is when it was set.
+        updated_at: stored?.retention_ms === command.retention_ms ? stored.updated_at : now,
       };
       policies.set(key, copy(row));
       return copy(retentionPolicyView(row, config.terminalRetentionMs));
