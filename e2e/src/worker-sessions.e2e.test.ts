@@ -35,7 +35,7 @@ const suite = workerSuite('worker_sessions', {
 describe('a deaf handler and a session change', () => {
   it('concurrency 1: a handler reported unconfirmed keeps its slot when the session is lost and re-opened', async () => {
     const c = client(suite.server.url);
-    const queue = 'r40i-deaf-session';
+    const queue = 'deaf-session';
     const deaf = await c.submit({
       queue,
       program: 'deaf',
@@ -105,7 +105,7 @@ describe('a worker process paused past its session', () => {
     });
     const { startWorkerProcess } = await import('./test/worker-process.js');
     const c = client(server.url);
-    const queue = 'r40i-paused';
+    const queue = 'paused-worker';
     const first = [];
     for (let i = 0; i < 4; i += 1) {
       first.push((await c.submit({ queue, program: 'job', data: { i, ms: 3_000 } })).task_id);
@@ -152,8 +152,8 @@ describe('a worker process paused past its session', () => {
 
 describe('a server restarted on another database', () => {
   it('the worker drops what it held, opens a session on the new server and runs its tasks; run() does not reject', async () => {
-    const dbA = await createTestDatabase({ prefix: 'review_r40i_a' });
-    const dbB = await createTestDatabase({ prefix: 'review_r40i_b' });
+    const dbA = await createTestDatabase({ prefix: 'worker_sessions_a' });
+    const dbB = await createTestDatabase({ prefix: 'worker_sessions_b' });
     const env = {
       LEDGENCE_LEASE_DURATION_MS: '1000',
       LEDGENCE_RENEW_INTERVAL_MS: '250',
@@ -164,7 +164,7 @@ describe('a server restarted on another database', () => {
     };
     const a = await startServerProcess({ DATABASE_URL: dbA.url, ...env });
     let b: Awaited<ReturnType<typeof startServerProcess>> | undefined;
-    const queue = 'r40i-other-db';
+    const queue = 'other-db';
     const starts = new Map<string, number>();
     let aborted = 0;
     const w = suite.worker(queue, { url: a.url, concurrency: 4 });
@@ -217,10 +217,9 @@ describe('a server restarted on another database', () => {
 describe('polls refused in every order', () => {
   it('session_not_found, consumer_busy and sequence_conflict in rotation: no hot loop, and the worker converges', async () => {
     const c = client(suite.server.url);
-    const queue = 'r40i-rotation';
+    const queue = 'refusal-rotation';
     const codes = ['session_not_found', 'consumer_busy', 'sequence_conflict', 'consumer_busy'];
     let faulting = true;
-    let polls = 0;
     let refused = 0;
     let opens = 0;
     const refusedAt: number[] = [];
@@ -229,7 +228,6 @@ describe('polls refused in every order', () => {
         if (request.path.startsWith('/v1/worker/sessions') && !request.path.includes('extend')) {
           opens += 1;
         }
-        if (request.path.startsWith('/v1/worker/acquire')) polls += 1;
         return undefined;
       },
       answer: (request) => {
@@ -238,7 +236,7 @@ describe('polls refused in every order', () => {
         const code = codes[refused % codes.length] as 'consumer_busy';
         refused += 1;
         refusedAt.push(Date.now());
-        const problem = problemDocument(new ContractError(code, `refused by the review proxy`));
+        const problem = problemDocument(new ContractError(code, `refused by the test proxy`));
         return {
           status: 200,
           headers: { 'content-type': 'application/json' },
