@@ -193,10 +193,17 @@ describe('parseDestinations refuses', () => {
     const random = 'q3Zs8d0bK1mF2pL9xV7cT4yN6hJ5gR0aW1eU3iO8kM2=';
     // A syntax error while the parser reads the secret as a name: the path it reports is made
     // of the names read so far (until 2026-12-05 it quoted the secret whole).
-    const syntax = problems(undefined, `{"billing": {"url": "${good.url}", "${SECRET}"}}`);
-    expect(syntax.map((p) => p.message)).toEqual([
-      'LEDGENCE_CALLBACK_DESTINATIONS must be a JSON object of destinations (syntax at $.billing[…])',
-    ]);
+    // A 64-byte key without its prefix is past the 64 characters a path shows of a name: it is
+    // judged by the part shown.
+    const longKey = Buffer.from(Array.from({ length: 64 }, (_, i) => (i * 37 + 11) % 256)).toString(
+      'base64',
+    );
+    for (const pasted of [SECRET, longKey]) {
+      const syntax = problems(undefined, `{"billing": {"url": "${good.url}", "${pasted}"}}`);
+      expect(syntax.map((p) => p.message)).toEqual([
+        'LEDGENCE_CALLBACK_DESTINATIONS must be a JSON object of destinations (syntax at $.billing[…])',
+      ]);
+    }
     for (const name of [SECRET, random, `whsec_${random}`]) {
       const asField = problems({ billing: { ...good, [name]: true } });
       expect(asField).toEqual([

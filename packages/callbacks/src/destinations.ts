@@ -201,10 +201,14 @@ function shownName(name: string): string {
   return SECRET_LIKE.test(name) ? '(not shown: it looks like a secret)' : JSON.stringify(name);
 }
 
-/** A JSON path with every name that looks like a secret out of place replaced by `[…]`. */
+/**
+ * A JSON path with every name that looks like a secret out of place replaced by `[…]`; a name
+ * past 64 characters is cut there and ended with `…` (contracts `appendJsonPath`), and judged
+ * by what is left of it.
+ */
 function withoutSecrets(path: string): string {
   return path.replace(PATH_NAME, (segment, name: string | undefined, quoted: string | undefined) =>
-    SECRET_LIKE.test(name ?? quoted ?? '') ? '[…]' : segment,
+    SECRET_LIKE.test((name ?? quoted ?? '').replace(/…$/, '')) ? '[…]' : segment,
   );
 }
 
