@@ -231,6 +231,29 @@ describe('acquire:batch reply bound (ACQUIRE_BATCH_REPLY_MAX_BYTES) with replays
     expect(queued.body.tasks).toHaveLength(tasks - assigned);
   });
 
+  it('a long poll keeps the bound: the polls its probe turned away for size claim no more when recorded', async () => {
+    // Until 2026-12-05 the empties a long poll's probe left were recorded by a second claim with
+    // a bound of its own: the reply carried the probe's ~16 MiB and up to 16 MiB more.
+    const queue = fresh('budget-wait');
+    const tasks = Math.ceil(ACQUIRE_BATCH_REPLY_MAX_BYTES / SUBMISSION_DATA_MAX_BYTES) + 2;
+    for (let i = 0; i < tasks; i++) await submit(KEYS.star, A, queue, { data });
+    const s = await session(KEYS.star, A, queue, tasks);
+    const commands = Array.from({ length: tasks }, (_, slot) => poll(s, slot, 1));
+    const reply = await call(KEYS.star, 'POST', '/v1/worker/acquire:batch?wait_ms=1000', {
+      commands,
+    });
+    expect(reply.status).toBe(200);
+    expect(reply.bytes).toBeLessThanOrEqual(ACQUIRE_BATCH_REPLY_MAX_BYTES + SLACK);
+    const assigned = reply.body.replies.filter((r: Loose) => r.disposition === 'assigned').length;
+    expect(assigned).toBeLessThan(tasks);
+    const queued = await call(
+      KEYS.star,
+      'GET',
+      `${scopePath(A)}/tasks?queue=${queue}&state=queued`,
+    );
+    expect(queued.body.tasks).toHaveLength(tasks - assigned);
+  });
+
   it('a batch repeating a slot keeps the bound across its polls', async () => {
     const queue = fresh('budget-repeat');
     const tasks = Math.ceil(ACQUIRE_BATCH_REPLY_MAX_BYTES / SUBMISSION_DATA_MAX_BYTES) + 1;

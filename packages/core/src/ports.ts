@@ -57,6 +57,12 @@ export interface SubmitOutcome {
 export interface AcquireStoreOptions {
   /** Whether an `empty` answer to a new poll advances the slot's cursor. */
   recordEmpty: boolean;
+  /**
+   * Bytes the batch's reply already holds from an earlier call of the same request (a long
+   * poll's probe, whose claims the reply carries beside this call's): new claims stop before
+   * the whole reply passes ACQUIRE_BATCH_REPLY_MAX_BYTES. Default 0.
+   */
+  replyBytesUsed?: number;
 }
 
 /** An acquire's reply and whether the store recorded it (always, unless an unrecorded empty). */

@@ -23,6 +23,7 @@ import {
   type TaskStatus,
   type WorkerSession,
 } from '@ledgence/contracts';
+import { AcquireReplyBudget } from './acquire.js';
 import type {
   AcquireOutcome,
   ItemResult,
@@ -462,9 +463,13 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     // Record the empties this reply reports, so the client's next sequences follow on.
     const unrecorded = outcomes.flatMap((o, i) => (o.ok && unrecordedEmpty(o.value) ? [i] : []));
     if (unrecorded.length > 0) {
+      // Polls the probe turned away for the reply's size are among them: what they claim now
+      // joins a reply that already holds the probe's claims (one bound for the whole reply).
+      const held = new AcquireReplyBudget();
+      for (const o of outcomes) if (o.ok && !unrecordedEmpty(o.value)) held.count(o.value.reply);
       const recorded = await store.acquireBatch(
         unrecorded.map((i) => commands[i] as AcquireCommand),
-        { recordEmpty: true },
+        { recordEmpty: true, replyBytesUsed: held.used },
       );
       unrecorded.forEach((index, k) => {
         outcomes[index] = recorded[k] as ItemResult<AcquireOutcome>;

@@ -1387,8 +1387,8 @@ class PgTaskStore implements PostgresTaskStore {
     options: AcquireStoreOptions,
   ): Promise<ItemResult<AcquireOutcome>[]> {
     // One reply bound (ACQUIRE_BATCH_REPLY_MAX_BYTES) across the transactions of a batch run
-    // poll by poll: what the committed polls before took.
-    const spent = { bytes: 0 };
+    // poll by poll: what the committed polls before took, after what the reply already holds.
+    const spent = { bytes: options.replyBytesUsed ?? 0 };
     const slots = new Set(commands.map(slotKey));
     if (slots.size !== commands.length) {
       // The same slot twice: the second poll depends on the first's claim; run them in order.
@@ -1409,7 +1409,8 @@ class PgTaskStore implements PostgresTaskStore {
     }
     return this.batch(
       commands,
-      // The whole batch starts from nothing; its fallback, poll by poll, shares `spent`.
+      // The whole batch starts from what the reply holds; its fallback, poll by poll, shares
+      // `spent`.
       (tx, items, finish) =>
         this.acquireTx(
           tx,
@@ -1611,7 +1612,7 @@ class PgTaskStore implements PostgresTaskStore {
     // A batch's assignments stop before their reply would pass ACQUIRE_BATCH_REPLY_MAX_BYTES:
     // replays are answered whatever their size and count first; new claims get what is left. A
     // task won past that stays queued, and is given back below with those of rejected polls.
-    const budget = new AcquireReplyBudget(spent?.bytes ?? 0);
+    const budget = new AcquireReplyBudget(spent?.bytes ?? options.replyBytesUsed ?? 0);
     for (const { index, cursor, command } of replays) {
       const task = cursor.assignment
         ? (replayTasks.get(

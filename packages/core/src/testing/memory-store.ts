@@ -804,7 +804,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     acquire,
 
     acquireBatch: (commands, acquireOptions) => {
-      const budget = new AcquireReplyBudget();
+      const budget = new AcquireReplyBudget(acquireOptions.replyBytesUsed ?? 0);
       return eachItem(commands, (command) => acquire(command, acquireOptions, budget));
     },
 
