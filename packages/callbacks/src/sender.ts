@@ -239,7 +239,8 @@ export interface CompletionSender {
    * Starts the loop: lease, deliver, report, again at once while leases come
    * back full and after `idleIntervalMs` otherwise; a failing store is retried
    * with a growing pause, its first failure logged, then one a minute (`failureRun`). Up to `batchSize` deliveries are in
-   * flight, so a hanging receiver holds one slot, not the loop. Calling it
+   * flight, so a hanging receiver holds one slot per try until the try's deadline, not the loop:
+   * the slots left free are leased at least every `idleIntervalMs`. Calling it
    * again, or after {@link stop}, does nothing.
    */
   start(): void;
@@ -526,15 +527,41 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     logger[level](fields, message);
   }
 
+  /** Waits until a try in flight ends, or `ms` has passed. Tries never reject. */
+  async function tryEndOrPause(ms: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const paused = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms).unref();
+    });
+    try {
+      await Promise.race([Promise.race(inFlight), paused]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   async function run(): Promise<void> {
     const storeFailures = failureRun();
+    let lastLeaseAt = Number.NEGATIVE_INFINITY;
     while (!stopping) {
       const free = batchSize - inFlight.size;
-      if (free < refillAt) {
-        // Tries never reject, and the window is not empty while fewer than refillAt slots are free.
+      // The window is not empty while fewer than refillAt slots are free.
+      if (free === 0) {
         await Promise.race(inFlight);
         continue;
       }
+      if (free < refillAt) {
+        // Under load the loop leases in batches, once half the window is free; but tries that
+        // hang (many to one receiver that stopped answering) may keep it from freeing for as
+        // long as their deadline, and deliveries to other receivers wait behind them: the free
+        // slots are leased an idle interval after the last lease all the same.
+        const waitMs = lastLeaseAt + idleIntervalMs - performance.now();
+        if (waitMs > 0) {
+          await tryEndOrPause(waitMs);
+          continue;
+        }
+      }
+      lastLeaseAt = performance.now();
       let leases: CompletionLease[];
       let leasedAt: number;
       try {
