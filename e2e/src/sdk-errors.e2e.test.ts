@@ -12,6 +12,7 @@ import {
   type HttpProxyOptions,
   NAMESPACE,
   startHttpProxy,
+  TENANT,
   workerSuite,
 } from './test/harness.js';
 
@@ -43,6 +44,29 @@ describe('bad caller input surfaces as the documented error', () => {
     expect(() => suite.worker('se-queue', { tenant: 'acme\udc00' })).toThrow(
       expect.objectContaining({ name: 'TypeError', message: expect.stringMatching(/tenant/) }),
     );
+  });
+
+  it('a Client or Worker whose scope or queue is not identifier text is refused at construction, saying why', () => {
+    // DESIGN §3's text rules, which the server applies to every call: until 2026-12-05 these
+    // constructed, and every call then failed 400 invalid_input.
+    const client = (override: Record<string, string>) => () =>
+      new Client({ url: suite.server.url, tenant: TENANT, namespace: NAMESPACE, ...override });
+    const cases: [() => unknown, string][] = [
+      [client({ tenant: ' acme' }), 'tenant must not start or end with whitespace (trim it)'],
+      [client({ tenant: 'acme\n' }), 'tenant must not contain control characters (trim it)'],
+      [client({ namespace: 'e2\u0007e' }), 'namespace must not contain control characters'],
+      [client({ tenant: 'a'.repeat(129) }), 'tenant must be at most 128 UTF-8 bytes'],
+      [
+        () => suite.worker('se-queue ', {}),
+        'queue must not start or end with whitespace (trim it)',
+      ],
+      [() => suite.worker('q'.repeat(129), {}), 'queue must be at most 128 UTF-8 bytes'],
+    ];
+    for (const [construct, message] of cases) {
+      expect(construct).toThrow(expect.objectContaining({ name: 'TypeError', message }));
+    }
+    // The limit itself is accepted.
+    expect(client({ tenant: 'a'.repeat(128) })()).toBeInstanceOf(Client);
   });
 
   it('a task id that is not well-formed text rejects as a TypeError or invalid_input, not a URIError', async () => {

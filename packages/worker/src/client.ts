@@ -20,6 +20,7 @@ import {
   type Problem,
   type ProgramDescriptor,
   type RecordedHistoryEvent,
+  SCOPE_TEXT_MAX_BYTES,
   SubmitBatchReplySchema,
   type SubmitCommand,
   type SubmitTask,
@@ -177,7 +178,9 @@ export class Client {
   readonly #backoff: BackoffPolicy;
 
   constructor(options: ClientOptions) {
-    for (const key of ['tenant', 'namespace'] as const) requiredText(options, key);
+    for (const key of ['tenant', 'namespace'] as const) {
+      requiredText(options, key, SCOPE_TEXT_MAX_BYTES);
+    }
     this.#http = new HttpTransport(options);
     this.#tenant = options.tenant;
     this.#namespace = options.namespace;

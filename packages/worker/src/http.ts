@@ -20,6 +20,7 @@ import {
   ProblemSchema,
   parseRetryAfterMs,
   parseWith,
+  textProblem,
 } from '@ledgence/contracts';
 import { localProblem, ProblemError, ProtocolError, TransportError } from './errors.js';
 import {
@@ -118,16 +119,25 @@ export function pathSegment(value: string): string {
 
 /**
  * Checks a required text setting of a `Client` or `Worker` at construction: present, not empty,
- * and well-formed (a lone surrogate has no UTF-8 encoding, so no request could carry it).
+ * well-formed (a lone surrogate has no UTF-8 encoding, so no request could carry it), and the
+ * identifier text the server accepts (DESIGN §3: at most `maxBytes`, no control characters, no
+ * whitespace at either end) — otherwise every call would fail `invalid_input`.
  */
 export function requiredText<K extends string>(
   options: { readonly [key in K]: unknown },
   key: K,
+  maxBytes: number,
 ): void {
   const value = options[key];
   if (typeof value !== 'string' || value.length === 0) throw new TypeError(`${key} is required`);
   if (!isWellFormedText(value)) {
     throw new TypeError(`${key} must be well-formed text: it holds a lone surrogate`);
+  }
+  const problem = textProblem(value, maxBytes);
+  if (problem !== undefined) {
+    // A value read from an env file often ends with its line break.
+    const trim = value.trim() !== value ? ' (trim it)' : '';
+    throw new TypeError(`${key} ${problem}${trim}`);
   }
 }
 

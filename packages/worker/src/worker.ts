@@ -17,9 +17,11 @@ import {
   LONG_POLL_WAIT_MS,
   MAX_SESSION_CONCURRENCY,
   MAX_WORKER_BATCH,
+  NAME_MAX_BYTES,
   type ProgramDescriptor,
   type Quiescence,
   RENEW_INTERVAL_MS,
+  SCOPE_TEXT_MAX_BYTES,
   type Scope,
   SESSION_VALIDITY_MS,
   type SettleCommand,
@@ -471,7 +473,10 @@ export class Worker {
   readonly #stopped = deferred();
 
   constructor(options: WorkerOptions) {
-    for (const key of ['tenant', 'namespace', 'queue'] as const) requiredText(options, key);
+    for (const key of ['tenant', 'namespace'] as const) {
+      requiredText(options, key, SCOPE_TEXT_MAX_BYTES);
+    }
+    requiredText(options, 'queue', NAME_MAX_BYTES);
     if (
       !Number.isInteger(options.concurrency) ||
       options.concurrency < 1 ||
