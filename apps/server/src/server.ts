@@ -31,6 +31,8 @@ import { wakeListenLog } from './wake-log.js';
 
 /** The database the embedded server creates for Ledgence's own tables. */
 const EMBEDDED_DATABASE = 'ledgence';
+/** Longest a `/readyz` probe waits for the database: below the probe timeouts balancers use. */
+const READINESS_TIMEOUT_MS = 2_000;
 
 /** Options of {@link startServer}. */
 export interface StartServerOptions {
@@ -226,7 +228,17 @@ export async function startServer(
       health: {
         async ready() {
           if (!accepting) return { ok: false, detail: 'shutting down' };
-          const status = await store.migrationStatus();
+          const reading = store.migrationStatus();
+          // A probe answers in time whatever the database does: on a connection gone silent (a
+          // failover that moved its address) the read would wait out the store's wire timeout.
+          if ((await within(reading, READINESS_TIMEOUT_MS)) === 'timeout') {
+            reading.catch(() => {});
+            return {
+              ok: false,
+              detail: `the database did not answer within ${READINESS_TIMEOUT_MS / 1000} s`,
+            };
+          }
+          const status = await reading;
           if (status.current) return true;
           return {
             ok: false,
