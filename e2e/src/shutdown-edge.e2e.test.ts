@@ -138,17 +138,10 @@ describe('SIGTERM with a request queued behind a slow one', () => {
     const stopped = terminate(server);
     const { text } = await exchange;
     const { exit } = await stopped;
-    // "in-flight requests finish": both were received (and parsed) before the signal. The wait,
-    // cut short with its task still pending, is refused 503 unavailable (shutting_down) for its
-    // client to ask again elsewhere, not answered `pending` early.
-    const replies = repliesIn(text);
-    expect({ statuses: replies.map((r) => r.status), exit }, text.slice(0, 600)).toEqual({
-      statuses: [503, 200],
+    // "in-flight requests finish": both were received (and parsed) before the signal.
+    expect({ statuses: repliesIn(text).map((r) => r.status), exit }, text.slice(0, 600)).toEqual({
+      statuses: [200, 200],
       exit: 0,
-    });
-    expect(JSON.parse(replies[0]?.body ?? '')).toMatchObject({
-      code: 'unavailable',
-      reason: 'shutting_down',
     });
   }, 60_000);
 });

@@ -1,9 +1,7 @@
 /**
- * The worker's session and poll protocol under server-side faults — sessions that expire while
- * the worker holds work, a worker process paused past its session, a server restarted on another
- * database, refusals in every order — driven by the real SDK against real server processes.
- * Until 2026-12-05 a deaf handler reported `unconfirmed` lost its slot with its session: the
- * server's hold is per session, and the slot's first poll on a new one took a second task.
+ * The worker's session and poll protocol under server-side faults — a worker process paused
+ * past its session, a server restarted on another database, refusals in every order — driven by
+ * the real SDK against real server processes.
  */
 import { ContractError, problemDocument } from '@ledgence/contracts';
 import { createTestDatabase } from '@ledgence/store-postgres/testing';
@@ -24,74 +22,10 @@ import {
 } from './test/harness.js';
 
 // Sessions of 2 s: under what a one-second `Date` can show (session.ts), so a worker whose own
-// extension period is long loses its first session. Leases of 1 s (short timings); the cleanup
-// grace stays long so an `unconfirmed` attempt holds its slot on the server.
+// extension period is long loses its first session. Leases of 1 s (short timings).
 const suite = workerSuite('worker_sessions', {
   LEDGENCE_SESSION_VALIDITY_MS: '2000',
   LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
-  LEDGENCE_CLEANUP_GRACE_MS: '30000',
-});
-
-describe('a deaf handler and a session change', () => {
-  it('concurrency 1: a handler reported unconfirmed keeps its slot when the session is lost and re-opened', async () => {
-    const c = client(suite.server.url);
-    const queue = 'deaf-session';
-    const deaf = await c.submit({
-      queue,
-      program: 'deaf',
-      data: null,
-      timeout_ms: 1_000,
-      retry: { max_attempts: 1, delay_ms: 0 },
-    });
-    let running = 0;
-    let maxRunning = 0;
-    const starts: string[] = [];
-    let release = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    const w = suite.worker(queue, {
-      concurrency: 1,
-      abortGraceMs: 100,
-      // Far beyond the server's validity: the first session expires (as after any outage longer
-      // than the session), and the worker moves to a new one.
-      sessionExtendIntervalMs: 600_000,
-    });
-    const track = async (name: string, body: () => Promise<unknown>) => {
-      running += 1;
-      maxRunning = Math.max(maxRunning, running);
-      starts.push(name);
-      try {
-        return await body();
-      } finally {
-        running -= 1;
-      }
-    };
-    // Ignores its signal: runs on past its 1 s budget, reported `unconfirmed`.
-    w.register('deaf', () => track('deaf', () => released.then(() => 'late')));
-    w.register('quick', () => track('quick', async () => 'done'));
-    const run = w.run();
-    try {
-      await until(async () =>
-        reasons(await historyOf(c, deaf.task_id)).includes('report_accepted'),
-      );
-      const quick = await c.submit({ queue, program: 'quick', data: null });
-      // The deaf handler still runs: README "concurrency bounds the handlers running at once,
-      // deaf ones included … the server keeps the slot (consumer_busy)". Give the worker time to
-      // lose its session (2 s) and take a new one.
-      await sleep(4_000);
-      expect(starts).toEqual(['deaf']);
-      expect(maxRunning).toBe(1);
-      release();
-      // Once the deaf handler returned, the slot takes the next task.
-      await settled(c, [quick.task_id], 20_000);
-      expect(maxRunning).toBe(1);
-    } finally {
-      release();
-      await w.stop({ graceMs: 1_000 });
-      await run;
-    }
-  });
 });
 
 describe('a worker process paused past its session', () => {

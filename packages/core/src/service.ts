@@ -490,19 +490,7 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
       for (;;) {
         const current = await store.result(scope, taskId);
         if (current.outcome.state !== 'pending') return current;
-        if (await park(watch, deadline, wait?.signal)) continue;
-        const last = await store.result(scope, taskId);
-        // A wait the server's shutdown cut short is refused, not answered `pending` early: its
-        // caller asked to wait, and a `pending` would read as the wait's end (the SDK's Client
-        // sends it again, to another replica or this one restarted, for what is left of it).
-        // A parked poll ends `empty` instead (DESIGN §11): its worker simply polls again.
-        const cutShort = closing?.aborted && !wait?.signal?.aborted;
-        if (last.outcome.state === 'pending' && cutShort && deadline > performance.now()) {
-          throw new ContractError('unavailable', 'the server is shutting down; retry the wait', {
-            reason: 'shutting_down',
-          });
-        }
-        return last;
+        if (!(await park(watch, deadline, wait?.signal))) return store.result(scope, taskId);
       }
     });
   }

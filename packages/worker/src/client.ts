@@ -327,7 +327,8 @@ export class Client {
   /**
    * The task's result: its status and terminal outcome, or `{state:
    * 'pending'}`. With `waitMs`, the server holds the request until the task
-   * is terminal or the wait ends.
+   * is terminal or the wait ends — or ends it early, `pending`, at its
+   * long-poll maximum or when it stops (README: to wait longer, loop).
    */
   async result(taskId: string, options: ResultOptions = {}): Promise<TaskResult> {
     const waitMs = options.waitMs === undefined ? undefined : wireWaitMs('waitMs', options.waitMs);

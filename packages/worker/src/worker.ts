@@ -1127,8 +1127,8 @@ export class Worker {
       // confirmation reaching the server before it is refused for good (409 conflict), and the
       // task would be held to its authority deadline although the handler had ended. A report
       // abandoned at shutdown may have been taken all the same: confirming it costs one request.
-      stillRunning =
-        settled.kind === 'rejected' ? finished : finished.then(() => this.#confirmQuiescence(held));
+      if (settled.kind !== 'rejected') void finished.then(() => this.#confirmQuiescence(held));
+      else stillRunning = finished;
     } catch (error) {
       // Defensive: every step above handles its own errors.
       this.#logger.error('task execution failed unexpectedly', {
@@ -1137,12 +1137,10 @@ export class Worker {
       });
     } finally {
       this.#drop(held);
-      // `concurrency` bounds the handlers running at once, deaf ones included (README): the slot
-      // of an abandoned handler stays taken until it returns (and, reported `unconfirmed`, until
-      // its quiescence is confirmed). The server's own hold is not enough: it holds an
-      // `unconfirmed` attempt on its session's slot only (a new session, after an outage, polls
-      // free) and only to the authority deadline, and a lost lease or a refused report leaves it
-      // nothing to hold — the slot's next poll could take the retry of this very task.
+      // `concurrency` bounds the handlers running at once, deaf ones included (README). The
+      // server holds an `unconfirmed` attempt's slot itself (`consumer_busy`); a lost lease or a
+      // refused report leaves it nothing to hold, and the slot's next poll could take the retry
+      // of this very task beside its deaf handler: the slot stays taken until the handler ends.
       const release = () => {
         const slot = this.#slots[consumerId];
         if (slot !== undefined) this.#slots[consumerId] = released(slot);
