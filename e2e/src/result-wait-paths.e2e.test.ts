@@ -89,74 +89,60 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
   const waiter = () => replicas()[which]?.[1] as ServerProcess;
   const q = (name: string) => `${name}-${which}`;
 
-  it('failure with the last attempt (application_error, max_attempts 1)', async () => {
-    const queue = q('fail-last');
-    const id = await submitTask(
-      a.url,
-      taskBody(queue, queue, { retry: { max_attempts: 1, delay_ms: 0 } }),
-    );
+  /** A task of its own queue, claimed through A, with a result wait parked on the waiter. */
+  async function claimedAndAwaited(name: string, extra: Record<string, unknown> = {}) {
+    const queue = q(name);
+    const id = await submitTask(a.url, taskBody(queue, queue, extra));
     const assignment = await claimNext(a.url, queue);
     const waiting = resultWait(waiter().url, id);
     await sleep(300);
-    const settled = await call<{ task_state: string }>(
-      a.url,
-      '/v1/worker/settle',
-      failBody(assignment),
-    );
-    expect(settled.body.task_state).toBe('failed');
-    const { body, ms } = await waiting;
-    expect([label(), body.outcome.state]).toEqual([label(), 'failed']);
-    expect(ms).toBeLessThan(PROMPT_MS);
-  }, 60_000);
+    return { queue, id, assignment, waiting };
+  }
 
-  it('failure not retryable with attempts left', async () => {
-    const queue = q('fail-final');
-    const id = await submitTask(
-      a.url,
-      taskBody(queue, queue, { retry: { max_attempts: 5, delay_ms: 0 } }),
-    );
-    const assignment = await claimNext(a.url, queue);
-    const waiting = resultWait(waiter().url, id);
-    await sleep(300);
-    const settled = await call<{ task_state: string }>(
-      a.url,
-      '/v1/worker/settle',
-      failBody(assignment, false),
-    );
-    expect(settled.body.task_state).toBe('failed');
+  /** The wait answered with `state`, promptly: its time. */
+  async function answered(waiting: ReturnType<typeof resultWait>, state: string) {
     const { body, ms } = await waiting;
-    expect([label(), body.outcome.state]).toEqual([label(), 'failed']);
+    expect([label(), body.outcome.state]).toEqual([label(), state]);
     expect(ms).toBeLessThan(PROMPT_MS);
-  }, 60_000);
+    return ms;
+  }
+
+  it.each([
+    ['failure with the last attempt (application_error, max_attempts 1)', 1, true],
+    ['failure not retryable with attempts left', 5, false],
+  ] as const)(
+    '%s',
+    async (_, maxAttempts, retryable) => {
+      const { assignment, waiting } = await claimedAndAwaited(`fail-${maxAttempts}`, {
+        retry: { max_attempts: maxAttempts, delay_ms: 0 },
+      });
+      const settled = await call<{ task_state: string }>(
+        a.url,
+        '/v1/worker/settle',
+        failBody(assignment, retryable),
+      );
+      expect(settled.body.task_state).toBe('failed');
+      await answered(waiting, 'failed');
+    },
+    60_000,
+  );
 
   it('a retried task: the retry does not answer the wait; its last attempt does', async () => {
-    const queue = q('retry-then-ok');
-    const id = await submitTask(
-      a.url,
-      taskBody(queue, queue, { retry: { max_attempts: 2, delay_ms: 0 } }),
-    );
-    const first = await claimNext(a.url, queue);
-    const waiting = resultWait(waiter().url, id);
-    await sleep(300);
+    const { queue, assignment, waiting } = await claimedAndAwaited('retry-then-ok', {
+      retry: { max_attempts: 2, delay_ms: 0 },
+    });
     expect(
-      (await call<{ task_state: string }>(a.url, '/v1/worker/settle', failBody(first))).body
+      (await call<{ task_state: string }>(a.url, '/v1/worker/settle', failBody(assignment))).body
         .task_state,
     ).toBe('queued');
     const second = await claimNext(a.url, queue);
     await sleep(300);
     await call(a.url, '/v1/worker/settle', settleBody(second, { kind: 'success', output: 2 }));
-    const { body, ms } = await waiting;
-    expect([label(), body.outcome.state]).toEqual([label(), 'succeeded']);
-    expect(ms).toBeGreaterThan(500);
-    expect(ms).toBeLessThan(PROMPT_MS);
+    expect(await answered(waiting, 'succeeded')).toBeGreaterThan(500);
   }, 60_000);
 
   it('cancel of an active task, settled afterwards by its worker', async () => {
-    const queue = q('cancel-active');
-    const id = await submitTask(a.url, taskBody(queue, queue));
-    const assignment = await claimNext(a.url, queue);
-    const waiting = resultWait(waiter().url, id);
-    await sleep(300);
+    const { id, assignment, waiting } = await claimedAndAwaited('cancel-active');
     const cancelled = await call<{ task_state: string }>(
       a.url,
       `${TASKS_BASE}/tasks/${id}/cancel`,
@@ -165,9 +151,7 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
     expect(cancelled.body.task_state).toBe('active');
     await sleep(300);
     await call(a.url, '/v1/worker/settle', settleBody(assignment, { kind: 'success', output: 1 }));
-    const { body, ms } = await waiting;
-    expect([label(), body.outcome.state]).toEqual([label(), 'cancelled']);
-    expect(ms).toBeLessThan(PROMPT_MS);
+    await answered(waiting, 'cancelled');
   }, 60_000);
 
   it('cancel of an active task whose worker never settles: lease expiry (recovered by A)', async () => {
@@ -179,9 +163,7 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
     await claimNext(a.url, queue);
     const waiting = resultWait(waiter().url, id);
     await call(a.url, `${TASKS_BASE}/tasks/${id}/cancel`, {});
-    const { body, ms } = await waiting;
-    expect([label(), body.outcome.state]).toEqual([label(), 'cancelled']);
-    expect(ms).toBeLessThan(PROMPT_MS);
+    await answered(waiting, 'cancelled');
   }, 60_000);
 
   it('an unconfirmed settle: pending while held, then answered by confirm_quiescence', async () => {
@@ -206,9 +188,7 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
       assignment.lease.owner,
     );
     expect(confirmed.body.task_state).toBe('succeeded');
-    const { body, ms } = await waiting;
-    expect([label(), body.outcome.state]).toEqual([label(), 'succeeded']);
-    expect(ms).toBeLessThan(PROMPT_MS);
+    await answered(waiting, 'succeeded');
   }, 60_000);
 
   it('an unconfirmed settle never confirmed: answered at the authority deadline (recovered by A)', async () => {
@@ -234,11 +214,7 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
   }, 60_000);
 
   it('a settle through settle:batch', async () => {
-    const queue = q('batch-settle');
-    const id = await submitTask(a.url, taskBody(queue, queue));
-    const assignment = await claimNext(a.url, queue);
-    const waiting = resultWait(waiter().url, id);
-    await sleep(300);
+    const { assignment, waiting } = await claimedAndAwaited('batch-settle');
     const reply = await call<{ results: { task_state: string }[] }>(
       a.url,
       '/v1/worker/settle:batch',
@@ -247,9 +223,7 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
       },
     );
     expect(reply.body.results[0]?.task_state).toBe('succeeded');
-    const { body, ms } = await waiting;
-    expect([label(), body.outcome.state]).toEqual([label(), 'succeeded']);
-    expect(ms).toBeLessThan(PROMPT_MS);
+    await answered(waiting, 'succeeded');
   }, 60_000);
 });
 
