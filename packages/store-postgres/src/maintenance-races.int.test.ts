@@ -50,10 +50,12 @@ async function keyActive(key: string): Promise<number | null> {
 }
 
 /**
- * Runs `body` while a transaction of the test's own holds the concurrency-key row `key` locked;
- * `release()` commits it.
+ * Holds the row `lock` selects (`… for update`) in a transaction of the test's own, on a
+ * connection of its own, until `release()` commits it.
  */
-async function holdingKey(key: string): Promise<{ release: () => Promise<void> }> {
+async function holdingRow(
+  lock: (t: postgres.TransactionSql) => Promise<unknown>,
+): Promise<{ release: () => Promise<void> }> {
   const sql = postgres(h.db.url, { max: 1, onnotice: () => {} });
   let release!: () => void;
   const done = new Promise<void>((resolve) => {
@@ -64,8 +66,7 @@ async function holdingKey(key: string): Promise<{ release: () => Promise<void> }
     locked = resolve;
   });
   const tx = sql.begin(async (t) => {
-    await t`select 1 from concurrency_keys where tenant_id = ${SCOPE.tenant_id}
-      and namespace = ${SCOPE.namespace} and concurrency_key = ${key} for update`;
+    await lock(t);
     locked();
     await done;
   });
@@ -79,32 +80,19 @@ async function holdingKey(key: string): Promise<{ release: () => Promise<void> }
   };
 }
 
-/** Holds the task row `taskId` locked in a transaction of the test's own until `release()`. */
-async function holdingTask(taskId: string): Promise<{ release: () => Promise<void> }> {
-  const sql = postgres(h.db.url, { max: 1, onnotice: () => {} });
-  let release!: () => void;
-  const done = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  let locked!: () => void;
-  const isLocked = new Promise<void>((resolve) => {
-    locked = resolve;
-  });
-  const tx = sql.begin(async (t) => {
-    await t`select 1 from tasks where tenant_id = ${SCOPE.tenant_id}
-      and namespace = ${SCOPE.namespace} and task_id = ${taskId} for update`;
-    locked();
-    await done;
-  });
-  await isLocked;
-  return {
-    release: async () => {
-      release();
-      await tx;
-      await sql.end();
-    },
-  };
-}
+/** Holds the concurrency-key row `key` locked until `release()`. */
+const holdingKey = (key: string) =>
+  holdingRow(
+    (t) => t`select 1 from concurrency_keys where tenant_id = ${SCOPE.tenant_id}
+    and namespace = ${SCOPE.namespace} and concurrency_key = ${key} for update`,
+  );
+
+/** Holds the task row `taskId` locked until `release()`. */
+const holdingTask = (taskId: string) =>
+  holdingRow(
+    (t) => t`select 1 from tasks where tenant_id = ${SCOPE.tenant_id}
+    and namespace = ${SCOPE.namespace} and task_id = ${taskId} for update`,
+  );
 
 let serial = 0;
 /** A keyed task (limit 1), claimed; `dispatch` grants it dispatch. */
