@@ -7,8 +7,8 @@
  * URI's host is never empty, RFC 9110 §4.2.1).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ServerProcess, startServerProcess } from './server-process.js';
-import { SHORT_TIMINGS, Stack } from './test/harness.js';
+import type { ServerProcess } from './server-process.js';
+import { Stack } from './test/harness.js';
 import { repliesIn, socketExchange } from './test/wire.js';
 
 const stack = new Stack('edge_host');
@@ -16,9 +16,7 @@ let server: ServerProcess;
 beforeAll(async () => {
   await stack.open();
   // With API keys: the development mode's loopback-host check (a 403) is not in the way.
-  server = await startServerProcess({
-    DATABASE_URL: stack.databaseUrl,
-    ...SHORT_TIMINGS,
+  server = await stack.start({
     HOST: '127.0.0.1',
     LEDGENCE_API_KEYS: JSON.stringify([
       {
@@ -29,7 +27,6 @@ beforeAll(async () => {
       },
     ]),
   });
-  stack.servers.push(server);
 }, 60_000);
 afterAll(async () => {
   await stack.close();

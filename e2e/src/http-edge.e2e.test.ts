@@ -8,8 +8,8 @@ import { connect } from 'node:net';
 import { ProblemSchema, parseWith } from '@ledgence/contracts';
 import { createPostgresTaskStore } from '@ledgence/store-postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type ServerProcess, startServerProcess } from './server-process.js';
-import { SHORT_TIMINGS, Stack } from './test/harness.js';
+import type { ServerProcess } from './server-process.js';
+import { Stack } from './test/harness.js';
 import {
   claimNext,
   repliesIn,
@@ -25,11 +25,7 @@ let store: ReturnType<typeof createPostgresTaskStore>;
 
 beforeAll(async () => {
   await stack.open();
-  server = await startServerProcess(
-    { DATABASE_URL: stack.databaseUrl, ...SHORT_TIMINGS, LEDGENCE_LOG_LEVEL: 'info' },
-    { captureStdout: true },
-  );
-  stack.servers.push(server);
+  server = await stack.start({ LEDGENCE_LOG_LEVEL: 'info' }, { captureStdout: true });
   store = createPostgresTaskStore({ url: stack.databaseUrl, max: 1 });
 }, 60_000);
 afterAll(async () => {

@@ -5,18 +5,17 @@
  */
 import type { AcquireReply } from '@ledgence/contracts';
 import { silentLogger, Worker } from '@ledgence/worker';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ServerProcess } from './server-process.js';
+import { describe, expect, it } from 'vitest';
 import {
   client,
   historyOf,
   NAMESPACE,
   perAttempt,
-  Stack,
   settled,
   sleep,
   TENANT,
 } from './test/harness.js';
+import { replicaPair } from './test/replicas.js';
 import {
   call,
   HINTS_ONLY_ENV,
@@ -34,22 +33,12 @@ const ENV = {
   LEDGENCE_MAINTENANCE_INTERVAL_MS: '500',
 };
 
-const stack = new Stack('replicas_parked_load');
-let a: ServerProcess;
-let b: ServerProcess;
-
-beforeAll(async () => {
-  await stack.open();
-  [a, b] = await Promise.all([stack.start(ENV), stack.start(ENV)]);
-}, 120_000);
-afterAll(async () => {
-  await stack.close();
-});
+const pair = replicaPair('replicas_parked_load', { env: ENV });
 
 /** 200 single-slot polls, parked: 50 slots of each of 4 sessions, two sessions per replica. */
 async function park200(queue: string, waitMs: number) {
   const polls: Promise<{ status: number; reply: AcquireReply; ms: number }>[] = [];
-  for (const url of [a.url, a.url, b.url, b.url]) {
+  for (const url of [pair.a.url, pair.a.url, pair.b.url, pair.b.url]) {
     const sid = await openSession(url, queue, 50);
     for (let c = 0; c < 50; c += 1) {
       polls.push(
@@ -76,7 +65,7 @@ describe('200 parked polls over two replicas, a burst of separate submits', () =
     const burstAt = performance.now();
     const ids = await Promise.all(
       Array.from({ length: 200 }, (_, i) =>
-        submitTask(i % 2 ? a.url : b.url, taskBody(`b200-${i}`, queue)),
+        submitTask(i % 2 ? pair.a.url : pair.b.url, taskBody(`b200-${i}`, queue)),
       ),
     );
     const replies = await Promise.all(polls);
@@ -105,7 +94,7 @@ describe('200 parked polls over two replicas, a burst of separate submits', () =
     await sleep(1_000);
     const ids = await Promise.all(
       Array.from({ length: 150 }, (_, i) =>
-        submitTask(i % 2 ? a.url : b.url, taskBody(`b150-${i}`, queue)),
+        submitTask(i % 2 ? pair.a.url : pair.b.url, taskBody(`b150-${i}`, queue)),
       ),
     );
     const replies = await Promise.all(polls);
@@ -124,7 +113,7 @@ describe('200 parked polls over two replicas, a burst of separate submits', () =
     const queue = 'sdk-burst';
     const runs = new Map<string, number>();
     const workers: Worker[] = [];
-    for (const url of [a.url, a.url, b.url, b.url]) {
+    for (const url of [pair.a.url, pair.a.url, pair.b.url, pair.b.url]) {
       const w = new Worker({
         url,
         tenant: TENANT,
@@ -144,8 +133,8 @@ describe('200 parked polls over two replicas, a burst of separate submits', () =
     const running = workers.map((w) => w.run());
     try {
       await sleep(2_000); // all parked
-      const ca = client(a.url);
-      const cb = client(b.url);
+      const ca = client(pair.a.url);
+      const cb = client(pair.b.url);
       const started = performance.now();
       const batches = await Promise.all(
         Array.from({ length: 10 }, (_, k) =>
@@ -180,7 +169,7 @@ describe('200 parked polls over two replicas, a burst of separate submits', () =
 
 describe('a replica stopped with SIGTERM while polls are parked on it', () => {
   it('answers every parked poll (single and batch) with empty, promptly, and exits 0', async () => {
-    const c = await stack.start(ENV);
+    const c = await pair.stack.start(ENV);
     const queue = 'sigterm-parked';
     const sid = await openSession(c.url, queue, 20);
     const singles = Array.from({ length: 10 }, (_, k) =>
@@ -220,12 +209,16 @@ describe('a replica stopped with SIGTERM while polls are parked on it', () => {
     // The empties were recorded: the same sequence replayed on another replica is `empty`
     // again, the next one is a new poll there.
     const replay = await call<AcquireReply>(
-      b.url,
+      pair.b.url,
       '/v1/worker/acquire',
       pollBody(sid, queue, 0, 1),
     );
     expect(replay.body.disposition).toBe('empty');
-    const next = await call<AcquireReply>(b.url, '/v1/worker/acquire', pollBody(sid, queue, 0, 2));
+    const next = await call<AcquireReply>(
+      pair.b.url,
+      '/v1/worker/acquire',
+      pollBody(sid, queue, 0, 2),
+    );
     expect(next.status).toBe(200);
   }, 120_000);
 });

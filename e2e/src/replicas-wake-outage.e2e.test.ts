@@ -9,6 +9,7 @@ import { type PgProxy, startPgProxy } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
 import { Stack, sleep, until } from './test/harness.js';
+import { untilListening } from './test/replicas.js';
 import { call, HINTS_ONLY_ENV, parkedPoll, submitTask, taskBody, WAIT_MS } from './test/wire.js';
 
 const stack = new Stack('replicas_wake_outage');
@@ -32,21 +33,9 @@ afterAll(async () => {
   await proxy.close();
 });
 
-/**
- * Replicas whose LISTEN is in place: a wake connection's last statement is its LISTEN, or the
- * `select 1` health check it sends only once the LISTEN holds (wake.ts).
- */
-async function wakeCount(): Promise<number> {
-  const [row] = await sql<{ n: number }[]>`
-    select count(*)::int as n from pg_stat_activity
-    where datname = current_database() and application_name = 'ledgence-wake'
-      and (query ilike 'listen%' or query = 'select 1')`;
-  return row?.n ?? 0;
-}
-
 for (const outageMs of [500, 5_000]) {
   it(`after a ${outageMs} ms database outage of replica B, a submit through A wakes a poll parked on B`, async () => {
-    await until(async () => (await wakeCount()) === 2, 30_000, 'both replicas listening');
+    await untilListening(sql);
     proxy.refuse(true);
     await sleep(outageMs);
     proxy.refuse(false);
@@ -57,7 +46,7 @@ for (const outageMs of [500, 5_000]) {
       'B ready again',
     );
     // ...and its LISTEN connection is back, whenever that is.
-    await until(async () => (await wakeCount()) === 2, 60_000, "B's LISTEN connection back");
+    await untilListening(sql);
     const queue = `outage-${outageMs}`;
     const parked = parkedPoll(b.url, queue, WAIT_MS);
     await sleep(300);
@@ -69,7 +58,7 @@ for (const outageMs of [500, 5_000]) {
 }
 
 it('a poll parked on B across its outage is answered once B is back, for a submit made during the outage', async () => {
-  await until(async () => (await wakeCount()) === 2, 30_000, 'both replicas listening');
+  await untilListening(sql);
   const queue = 'during-outage';
   const parked = parkedPoll(b.url, queue, WAIT_MS);
   await sleep(500);

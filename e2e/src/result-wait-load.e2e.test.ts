@@ -4,10 +4,9 @@
  * keeps later waits from being woken; many waiters of one task on another replica are all
  * answered by one change; a reply to a settle or cancel is never followed by a stale read.
  */
-import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ServerProcess } from './server-process.js';
-import { Stack, sleep, until } from './test/harness.js';
+import { describe, expect, it } from 'vitest';
+import { sleep, until } from './test/harness.js';
+import { replicaPair } from './test/replicas.js';
 import {
   call,
   claimNext,
@@ -20,25 +19,10 @@ import {
 } from './test/wire.js';
 
 const PROMPT_MS = 5_000;
-const stack = new Stack('result_wait_load');
-let a: ServerProcess;
-let b: ServerProcess;
-let admin: PostgresTaskStore;
-let sql: PostgresTaskStore['sql'];
-
-beforeAll(async () => {
-  await stack.open();
-  [a, b] = await Promise.all([stack.start(HINTS_ONLY_ENV), stack.start(HINTS_ONLY_ENV)]);
-  admin = createPostgresTaskStore({ url: stack.databaseUrl, max: 1 });
-  sql = admin.sql;
-}, 120_000);
-afterAll(async () => {
-  await admin?.close();
-  await stack.close();
-});
+const pair = replicaPair('result_wait_load', { env: HINTS_ONLY_ENV });
 
 async function activeStoreBackends(): Promise<number> {
-  const [row] = await sql<{ n: number }[]>`
+  const [row] = await pair.sql<{ n: number }[]>`
     select count(*)::int as n from pg_stat_activity
     where datname = current_database() and application_name = 'ledgence-store'
       and state <> 'idle' and pid <> pg_backend_pid()`;
@@ -49,14 +33,14 @@ describe('result waits in numbers', () => {
   it('300 waits abandoned by their clients: no busy connection left, and a later wait is still woken by a hint', async () => {
     const ids: string[] = [];
     for (let i = 0; i < 30; i += 1)
-      ids.push(await submitTask(a.url, taskBody(`abandon-${i}`, 'abandon')));
+      ids.push(await submitTask(pair.a.url, taskBody(`abandon-${i}`, 'abandon')));
     const controllers: AbortController[] = [];
     const waits: Promise<unknown>[] = [];
     for (let i = 0; i < 300; i += 1) {
       const controller = new AbortController();
       controllers.push(controller);
       waits.push(
-        fetch(`${b.url}${TASKS_BASE}/tasks/${ids[i % ids.length]}/result?wait_ms=${WAIT_MS}`, {
+        fetch(`${pair.b.url}${TASKS_BASE}/tasks/${ids[i % ids.length]}/result?wait_ms=${WAIT_MS}`, {
           signal: controller.signal,
         }).catch((e: unknown) => e),
       );
@@ -66,27 +50,28 @@ describe('result waits in numbers', () => {
     await Promise.all(waits);
     await until(async () => (await activeStoreBackends()) === 0, 10_000, 'no busy store backend');
     // The abandoned waits' tasks: each cancel wakes nobody, and harms nothing.
-    for (const id of ids.slice(0, 5)) await call(a.url, `${TASKS_BASE}/tasks/${id}/cancel`, {});
+    for (const id of ids.slice(0, 5))
+      await call(pair.a.url, `${TASKS_BASE}/tasks/${id}/cancel`, {});
     // A new wait on one of the same tasks' siblings is woken promptly.
     const id = ids[10] as string;
     const started = performance.now();
     const waiting = call<{ outcome: { state: string } }>(
-      b.url,
+      pair.b.url,
       `${TASKS_BASE}/tasks/${id}/result?wait_ms=${WAIT_MS}`,
     );
     await sleep(300);
-    await call(a.url, `${TASKS_BASE}/tasks/${id}/cancel`, {});
+    await call(pair.a.url, `${TASKS_BASE}/tasks/${id}/cancel`, {});
     const reply = await waiting;
     expect(reply.body.outcome.state).toBe('cancelled');
     expect(performance.now() - started).toBeLessThan(PROMPT_MS);
   }, 120_000);
 
   it('200 waiters of one task on B are all answered by its settle through A, each with the terminal view', async () => {
-    const id = await submitTask(a.url, taskBody('many-b', 'many-b'));
-    const assignment = await claimNext(a.url, 'many-b');
+    const id = await submitTask(pair.a.url, taskBody('many-b', 'many-b'));
+    const assignment = await claimNext(pair.a.url, 'many-b');
     const waits = Array.from({ length: 200 }, () =>
       call<{ status: { state: string }; outcome: { state: string; output?: unknown } }>(
-        b.url,
+        pair.b.url,
         `${TASKS_BASE}/tasks/${id}/result?wait_ms=${WAIT_MS}`,
       ),
     );
@@ -94,7 +79,7 @@ describe('result waits in numbers', () => {
     await sleep(400);
     const started = performance.now();
     const settled = await call<{ task_state: string }>(
-      a.url,
+      pair.a.url,
       '/v1/worker/settle',
       settleBody(assignment, { kind: 'success', output: { n: 1 } }),
     );
@@ -113,23 +98,23 @@ describe('result waits in numbers', () => {
     const stale: string[] = [];
     for (let i = 0; i < 20; i += 1) {
       const queue = `ryw-${i}`;
-      const id = await submitTask(a.url, taskBody(queue, queue));
-      const assignment = await claimNext(a.url, queue);
+      const id = await submitTask(pair.a.url, taskBody(queue, queue));
+      const assignment = await claimNext(pair.a.url, queue);
       const settled = await call<{ task_state: string }>(
-        a.url,
+        pair.a.url,
         '/v1/worker/settle',
         settleBody(assignment, { kind: 'success', output: i }),
       );
       const read = await call<{ outcome: { state: string } }>(
-        b.url,
+        pair.b.url,
         `${TASKS_BASE}/tasks/${id}/result`,
       );
       if (read.body.outcome.state !== settled.body.task_state)
         stale.push(`settle ${i}: ${read.body.outcome.state}`);
-      const other = await submitTask(a.url, taskBody(`${queue}-c`, `${queue}-c`));
-      await call(a.url, `${TASKS_BASE}/tasks/${other}/cancel`, {});
+      const other = await submitTask(pair.a.url, taskBody(`${queue}-c`, `${queue}-c`));
+      await call(pair.a.url, `${TASKS_BASE}/tasks/${other}/cancel`, {});
       const after = await call<{ outcome: { state: string } }>(
-        b.url,
+        pair.b.url,
         `${TASKS_BASE}/tasks/${other}/result?wait_ms=0`,
       );
       if (after.body.outcome.state !== 'cancelled')

@@ -6,10 +6,10 @@
  * authority deadline is applied by A, and a wait on B hears of it only through LISTEN.
  */
 import type { Assignment } from '@ledgence/contracts';
-import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
-import { Stack, sleep, until } from './test/harness.js';
+import { sleep, until } from './test/harness.js';
+import { killWakeConnections, replicaPair, untilListening } from './test/replicas.js';
 import {
   call,
   claimNext,
@@ -24,29 +24,17 @@ import {
 /** Far under the 20 s wait; generous for a loaded 2-core machine. */
 const PROMPT_MS = 5_000;
 
-const stack = new Stack('result_wait_paths');
-let a: ServerProcess;
-let b: ServerProcess;
-let admin: PostgresTaskStore;
-let sql: PostgresTaskStore['sql'];
-
 const TIMINGS = {
   ...HINTS_ONLY_ENV,
   LEDGENCE_CLEANUP_GRACE_MS: '1500',
   LEDGENCE_LEASE_SAFETY_MARGIN_MS: '200',
 };
 
-beforeAll(async () => {
-  await stack.open();
-  a = await stack.start({ ...TIMINGS, LEDGENCE_MAINTENANCE_INTERVAL_MS: '100' });
-  b = await stack.start({ ...TIMINGS, LEDGENCE_MAINTENANCE_INTERVAL_MS: '3600000' });
-  admin = createPostgresTaskStore({ url: stack.databaseUrl, max: 1 });
-  sql = admin.sql;
-}, 120_000);
-afterAll(async () => {
-  await admin?.close();
-  await stack.close();
-});
+const pair = replicaPair(
+  'result_wait_paths',
+  { env: { ...TIMINGS, LEDGENCE_MAINTENANCE_INTERVAL_MS: '100' } },
+  { env: { ...TIMINGS, LEDGENCE_MAINTENANCE_INTERVAL_MS: '3600000' } },
+);
 
 interface ResultBody {
   status: { state: string };
@@ -80,8 +68,8 @@ function unconfirmed(body: ReturnType<typeof settleBody>) {
 
 const replicas = () =>
   [
-    ['the same replica (A)', a],
-    ['another replica (B)', b],
+    ['the same replica (A)', pair.a],
+    ['another replica (B)', pair.b],
   ] as const;
 
 describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) => {
@@ -92,8 +80,8 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
   /** A task of its own queue, claimed through A, with a result wait parked on the waiter. */
   async function claimedAndAwaited(name: string, extra: Record<string, unknown> = {}) {
     const queue = q(name);
-    const id = await submitTask(a.url, taskBody(queue, queue, extra));
-    const assignment = await claimNext(a.url, queue);
+    const id = await submitTask(pair.a.url, taskBody(queue, queue, extra));
+    const assignment = await claimNext(pair.a.url, queue);
     const waiting = resultWait(waiter().url, id);
     await sleep(300);
     return { queue, id, assignment, waiting };
@@ -117,7 +105,7 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
         retry: { max_attempts: maxAttempts, delay_ms: 0 },
       });
       const settled = await call<{ task_state: string }>(
-        a.url,
+        pair.a.url,
         '/v1/worker/settle',
         failBody(assignment, retryable),
       );
@@ -132,46 +120,50 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
       retry: { max_attempts: 2, delay_ms: 0 },
     });
     expect(
-      (await call<{ task_state: string }>(a.url, '/v1/worker/settle', failBody(assignment))).body
-        .task_state,
+      (await call<{ task_state: string }>(pair.a.url, '/v1/worker/settle', failBody(assignment)))
+        .body.task_state,
     ).toBe('queued');
-    const second = await claimNext(a.url, queue);
+    const second = await claimNext(pair.a.url, queue);
     await sleep(300);
-    await call(a.url, '/v1/worker/settle', settleBody(second, { kind: 'success', output: 2 }));
+    await call(pair.a.url, '/v1/worker/settle', settleBody(second, { kind: 'success', output: 2 }));
     expect(await answered(waiting, 'succeeded')).toBeGreaterThan(500);
   }, 60_000);
 
   it('cancel of an active task, settled afterwards by its worker', async () => {
     const { id, assignment, waiting } = await claimedAndAwaited('cancel-active');
     const cancelled = await call<{ task_state: string }>(
-      a.url,
+      pair.a.url,
       `${TASKS_BASE}/tasks/${id}/cancel`,
       {},
     );
     expect(cancelled.body.task_state).toBe('active');
     await sleep(300);
-    await call(a.url, '/v1/worker/settle', settleBody(assignment, { kind: 'success', output: 1 }));
+    await call(
+      pair.a.url,
+      '/v1/worker/settle',
+      settleBody(assignment, { kind: 'success', output: 1 }),
+    );
     await answered(waiting, 'cancelled');
   }, 60_000);
 
   it('cancel of an active task whose worker never settles: lease expiry (recovered by A)', async () => {
     const queue = q('cancel-expire');
     const id = await submitTask(
-      a.url,
+      pair.a.url,
       taskBody(queue, queue, { retry: { max_attempts: 3, delay_ms: 0 } }),
     );
-    await claimNext(a.url, queue);
+    await claimNext(pair.a.url, queue);
     const waiting = resultWait(waiter().url, id);
-    await call(a.url, `${TASKS_BASE}/tasks/${id}/cancel`, {});
+    await call(pair.a.url, `${TASKS_BASE}/tasks/${id}/cancel`, {});
     await answered(waiting, 'cancelled');
   }, 60_000);
 
   it('an unconfirmed settle: pending while held, then answered by confirm_quiescence', async () => {
     const queue = q('unconfirmed-confirm');
-    const id = await submitTask(a.url, taskBody(queue, queue, { timeout_ms: 10_000 }));
-    const assignment = await claimNext(a.url, queue);
+    const id = await submitTask(pair.a.url, taskBody(queue, queue, { timeout_ms: 10_000 }));
+    const assignment = await claimNext(pair.a.url, queue);
     const settled = await call<{ task_state: string }>(
-      a.url,
+      pair.a.url,
       '/v1/worker/settle',
       unconfirmed(settleBody(assignment, { kind: 'success', output: 3 })),
     );
@@ -183,7 +175,7 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
     const waiting = resultWait(waiter().url, id);
     await sleep(300);
     const confirmed = await call<{ task_state: string }>(
-      a.url,
+      pair.a.url,
       '/v1/worker/quiescence',
       assignment.lease.owner,
     );
@@ -194,13 +186,13 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
   it('an unconfirmed settle never confirmed: answered at the authority deadline (recovered by A)', async () => {
     const queue = q('unconfirmed-deadline');
     const id = await submitTask(
-      a.url,
+      pair.a.url,
       taskBody(queue, queue, { timeout_ms: 1_000, retry: { max_attempts: 1, delay_ms: 0 } }),
     );
-    const assignment = await claimNext(a.url, queue);
+    const assignment = await claimNext(pair.a.url, queue);
     const claimedAt = performance.now();
     const settled = await call<{ task_state: string }>(
-      a.url,
+      pair.a.url,
       '/v1/worker/settle',
       unconfirmed(settleBody(assignment, { kind: 'success', output: 4 })),
     );
@@ -216,7 +208,7 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
   it('a settle through settle:batch', async () => {
     const { assignment, waiting } = await claimedAndAwaited('batch-settle');
     const reply = await call<{ results: { task_state: string }[] }>(
-      a.url,
+      pair.a.url,
       '/v1/worker/settle:batch',
       {
         commands: [settleBody(assignment, { kind: 'success', output: 5 })],
@@ -229,25 +221,17 @@ describe.each([0, 1])('a result wait answers every terminal path (%#)', (which) 
 
 describe('a result wait across a cut LISTEN connection', () => {
   it("a wait parked on B is answered when the task is cancelled through A while B's LISTEN is down", async () => {
-    const listening = async () =>
-      until(async () => {
-        const rows = await sql<{ query: string }[]>`
-          select query from pg_stat_activity
-          where datname = current_database() and application_name = 'ledgence-wake'`;
-        return rows.length === 2 && rows.every((r) => /listen|select 1/i.test(r.query));
-      }, 60_000);
-    await listening();
+    await untilListening(pair.sql);
     for (let round = 0; round < 3; round += 1) {
-      const id = await submitTask(a.url, taskBody(`cut-${round}`, 'cut-nobody'));
-      const waiting = resultWait(b.url, id);
+      const id = await submitTask(pair.a.url, taskBody(`cut-${round}`, 'cut-nobody'));
+      const waiting = resultWait(pair.b.url, id);
       await sleep(300);
-      await sql`select pg_terminate_backend(pid) from pg_stat_activity
-        where datname = current_database() and application_name = 'ledgence-wake'`;
-      await call(a.url, `${TASKS_BASE}/tasks/${id}/cancel`, {});
+      await killWakeConnections(pair.sql);
+      await call(pair.a.url, `${TASKS_BASE}/tasks/${id}/cancel`, {});
       const { body, ms } = await waiting;
       expect([round, body.outcome.state]).toEqual([round, 'cancelled']);
       expect(ms).toBeLessThan(PROMPT_MS);
-      await listening();
+      await untilListening(pair.sql);
     }
   }, 120_000);
 });

@@ -26,7 +26,11 @@ import { ContractError, problemDocument } from '@ledgence/contracts';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { Client, type Logger, silentLogger, Worker, type WorkerOptions } from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, expect } from 'vitest';
-import { type ServerProcess, startServerProcess } from '../server-process.js';
+import {
+  type ServerProcess,
+  type ServerProcessOptions,
+  startServerProcess,
+} from '../server-process.js';
 
 export const TENANT = 'acme';
 export const NAMESPACE = 'e2e';
@@ -92,12 +96,14 @@ export class Stack {
   }
 
   /** Starts a server on the stack's database with short timings plus `env`. */
-  async start(env: Record<string, string> = {}): Promise<ServerProcess> {
-    const server = await startServerProcess({
-      DATABASE_URL: this.databaseUrl,
-      ...SHORT_TIMINGS,
-      ...env,
-    });
+  async start(
+    env: Record<string, string> = {},
+    options: ServerProcessOptions = {},
+  ): Promise<ServerProcess> {
+    const server = await startServerProcess(
+      { DATABASE_URL: this.databaseUrl, ...SHORT_TIMINGS, ...env },
+      options,
+    );
     this.servers.push(server);
     return server;
   }
