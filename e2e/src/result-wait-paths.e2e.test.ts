@@ -8,7 +8,7 @@
 import type { Assignment } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
-import { sleep, until } from './test/harness.js';
+import { sleep } from './test/harness.js';
 import { killWakeConnections, replicaPair, untilListening } from './test/replicas.js';
 import {
   call,
