@@ -109,18 +109,28 @@ export async function insertSubscription(tx: Tx, row: SubscriptionRow): Promise<
       ${row.last_error}::text)`;
 }
 
+/** The task a subscription belongs to, as {@link lockSubscriptionTask} locks it. */
+export interface SubscriptionTaskRow {
+  tenant_id: string;
+  namespace: string;
+  task_id: string;
+  queue: string;
+  state: string;
+}
+
 /**
  * Locks the task a subscription belongs to, found through the immutable subscription row:
  * redelivery takes the task lock first (tasks → deliveries, as everywhere). Lock: `FOR UPDATE OF
- * t`, waiting (a terminal task's row is never hot). Index: both primary keys.
+ * t`, waiting (a terminal task's row is never hot; a queued one's lock makes a claim skip it, so
+ * the caller hints its queue). Index: both primary keys.
  */
 export async function lockSubscriptionTask(
   tx: Tx,
   scope: Scope,
   subscriptionId: string,
-): Promise<DbRow[]> {
-  return tx`
-    select t.task_id from completion_subscriptions s
+): Promise<SubscriptionTaskRow[]> {
+  return tx<SubscriptionTaskRow[]>`
+    select t.tenant_id, t.namespace, t.task_id, t.queue, t.state from completion_subscriptions s
     join tasks t on t.tenant_id = s.tenant_id and t.namespace = s.namespace
       and t.task_id = s.task_id
     where s.tenant_id = ${scope.tenant_id} and s.namespace = ${scope.namespace}

@@ -355,8 +355,9 @@ const RECOVERY_POINT: TxFailpoint<RecoveryProgress> = {
   op: 'recovery',
   when: (progress) => progress.scanned > 0,
 };
-const SUBSCRIBE_POINT: TxFailpoint<unknown> = { op: 'subscribe' };
-const REDELIVER_POINT: TxFailpoint<unknown> = { op: 'redeliver' };
+// A refusal commits too (refusalAsItem), but was never a crash point: only an accepted call.
+const SUBSCRIBE_POINT: TxFailpoint<ItemResult<unknown>> = { op: 'subscribe', when: (r) => r.ok };
+const REDELIVER_POINT: TxFailpoint<ItemResult<unknown>> = { op: 'redeliver', when: (r) => r.ok };
 const SESSION_OPEN_POINT: TxFailpoint<unknown> = { op: 'session_open' };
 const SESSION_EXTEND_POINT: TxFailpoint<unknown> = { op: 'session_extend' };
 const RETENTION_POLICY_POINT: TxFailpoint<unknown> = { op: 'retention_policy' };
@@ -587,6 +588,35 @@ interface QueueRef {
 /** The wake hint of a queue that gained ready work. */
 function queueHint(task: QueueRef) {
   return { kind: 'queue', tenant: task.tenant_id, namespace: task.namespace, queue: task.queue };
+}
+
+/**
+ * A body that locked a queued task's row hints its queue, whatever it then decides: a poll whose
+ * probe skipped the row (`FOR UPDATE SKIP LOCKED`) meanwhile may have parked
+ * (locked-queued-wake.int, refused-lock-wake.int).
+ */
+async function hintLockedQueued(tx: Tx, task: QueueRef & { state: string }): Promise<void> {
+  if (task.state === 'queued') await notifyWake(tx, [queueHint(task)]);
+}
+
+/**
+ * `decide`'s result, or the refusal it threw as a value: for a body whose transaction must commit
+ * whatever the answer — a wake hint it sends reaches listeners only if it commits
+ * ({@link hintLockedQueued}) — and whose caller throws the refusal after COMMIT ({@link itemValue}).
+ */
+function refusalAsItem<T>(decide: () => T): ItemResult<T> {
+  try {
+    return { ok: true, value: decide() };
+  } catch (error) {
+    if (error instanceof ContractError) return { ok: false, error };
+    throw error;
+  }
+}
+
+/** The value of a committed {@link refusalAsItem}, or its refusal thrown. */
+function itemValue<T>(item: ItemResult<T>): T {
+  if (item.ok) return item.value;
+  throw item.error;
 }
 
 /** Wakes every queue of the task's namespace (wake.ts). */
@@ -2210,7 +2240,7 @@ class PgTaskStore implements PostgresTaskStore {
     taskId: string,
     command: CompletionSubscribeCommand,
   ): Promise<SubscribeOutcome> {
-    return this.transact(
+    const outcome = await this.transact(
       async (tx) => {
         // The task's row lock, as the terminal hook holds it: a subscription is either inserted
         // before a concurrent terminal transition (which then marks it due) or sees the task
@@ -2220,18 +2250,21 @@ class PgTaskStore implements PostgresTaskStore {
         const now = await this.time(tx);
         const task = taskFromDb(row);
         const existing = (await loadSubscriptions(tx, task)).map((r) => subscriptionFromDb(r));
-        const result = subscribeTask(task, existing, command, now, {
-          subscription_id: newId('subscription'),
-          event_id: newId('event'),
-        });
-        if (result.created) await insertSubscription(tx, result.row);
-        // Its row was locked: a poll that skipped the queued task meanwhile may have parked.
-        if (task.state === 'queued') await notifyWake(tx, [queueHint(task)]);
-        return { created: result.created, subscription: completionSubscription(result.row) };
+        const decided = refusalAsItem(() =>
+          subscribeTask(task, existing, command, now, {
+            subscription_id: newId('subscription'),
+            event_id: newId('event'),
+          }),
+        );
+        if (decided.ok && decided.value.created) await insertSubscription(tx, decided.value.row);
+        await hintLockedQueued(tx, task);
+        return decided;
       },
       undefined,
       SUBSCRIBE_POINT,
     );
+    const { created, row } = itemValue(outcome);
+    return { created, subscription: completionSubscription(row) };
   }
 
   async listSubscriptions(scope: Scope, taskId: string): Promise<CompletionSubscription[]> {
@@ -2254,22 +2287,26 @@ class PgTaskStore implements PostgresTaskStore {
     subscriptionId: string,
     command: CompletionRetryCommand,
   ): Promise<CompletionSubscription> {
-    return this.transact(
+    const outcome = await this.transact(
       async (tx) => {
         // Task first, then the delivery: the lock order of registration, the terminal hook and
         // retention, so none of them can deadlock with a redelivery.
-        const [task] = await lockSubscriptionTask(tx, scope, subscriptionId);
-        if (task === undefined) throw subscriptionNotFound(subscriptionId);
+        const [taskRow] = await lockSubscriptionTask(tx, scope, subscriptionId);
+        if (taskRow === undefined) throw subscriptionNotFound(subscriptionId);
         const [row] = await lockSubscription(tx, scope, subscriptionId);
         if (row === undefined) throw subscriptionNotFound(subscriptionId);
         const now = await this.time(tx);
-        const result = redeliverSubscription(subscriptionFromDb(row), command, now);
-        if (result.changed) await writeDelivery(tx, result.row);
-        return completionSubscription(result.row);
+        const decided = refusalAsItem(() =>
+          redeliverSubscription(subscriptionFromDb(row), command, now),
+        );
+        if (decided.ok && decided.value.changed) await writeDelivery(tx, decided.value.row);
+        await hintLockedQueued(tx, taskRow);
+        return decided;
       },
       undefined,
       REDELIVER_POINT,
     );
+    return completionSubscription(itemValue(outcome).row);
   }
 
   async leaseDeliveries(
