@@ -300,8 +300,12 @@ export async function startEmbeddedPostgres(
     });
     // From its spawn on, not once it is ready: a process killed while PostgreSQL starts (crash
     // recovery can take minutes) left a postmaster no later start took for an orphan, and every
-    // restart was refused with "Another PostgreSQL server is running".
-    onSpawn(server, (spawned) => recordOwner(dataDir, spawned, owner, log));
+    // restart was refused with "Another PostgreSQL server is running"; and one that exits then
+    // (a second Ctrl-C, `process.exit`) left it running behind it (the postmaster is detached).
+    onSpawn(server, (spawned) => {
+      recordOwner(dataDir, spawned, owner, log);
+      stopLiveServersOnExit(spawned);
+    });
     const child = await startServer(server, log);
     if (child !== undefined) {
       log.note(`[ledgence] ${version} ready on ${HOST}:${port} (data ${dataDir})`);
