@@ -172,6 +172,7 @@ export async function startServer(
       if (signal?.aborted || configured === undefined) throw error;
       if (!connected) throw databaseUrlError(error, configured);
       if (isInsufficientPrivilege(error)) throw databasePrivilegeError(error, configured);
+      if (isReadOnly(error)) throw databaseReadOnlyError(error, configured);
       throw error;
     });
     signal?.throwIfAborted();
@@ -470,9 +471,35 @@ function databaseUrlError(error: unknown, databaseUrl: string): Error {
 
 /** PostgreSQL's SQLSTATE for a statement the session's user lacks the privilege for. */
 const INSUFFICIENT_PRIVILEGE = '42501';
+/** PostgreSQL's SQLSTATE for a write in a read-only transaction (a hot standby refuses every one). */
+const READ_ONLY_SQL_TRANSACTION = '25006';
+
+const sqlState = (error: unknown): unknown => (error as { code?: unknown } | null)?.code;
 
 function isInsufficientPrivilege(error: unknown): boolean {
-  return (error as { code?: unknown } | null)?.code === INSUFFICIENT_PRIVILEGE;
+  return sqlState(error) === INSUFFICIENT_PRIVILEGE;
+}
+
+function isReadOnly(error: unknown): boolean {
+  return sqlState(error) === READ_ONLY_SQL_TRANSACTION;
+}
+
+/**
+ * DATABASE_URL reaches a server that refuses writes: a hot standby, a multi-host URL whose first
+ * host is one, or a database whose sessions default to read-only. Unexplained, the start ended
+ * with PostgreSQL's bare `cannot execute CREATE SCHEMA in a read-only transaction`.
+ */
+function databaseReadOnlyError(error: unknown, databaseUrl: string): Error {
+  const detail = withoutPassword(
+    error instanceof Error ? error.message : String(error),
+    databaseUrl,
+  );
+  return startError(
+    `the database of DATABASE_URL is read-only (${detail})`,
+    'point DATABASE_URL at the primary server (a standby refuses writes; with several hosts, ' +
+      'add target_session_attrs=read-write), or turn off default_transaction_read_only there',
+    error,
+  );
 }
 
 /**
