@@ -179,6 +179,12 @@ describe('DESIGN §4.1 order of checks, two rules broken at once', () => {
       { key: KEYS.clientOnly, method: 'POST', path: '/v1/worker/settle:batch', body: '{}' },
       { key: KEYS.a, method: 'GET', path: `${scopePath(B)}/tasks?limit=0` },
       { key: KEYS.workerOnly, method: 'GET', path: `${scopePath(A)}/tasks?limit=501` },
+      // Cursors this server never issues, of every kind (not base64url; base64url of something
+      // else; of a cursor's shape with another version), whatever the scope's binding says.
+      ...['!!!', 'bnVsbA', 'WzEsIngiLDFd', 'WzksIngiLDEsInRzayJd'].flatMap((cursor) => [
+        { key: KEYS.a, method: 'GET', path: `${scopePath(B)}/tasks?cursor=${cursor}` },
+        { key: KEYS.workerOnly, method: 'GET', path: `${scopePath(A)}/tasks?cursor=${cursor}` },
+      ]),
       { key: KEYS.a, method: 'GET', path: `${scopePath(B)}/tasks/t/result?wait_ms=-1` },
       { key: KEYS.workerOnly, method: 'GET', path: `${scopePath(A)}/tasks/t/history?x=1` },
     ];

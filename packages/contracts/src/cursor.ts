@@ -67,12 +67,19 @@ function invalidCursor(message: string): ContractError {
   });
 }
 
+/** A task cursor's parts, as {@link readTaskCursor} reads them. */
+export interface TaskCursorParts {
+  /** What the cursor was issued for: compared with the query's own binding by {@link decodeTaskCursor}. */
+  binding: unknown;
+  position: TaskPosition;
+}
+
 /**
- * The position a cursor encodes, after checking it was issued for this very
- * scope and these filters: a cursor replayed with other filters or in another
- * scope is `invalid_input` (DESIGN §4.1). A new page `limit` is allowed.
+ * A cursor's parts, checked to be one this server issues but not yet that it was issued for the
+ * query's scope and filters: what the edge can check before it knows the caller may read the
+ * scope (DESIGN §4.1: decoding, 400, comes before authorization, 403).
  */
-export function decodeTaskCursor(cursor: string, scope: Scope, filters: TaskFilters): TaskPosition {
+export function readTaskCursor(cursor: string): TaskCursorParts {
   if (cursor.length === 0 || cursor.length > TASK_CURSOR_MAX_BYTES) {
     throw invalidCursor(`must be 1..${TASK_CURSOR_MAX_BYTES} characters`);
   }
@@ -96,8 +103,18 @@ export function decodeTaskCursor(cursor: string, scope: Scope, filters: TaskFilt
   ) {
     throw invalidCursor('is not a cursor issued by this server');
   }
+  return { binding, position: { submitted_at: submittedAt, task_id: taskId as string } };
+}
+
+/**
+ * The position a cursor encodes, after checking it was issued for this very
+ * scope and these filters: a cursor replayed with other filters or in another
+ * scope is `invalid_input` (DESIGN §4.1). A new page `limit` is allowed.
+ */
+export function decodeTaskCursor(cursor: string, scope: Scope, filters: TaskFilters): TaskPosition {
+  const { binding, position } = readTaskCursor(cursor);
   if (binding !== taskCursorBinding(scope, filters)) {
     throw invalidCursor('was issued for another scope or other filters');
   }
-  return { submitted_at: submittedAt, task_id: taskId as string };
+  return position;
 }

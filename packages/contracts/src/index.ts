@@ -52,6 +52,8 @@ export {
 export {
   decodeTaskCursor,
   encodeTaskCursor,
+  readTaskCursor,
+  type TaskCursorParts,
   taskCursorBinding,
 } from './cursor.js';
 export type { DecodedItem } from './decode.js';

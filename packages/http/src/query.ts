@@ -6,6 +6,7 @@
 import {
   ContractError,
   parseWith,
+  readTaskCursor,
   type TaskListQuery,
   TaskListQuerySchema,
 } from '@ledgence/contracts';
@@ -198,5 +199,9 @@ export function parseListQuery(url: URL): TaskListQuery {
   if (limit !== undefined) query.limit = numberOrText(limit);
   const cursor = values.get('cursor');
   if (cursor !== undefined) query.cursor = cursor;
-  return parseWith(TaskListQuerySchema, query, 'query');
+  const parsed = parseWith(TaskListQuerySchema, query, 'query');
+  // Read here, before the route authorizes the scope (DESIGN §4.1: decoding before 403); that
+  // it was issued for this scope and these filters the store checks.
+  if (parsed.cursor !== undefined) readTaskCursor(parsed.cursor);
+  return parsed;
 }
