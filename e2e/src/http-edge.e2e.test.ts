@@ -5,7 +5,7 @@
  * (Expect: 100-continue).
  */
 import { connect } from 'node:net';
-import { ProblemSchema, parseWith } from '@ledgence/contracts';
+import { ProblemSchema, parseWith, REQUEST_HEADER_MAX_BYTES } from '@ledgence/contracts';
 import { createPostgresTaskStore } from '@ledgence/store-postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
@@ -48,8 +48,8 @@ describe('requests node:http refuses before the app are answered problem+json (D
   const body = JSON.stringify(taskBody('parser-refused', 'parser'));
   const cases: { name: string; request: string; status: number }[] = [
     {
-      name: 'a header block past the 16 KiB limit',
-      request: `GET ${TASKS} HTTP/1.1\r\n${H}X-Pad: ${'a'.repeat(20_000)}\r\n\r\n`,
+      name: 'a header block past REQUEST_HEADER_MAX_BYTES',
+      request: `GET ${TASKS} HTTP/1.1\r\n${H}X-Pad: ${'a'.repeat(REQUEST_HEADER_MAX_BYTES)}\r\n\r\n`,
       status: 413,
     },
     {

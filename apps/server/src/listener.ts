@@ -16,7 +16,7 @@ import {
 } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { getRequestListener, RequestError } from '@hono/node-server';
-import { ContractError } from '@ledgence/contracts';
+import { ContractError, REQUEST_HEADER_MAX_BYTES } from '@ledgence/contracts';
 import {
   acceptedRequestId,
   type HttpResponseInfo,
@@ -95,7 +95,11 @@ export function createListeningServer(options: ListeningServerOptions): Server {
     }
   };
   const order = inOrderPerConnection(serve);
-  const server = createServer({ requireHostHeader: false }, order.handle);
+  // The longest legal list request (every filter at its limit, a cursor) is past node's default.
+  const server = createServer(
+    { requireHostHeader: false, maxHeaderSize: REQUEST_HEADER_MAX_BYTES },
+    order.handle,
+  );
   // RFC 9110 §10.1.1: node:http would invite the body (100 Continue) before the app could look at
   // the request; a body the app refuses by its declared length (413) would then be uploaded for
   // nothing. The invitation goes out when the app starts reading the body, and never once the

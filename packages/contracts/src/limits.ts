@@ -83,6 +83,38 @@ export const DESTINATION_ALIAS_MAX_BYTES = 64;
 /** W3C `tracestate` header limit (the W3C spec's 512 characters). */
 export const TRACESTATE_MAX_BYTES = 512;
 
+// ---- HTTP ----------------------------------------------------------------------
+
+/** Characters one byte of a path segment or query value may take once escaped (`%XX`). */
+const ESCAPED_BYTE_CHARS = 3;
+
+/**
+ * The longest request target a legal call makes: a task list (`GET {scope}/tasks`) with tenant
+ * and namespace at their limit, every filter at its limit (MAX_LABELS labels, queue, program,
+ * workflow id, state, both bounds of 16 digits), each byte of a name escaped, and a cursor of
+ * TASK_CURSOR_MAX_BYTES.
+ */
+export const REQUEST_TARGET_MAX_BYTES =
+  '/v1/tenants//namespaces//tasks?'.length +
+  2 * ESCAPED_BYTE_CHARS * SCOPE_TEXT_MAX_BYTES +
+  MAX_LABELS *
+    ('&label.='.length + ESCAPED_BYTE_CHARS * (LABEL_KEY_MAX_BYTES + LABEL_VALUE_MAX_BYTES)) +
+  ['queue', 'program', 'workflow_id'].reduce(
+    (sum, name) => sum + `&${name}=`.length + ESCAPED_BYTE_CHARS * NAME_MAX_BYTES,
+    0,
+  ) +
+  `&state=cancelled&submitted_from=${'9'.repeat(16)}&submitted_until=${'9'.repeat(16)}&limit=500&cursor=`
+    .length +
+  TASK_CURSOR_MAX_BYTES;
+
+/**
+ * Maximum header block of a request, request line included (node:http's `maxHeaderSize`; past
+ * it the answer is 413, reason `header_too_large`): the longest legal request target and 8 KiB
+ * for every other header, rounded up to a KiB. Node's default of 16 KiB refused the second page
+ * of a listing by a task's own labels at their largest (the cursor comes on top).
+ */
+export const REQUEST_HEADER_MAX_BYTES = Math.ceil((REQUEST_TARGET_MAX_BYTES + 8 * KiB) / KiB) * KiB;
+
 // ---- Scheduling ---------------------------------------------------------------
 
 /** Lowest task priority; higher runs first. */
