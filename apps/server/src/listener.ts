@@ -320,7 +320,7 @@ function parserRefusal(error: NodeJS.ErrnoException): Refusal {
   if (error.code === 'HPE_HEADER_OVERFLOW') {
     const refused = new ContractError(
       'payload_too_large',
-      'the request headers are larger than the server reads (16 KiB)',
+      `the request headers are larger than the server reads (${REQUEST_HEADER_MAX_BYTES / 1024} KiB)`,
       { reason: 'header_too_large' },
     );
     return { error: refused, detail: 'Header fields too large', arrival: undefined };
