@@ -60,6 +60,23 @@ describe('textProblem', () => {
     expect(textProblem('é', 1)).toBe('must be at most 1 UTF-8 bytes');
     expect(textProblem('é', 2)).toBeUndefined();
     expect(textProblem('a\ud800', 8)).toBe('must be well-formed Unicode');
+    // Unicode noncharacters, which CloudEvents 1.0 strings exclude, at each edge of their ranges;
+    // the code points beside them are ordinary text.
+    for (const noncharacter of [
+      '\ufdd0',
+      '\ufdef',
+      '\ufffe',
+      '\uffff',
+      '\u{1fffe}',
+      '\u{10ffff}',
+    ]) {
+      expect(textProblem(`q${noncharacter}`, 8)).toBe(
+        'must not contain Unicode noncharacters (U+FDD0..U+FDEF, U+xFFFE, U+xFFFF)',
+      );
+    }
+    for (const neighbour of ['\ufdcf', '\ufdf0', '\ufffd', '\u{1fffd}', '\u{10fffd}']) {
+      expect(textProblem(`q${neighbour}`, 8)).toBeUndefined();
+    }
     expect(textProblem('', 8)).toBe('must not be empty');
     expect(textProblem(1, 8)).toBe('must be a string');
   });

@@ -53,6 +53,20 @@ const LONE_SURROGATE = /\p{Cs}/u;
 // Unicode White_Space plus the zero-width and BOM characters trim() leaves alone.
 const EDGE_SPACE = /^[\s\u200b\ufeff]|[\s\u200b\ufeff]$/;
 
+/**
+ * Whether `value` holds a Unicode noncharacter (U+FDD0..U+FDEF, or the last two code points of any
+ * plane). CloudEvents 1.0 excludes them from its `String` type, and a task's tenant, namespace and
+ * queue are attributes of its events (DESIGN §4, §8): identifier text refuses them, as it refuses
+ * the control characters and lone surrogates that type excludes too.
+ */
+function hasNoncharacter(value: string): boolean {
+  for (const char of value) {
+    const code = char.codePointAt(0) as number;
+    if ((code >= 0xfdd0 && code <= 0xfdef) || (code & 0xfffe) === 0xfffe) return true;
+  }
+  return false;
+}
+
 /** Whether `value` holds no lone surrogate, so it encodes to UTF-8 without loss. */
 export function isWellFormedText(value: string): boolean {
   return !LONE_SURROGATE.test(value);
@@ -81,7 +95,8 @@ function isPlainAsciiText(value: string, maxBytes: number): boolean {
 /**
  * Why `value` is not acceptable identifier text, or `undefined` when it is:
  * 1..`maxBytes` UTF-8 bytes, well-formed Unicode, no control characters, no
- * leading or trailing whitespace (seed: `validate_text`; DESIGN §3).
+ * leading or trailing whitespace (seed: `validate_text`; DESIGN §3), and no Unicode
+ * noncharacters (CloudEvents 1.0 `String`: see {@link hasNoncharacter}).
  */
 export function textProblem(value: unknown, maxBytes: number): string | undefined {
   if (typeof value === 'string' && value.length > 0 && isPlainAsciiText(value, maxBytes)) {
@@ -100,6 +115,8 @@ export function textProblemByRules(value: unknown, maxBytes: number): string | u
   if (!isWellFormedText(value)) return 'must be well-formed Unicode';
   if (utf8ByteLength(value) > maxBytes) return `must be at most ${maxBytes} UTF-8 bytes`;
   if (CONTROL_CHARACTER.test(value)) return 'must not contain control characters';
+  if (hasNoncharacter(value))
+    return 'must not contain Unicode noncharacters (U+FDD0..U+FDEF, U+xFFFE, U+xFFFF)';
   if (EDGE_SPACE.test(value)) return 'must not start or end with whitespace';
   return undefined;
 }
