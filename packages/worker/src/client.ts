@@ -388,19 +388,21 @@ export class Client {
    */
   async *list(options: ListOptions = {}): AsyncGenerator<TaskPage, void, undefined> {
     const { labels, limit, signal, ...filters } = options;
+    // Read once: a cursor is bound to the filters of its walk, so a labels object the caller
+    // changes meanwhile must not reach the next page's query (it would be invalid_cursor).
+    const query: Record<string, string | number | undefined> = {
+      state: filters.state,
+      queue: filters.queue,
+      program: filters.program,
+      submitted_from: filters.submitted_from,
+      submitted_until: filters.submitted_until,
+      workflow_id: filters.workflow_id,
+      limit,
+    };
+    for (const [key, value] of Object.entries(labels ?? {})) query[`label.${key}`] = value;
     let cursor = options.cursor;
     for (;;) {
-      const query: Record<string, string | number | undefined> = {
-        state: filters.state,
-        queue: filters.queue,
-        program: filters.program,
-        submitted_from: filters.submitted_from,
-        submitted_until: filters.submitted_until,
-        workflow_id: filters.workflow_id,
-        limit,
-        cursor,
-      };
-      for (const [key, value] of Object.entries(labels ?? {})) query[`label.${key}`] = value;
+      query.cursor = cursor;
       refuseIllFormedQuery(query);
       const page = await this.#call({
         method: 'GET',
