@@ -325,7 +325,26 @@ export interface HttpProxyOptions {
    * error page, a captive portal, a reply cut short); `undefined` forwards it.
    */
   answer?: (request: ProxiedRequest) => ProxyAnswer | undefined;
+  /**
+   * Decides, once the server's whole reply is in (the server has acted on the request), what the
+   * client gets ({@link ReplyVerdict}); a promise holds the reply until it settles. With it every
+   * reply is read whole before it is passed on, so it is not for streamed long polls a test times.
+   */
+  reply?: (exchange: ProxiedExchange) => ReplyVerdict | Promise<ReplyVerdict>;
 }
+
+/** A forwarded request with the server's whole reply to it. */
+export interface ProxiedExchange extends ProxiedRequest {
+  status: number;
+  reply: string;
+}
+
+/**
+ * What a client gets of a reply the server made: `pass` it; `drop` the connection before any
+ * byte (the server committed, the client sees a network failure); `cut` it after its head and a
+ * few bytes (a reply lost mid-way); or another `body` in its place.
+ */
+export type ReplyVerdict = 'pass' | 'drop' | 'cut' | { body: string };
 
 /** A reply a test proxy makes up (see {@link HttpProxyOptions.answer}). */
 export interface ProxyAnswer {
@@ -354,6 +373,40 @@ function writeAnswer(res: ServerResponse, answer: ProxyAnswer): void {
   res.writeHead(answer.status, { ...answer.headers, 'content-length': String(length) });
   res.write(answer.body);
   setTimeout(() => res.socket?.destroy(), 20);
+}
+
+/** Reads `reply` whole, then sends `res` what `judge` decides for it. */
+function passJudged(
+  request: ProxiedRequest,
+  reply: IncomingMessage,
+  res: ServerResponse,
+  judge: NonNullable<HttpProxyOptions['reply']>,
+): void {
+  const parts: Buffer[] = [];
+  reply.on('data', (chunk: Buffer) => parts.push(chunk));
+  reply.on('end', async () => {
+    const status = reply.statusCode ?? 502;
+    const text = Buffer.concat(parts).toString('utf8');
+    const verdict = await judge({ ...request, status, reply: text });
+    if (verdict === 'drop') {
+      res.socket?.destroy();
+      return;
+    }
+    const contentType = String(reply.headers['content-type'] ?? '');
+    if (verdict === 'cut') {
+      writeAnswer(res, {
+        status,
+        headers: { 'content-type': contentType },
+        body: text.slice(0, 10),
+        cut: true,
+      });
+      return;
+    }
+    const body = verdict === 'pass' ? text : verdict.body;
+    const { 'content-length': _length, 'transfer-encoding': _encoding, ...headers } = reply.headers;
+    res.writeHead(status, { ...headers, 'content-length': String(Buffer.byteLength(body)) });
+    res.end(body);
+  });
 }
 
 /** An HTTP(S) proxy in front of a server. */
@@ -414,11 +467,15 @@ export async function startHttpProxy(
         },
         (reply) => {
           reply.on('error', () => res.destroy());
-          const pass = () => {
-            res.writeHead(reply.statusCode ?? 502, reply.headers);
-            reply.pipe(res);
-            reply.on('end', done);
-          };
+          const judge = options.reply;
+          const pass =
+            judge === undefined
+              ? () => {
+                  res.writeHead(reply.statusCode ?? 502, reply.headers);
+                  reply.pipe(res);
+                  reply.on('end', done);
+                }
+              : () => passJudged(request, reply, res, judge);
           if (held === undefined) pass();
           else void held.then(pass);
         },

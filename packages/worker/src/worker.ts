@@ -1041,6 +1041,10 @@ export class Worker {
         return;
       }
       await this.#dispatch(held);
+      // An answer held in transit may come after the lease it extended ran out: the expiry
+      // timer it re-armed has not fired yet, so the clock is read before the lease is trusted.
+      const expired = clockTick(held.lease, monotonicNow());
+      if (expired.effect.kind === 'lost') this.#applyLease(held, expired);
       if (!maySettle(held.lease)) {
         this.#logger.warn('lease lost before dispatch', fields);
         return;
@@ -1573,7 +1577,8 @@ export class Worker {
       );
       clearTimeout(held.retryTimer);
       held.retryTimer = setTimeout(() => this.#renew([held]), timerDelay(delay));
-      if (held.lease.dispatchAnswered) this.#flushHeartbeats(held);
+      // Heartbeat waiters stay: `heartbeat()` resolves once a renewal was answered or the
+      // lease is gone (its local expiry ends a failing run of renewals), never on a failure.
       return;
     }
     if (effect.kind === 'lost') {
@@ -1626,17 +1631,11 @@ export class Worker {
     );
   }
 
-  #flushHeartbeats(held: Held): void {
-    const waiters = held.heartbeatWaiters;
+  #flushWaiters(held: Held): void {
+    const waiters = [...held.dispatchWaiters, ...held.heartbeatWaiters];
+    held.dispatchWaiters = [];
     held.heartbeatWaiters = [];
     for (const waiter of waiters) waiter();
-  }
-
-  #flushWaiters(held: Held): void {
-    const waiters = held.dispatchWaiters;
-    held.dispatchWaiters = [];
-    for (const waiter of waiters) waiter();
-    this.#flushHeartbeats(held);
   }
 
   // ---- Shutdown -------------------------------------------------------------
