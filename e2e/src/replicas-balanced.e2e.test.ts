@@ -3,7 +3,6 @@
  * server processes on one database; one replica is stopped (SIGTERM) or crashes (SIGKILL)
  * while they work. Every task must end succeeded, run to completion exactly once.
  */
-import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import type { Worker } from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
@@ -20,63 +19,12 @@ import {
   until,
   watchUnhandledRejections,
 } from './test/harness.js';
-
-/**
- * A round-robin TCP balancer: each new connection goes to the next server; one that refuses the
- * connection is skipped (as a balancer's connect-error retry does), so a stopped replica costs
- * only the connections it had.
- */
-async function startBalancer(targets: () => string[]) {
-  let next = 0;
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((down) => {
-    sockets.add(down);
-    down.on('error', () => {});
-    down.on('close', () => sockets.delete(down));
-    down.pause();
-    const list = targets();
-    const tryTarget = (left: number) => {
-      if (left === 0) {
-        down.destroy();
-        return;
-      }
-      const target = list[next++ % list.length] as string;
-      const up = createConnection({ host: '127.0.0.1', port: Number(portOf(target)) });
-      let connected = false;
-      up.once('connect', () => {
-        connected = true;
-        sockets.add(up);
-        down.pipe(up);
-        up.pipe(down);
-        down.resume();
-      });
-      up.on('error', () => {
-        if (!connected) tryTarget(left - 1);
-      });
-      up.on('close', () => {
-        sockets.delete(up);
-        if (connected) down.destroy();
-      });
-      down.on('close', () => up.destroy());
-    };
-    tryTarget(list.length);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  return {
-    url: `http://127.0.0.1:${port}`,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => resolve());
-      }),
-  };
-}
+import { type Balancer, startBalancer } from './test/replicas.js';
 
 const stack = new Stack('replicas_balanced');
 const unhandled = watchUnhandledRejections();
 const workers: Worker[] = [];
-let balancer: Awaited<ReturnType<typeof startBalancer>>;
+let balancer: Balancer;
 let replicas: ServerProcess[] = [];
 
 beforeAll(async () => {

@@ -4,10 +4,11 @@
  * or result wait answered by the other, DESIGN §7.1 wake hints).
  */
 
+import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { createPostgresTaskStore, type PostgresTaskStore } from '@ledgence/store-postgres';
 import { afterAll, beforeAll } from 'vitest';
 import type { ServerProcess, ServerProcessOptions } from '../server-process.js';
-import { Stack, until } from './harness.js';
+import { portOf, Stack, until } from './harness.js';
 
 /** A `postgres` client of one connection on the replicas' database, for a test's own reads. */
 export type AdminSql = PostgresTaskStore['sql'];
@@ -104,4 +105,62 @@ export async function untilListening(
     60_000,
     `${count} replicas listening`,
   );
+}
+
+/** A TCP balancer in front of replicas (see {@link startBalancer}). */
+export interface Balancer {
+  readonly url: string;
+  close(): Promise<void>;
+}
+
+/**
+ * A round-robin TCP balancer: each new connection goes to the next server; one that refuses the
+ * connection is skipped (as a balancer's connect-error retry does), so a stopped replica costs
+ * only the connections it had.
+ */
+export async function startBalancer(targets: () => string[]): Promise<Balancer> {
+  let next = 0;
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((down) => {
+    sockets.add(down);
+    down.on('error', () => {});
+    down.on('close', () => sockets.delete(down));
+    down.pause();
+    const list = targets();
+    const tryTarget = (left: number) => {
+      if (left === 0) {
+        down.destroy();
+        return;
+      }
+      const target = list[next++ % list.length] as string;
+      const up = createConnection({ host: '127.0.0.1', port: Number(portOf(target)) });
+      let connected = false;
+      up.once('connect', () => {
+        connected = true;
+        sockets.add(up);
+        down.pipe(up);
+        up.pipe(down);
+        down.resume();
+      });
+      up.on('error', () => {
+        if (!connected) tryTarget(left - 1);
+      });
+      up.on('close', () => {
+        sockets.delete(up);
+        if (connected) down.destroy();
+      });
+      down.on('close', () => up.destroy());
+    };
+    tryTarget(list.length);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => resolve());
+      }),
+  };
 }
