@@ -34,6 +34,8 @@ afterAll(async () => {
   await stack.close();
 });
 
+// Skipped where the pinned pnpm is not in .ci/.tools: .ci/run installs it there; a checkout run
+// with the README's `npx --yes pnpm@…` keeps it only in npx's cache, at no path known here.
 describe.skipIf(!existsSync(pnpm))(
   'Ctrl-C in a terminal running `pnpm start` (apps/server)',
   () => {
