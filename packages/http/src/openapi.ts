@@ -477,7 +477,9 @@ const ROUTES = {
     summary: "Set the namespace's retention policy (admin)",
     description:
       'A terminal task is kept `retention_ms` after it became terminal and after its latest ' +
-      `callback activity, whichever is later: ${MIN_RETENTION_MS}..${MAX_RETENTION_MS} ms.`,
+      `callback activity, whichever is later: ${MIN_RETENTION_MS}..${MAX_RETENTION_MS} ms. ` +
+      'Tasks the policy in force had already retired when this one is set stay collectable ' +
+      'however long the new policy is.',
     tags: ['retention'],
     access: 'admin',
     body: { schema: ref('SetRetentionPolicyCommand'), required: true },
