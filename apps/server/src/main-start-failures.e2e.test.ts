@@ -19,12 +19,13 @@ const main = join(root, 'apps', 'server', 'src', 'main.ts');
 const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
 
 /**
- * The server process with `env`: its stderr, and its exit code or signal. `sigtermAfterMs` sends
- * one SIGTERM that long after the spawn; the process is SIGKILLed after `limitMs` (a hang).
+ * The server process with `env`: its stderr, and its exit code or signal. One SIGTERM is sent as
+ * soon as `sigtermWhen` holds (polled every 10 ms); the process is SIGKILLed after `limitMs` (a
+ * hang).
  */
 async function runMain(
   env: Record<string, string>,
-  { sigtermAfterMs, limitMs = 60_000 }: { sigtermAfterMs?: number; limitMs?: number } = {},
+  { sigtermWhen, limitMs = 60_000 }: { sigtermWhen?: () => boolean; limitMs?: number } = {},
 ): Promise<{ code: number | string; stderr: string }> {
   const child: ChildProcess = spawn(
     process.execPath,
@@ -40,15 +41,19 @@ async function runMain(
     stderr += chunk;
   });
   const term =
-    sigtermAfterMs === undefined
+    sigtermWhen === undefined
       ? undefined
-      : setTimeout(() => child.kill('SIGTERM'), sigtermAfterMs);
+      : setInterval(() => {
+          if (!sigtermWhen()) return;
+          clearInterval(term);
+          child.kill('SIGTERM');
+        }, 10);
   const timer = setTimeout(() => child.kill('SIGKILL'), limitMs);
   const code = await new Promise<number | string>((done) =>
     child.once('exit', (c, signal) => done(c ?? signal ?? 'unknown')),
   );
   clearTimeout(timer);
-  clearTimeout(term);
+  clearInterval(term);
   return { code, stderr };
 }
 
@@ -141,10 +146,13 @@ describe('a DATABASE_URL that reaches something other than PostgreSQL (an HTTP s
   it('one SIGTERM during that start abandons it and exits 0 (README "While starting")', async () => {
     const http = await httpServer();
     try {
-      // The budget: the connect timeout (10 s) plus the shutdown timeout (10 s), with room.
+      // Sent once the start met the server: its retries then have at least ~1.9 s of backoff
+      // left before they give up (first-connection.ts), so the signal lands during the start. A
+      // fixed delay raced them (once the start failed first, exit 1). The budget: the connect
+      // timeout (10 s) plus the shutdown timeout (10 s), with room.
       const { code, stderr } = await runMain(
         { DATABASE_URL: http.url },
-        { sigtermAfterMs: 3_000, limitMs: 40_000 },
+        { sigtermWhen: () => http.connections() >= 1, limitMs: 40_000 },
       );
       expect(code, stderr).toBe(0);
     } finally {
