@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { METRICS, resultsJson } from './metrics.js';
+import { HEARTBEATS, METRICS, resultsJson } from './metrics.js';
 
 describe('METRICS', () => {
   it('rank no CPU row that covers Ledgence’s SDK but not its server against a peer’s whole library', () => {
@@ -13,6 +13,17 @@ describe('METRICS', () => {
   it('name each row once', () => {
     const keys = METRICS.map((spec) => `${spec.shape} / ${spec.metric}`);
     expect(new Set(keys).size).toBe(keys.length);
+  });
+
+  it('report PostgreSQL exec time beside statements wherever statements are counted (README "How the counters are read")', () => {
+    // Drains, shape 7 and single submit at 1 in flight; until 2026-12-05 the last two recorded
+    // it (or computed it) with no row to show it in.
+    const shapes = (metric: string) =>
+      METRICS.filter((spec) => spec.metric === metric).map((spec) => spec.shape);
+    expect(shapes('PostgreSQL exec time')).toEqual(shapes('statements'));
+    expect(shapes('statements')).toEqual(
+      expect.arrayContaining(['single submit, 1 in flight', HEARTBEATS]),
+    );
   });
 });
 

@@ -72,6 +72,12 @@ export const METRICS: MetricSpec[] = [
   { shape: 'single submit, 1 in flight', metric: 'p99', unit: 'ms', better: 'lower' },
   { shape: 'single submit, 1 in flight', metric: 'write xacts', unit: 'per task', better: 'lower' },
   { shape: 'single submit, 1 in flight', metric: 'statements', unit: 'per task', better: 'lower' },
+  {
+    shape: 'single submit, 1 in flight',
+    metric: 'PostgreSQL exec time',
+    unit: 'ms/task',
+    better: 'lower',
+  },
   ...MACHINE_CPU('single submit, 1 in flight'),
   { shape: 'single submit, 8 in flight', metric: 'rate', unit: 'tasks/s', better: 'higher' },
   { shape: 'single submit, 8 in flight', metric: 'p50', unit: 'ms', better: 'lower' },
@@ -104,6 +110,7 @@ export const METRICS: MetricSpec[] = [
   { shape: HEARTBEATS, metric: 'heartbeat CPU share', unit: '', better: 'lower' },
   { shape: HEARTBEATS, metric: 'commits', unit: 'per task', better: 'lower' },
   { shape: HEARTBEATS, metric: 'statements', unit: 'per task', better: 'lower' },
+  { shape: HEARTBEATS, metric: 'PostgreSQL exec time', unit: 'ms/task', better: 'lower' },
   { shape: HEARTBEATS, metric: 'CPU server', unit: 'ms/task', better: 'lower' },
   STOLEN(HEARTBEATS),
 ];

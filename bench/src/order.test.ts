@@ -39,4 +39,21 @@ describe('systemOrder', () => {
     const varied = SYSTEMS.filter((name) => (before.get(name)?.size ?? 0) > 1);
     expect(varied.length).toBe(2);
   });
+
+  it('alternates which of two systems goes first (--systems ledgence,graphile-worker)', () => {
+    const two = ['ledgence', 'graphile-worker'];
+    expect([1, 2, 3, 4].map((rep) => systemOrder(two, rep).join(' '))).toEqual([
+      'ledgence graphile-worker',
+      'graphile-worker ledgence',
+      'ledgence graphile-worker',
+      'graphile-worker ledgence',
+    ]);
+  });
+
+  it('never starts two repetitions in a row with the same system', () => {
+    const firsts = [1, 2, 3, 4, 5, 6, 7].map((rep) => systemOrder(SYSTEMS, rep)[0]);
+    for (let k = 1; k < firsts.length; k += 1) {
+      expect(firsts[k], firsts.join(', ')).not.toBe(firsts[k - 1]);
+    }
+  });
 });

@@ -315,8 +315,9 @@ async function singleSubmit(
   if (inFlight === 1) {
     rec.record(shape, 'write xacts', system.name, (after.nextXid - before.nextXid) / count);
     const statementsAfter = await postgres.statements(system.database);
-    const { statements } = statementsPerTask(statementsBefore, statementsAfter, 0, count);
+    const { statements, execMs } = statementsPerTask(statementsBefore, statementsAfter, 0, count);
     rec.record(shape, 'statements', system.name, statements);
+    rec.record(shape, 'PostgreSQL exec time', system.name, execMs);
   }
   await system.discard(queue);
   await system.discard(`${queue}_warm`);
