@@ -331,7 +331,9 @@ export async function reportDeliveryRow(
  * Deliveries due now and not leased, counted up to `limit` (the LIMIT inside the subquery stops
  * the walk, so a huge backlog costs no more than `limit` index entries). No locks (a metrics
  * read). Index: the partial `completion_deliveries_lease`, range `next_attempt_at <= now`, with
- * `state = 'due'` as a filter (expired sender leases are `delivering`, not backlog).
+ * the state as a filter. A `delivering` row past its lease (a sender gone mid-try) is due again,
+ * as {@link leaseDeliveryRows} takes it at once, unless it was the last try (that lease records
+ * it exhausted, never posts it).
  */
 export async function countDueBacklog(
   tx: Tx,
@@ -341,8 +343,10 @@ export async function countDueBacklog(
   const [row] = await tx`
     select count(*)::int as n from (
       select 1 from completion_deliveries d
-      where d.state = 'due' and d.next_attempt_at <= (
-        select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint)
+      where (d.state = 'due'
+          or (d.state = 'delivering' and d.attempts < ${COMPLETION_MAX_ATTEMPTS}::int))
+        and d.next_attempt_at <= (
+          select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint)
       limit ${limit}
     ) as due`;
   return num(row?.n);

@@ -387,4 +387,24 @@ describe('leasing and reporting', () => {
     expectCode(await h.store.leaseDeliveries(0, 1).catch((e) => e), 'invalid_input');
     expectCode(await h.store.leaseDeliveries(101, 1).catch((e) => e), 'invalid_input');
   });
+
+  it('counts in the due backlog a delivery whose lease ran out (a sender gone mid-try): it is due again', async () => {
+    const { snapshot } = await h.store.submit(submitCommand('backlog-expired-lease'));
+    await h.store.cancel(SCOPE, snapshot.task_id);
+    await h.store.subscribe(SCOPE, snapshot.task_id, {
+      subscription_key: 'k1',
+      destination: 'billing',
+    });
+    expect(await h.store.dueBacklog(1_000)).toBe(1);
+    // A sender leases it for 50 ms and is gone: no report ever comes.
+    const leased = await h.store.leaseDeliveries(10, 50);
+    expect(leased).toHaveLength(1);
+    expect(await h.store.dueBacklog(1_000)).toBe(0);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const backlog = await h.store.dueBacklog(1_000);
+    // Due indeed: the next lease takes it at once.
+    const again = await h.store.leaseDeliveries(10, 60_000);
+    expect(again.map((l) => l.subscription_id)).toEqual(leased.map((l) => l.subscription_id));
+    expect(backlog).toBe(1);
+  });
 });
