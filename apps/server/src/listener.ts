@@ -78,6 +78,12 @@ export function createListeningServer(options: ListeningServerOptions): Server {
   });
   const refusal = (made: Refusal) => answerOf(made, logger, metrics);
   const serve = (request: IncomingMessage, response: ServerResponse) => {
+    // The id is settled here, as the app would settle it (the client's, or a new one): a
+    // refusal of this request's body (clientError) then answers under the id the app logs.
+    const sent = request.headers['x-request-id'];
+    request.headers['x-request-id'] = acceptedRequestId(
+      typeof sent === 'string' ? sent : undefined,
+    );
     const arrival = arrivalOf(request);
     // RFC 9112 §3.2: an HTTP/1.1 request without Host, or any with an empty Host or two, is a
     // 400. node:http answers the first bare and keeps the first of two Host lines, and
@@ -117,14 +123,15 @@ export function createListeningServer(options: ListeningServerOptions): Server {
       socket.destroy();
       return;
     }
-    const refused = refusal(parserRefusal(error));
-    const head = [
-      `HTTP/1.1 ${refused.status} ${STATUS_CODES[refused.status] ?? ''}`,
-      ...Object.entries(refused.headers).map(([name, value]) => `${name}: ${value}`),
-      `content-length: ${Buffer.byteLength(refused.body)}`,
-      'connection: close',
-    ];
-    const reply = () => {
+    // Made (and, for a request of its own, logged and counted) only when it is sent: a
+    // connection closed without it answers nothing.
+    const reply = (refused: Answer) => {
+      const head = [
+        `HTTP/1.1 ${refused.status} ${STATUS_CODES[refused.status] ?? ''}`,
+        ...Object.entries(refused.headers).map(([name, value]) => `${name}: ${value}`),
+        `content-length: ${Buffer.byteLength(refused.body)}`,
+        'connection: close',
+      ];
       if (socket.writable) socket.end(`${head.join('\r\n')}\r\n\r\n${refused.body}`);
       else socket.destroy();
     };
@@ -132,16 +139,18 @@ export function createListeningServer(options: ListeningServerOptions): Server {
     if (last !== undefined && !last.request.complete) {
       // The bytes refused are the body of the last request handed over: the refusal is its
       // answer, if the app has begun serving it and not yet begun its own answer (node:http's
-      // rule); a request still queued behind others gets none (the connection closes).
-      if (last.served && !last.response.headersSent) reply();
-      else socket.destroy();
+      // rule); a request still queued behind others gets none (the connection closes). The app
+      // logs and counts that request as it ends, under its own id, which the refusal carries.
+      if (last.served && !last.response.headersSent) {
+        reply(unrecordedAnswerOf({ ...parserRefusal(error), arrival: arrivalOf(last.request) }));
+      } else socket.destroy();
       return;
     }
     // A request of its own, behind those pipelined before it: written at once, the refusal would
     // be read as the answer to the first of them, or cut into it.
     const ahead = order.answered(socket);
-    if (ahead === undefined) reply();
-    else void ahead.then(reply);
+    if (ahead === undefined) reply(refusal(parserRefusal(error)));
+    else void ahead.then(() => reply(refusal(parserRefusal(error))));
   });
   // Node answers an `Expect` other than 100-continue with a bare 417 when nothing listens here.
   server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
@@ -401,21 +410,20 @@ interface Answer {
  * its `request` log line, and its route `unmatched` in `ledgence_http_request_duration_seconds`.
  */
 function answerOf(
-  { error, detail, arrival }: Refusal,
+  made: Refusal,
   logger: Logger,
   metrics: { observeHttp(info: HttpResponseInfo): void },
 ): Answer {
-  const requestId = acceptedRequestId(arrival?.requestId);
-  const problem = problemOf(error, { requestId });
-  const status = problem.status;
+  const answer = unrecordedAnswerOf(made);
+  const { error, detail, arrival } = made;
   const method = arrival?.method ?? null;
   const durationMs = arrival === undefined ? 0 : performance.now() - arrival.started;
   logger.info(
     {
-      request_id: requestId,
+      request_id: answer.headers['x-request-id'],
       method,
       route: null,
-      status,
+      status: answer.status,
       duration_ms: Math.round(durationMs * 1000) / 1000,
       tenant: null,
       remote_address: arrival?.remoteAddress ?? null,
@@ -424,9 +432,19 @@ function answerOf(
     'request',
   );
   // A request the parser refused has no method to count: it is counted as `other`.
-  metrics.observeHttp({ route: null, method: method ?? '', status, durationMs });
+  metrics.observeHttp({ route: null, method: method ?? '', status: answer.status, durationMs });
+  return answer;
+}
+
+/**
+ * A refusal's reply alone, for a request another record covers: the body of a request the app
+ * serves, which the app logs and counts as one request when it ends ({@link answerOf} otherwise).
+ */
+function unrecordedAnswerOf({ error, arrival }: Refusal): Answer {
+  const requestId = acceptedRequestId(arrival?.requestId);
+  const problem = problemOf(error, { requestId });
   return {
-    status,
+    status: problem.status,
     headers: { 'content-type': PROBLEM_CONTENT_TYPE, 'x-request-id': requestId },
     body: JSON.stringify(problem),
   };
