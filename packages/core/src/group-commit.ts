@@ -176,32 +176,43 @@ export function withGroupCommit(store: TaskStore, options: GroupCommitOptions = 
   };
 }
 
+/** Every method of a {@link TaskStore}: {@link bindAll} binds each. */
+const STORE_METHODS = [
+  'now',
+  'submit',
+  'submitBatch',
+  'openSession',
+  'extendSession',
+  'sessionScope',
+  'acquire',
+  'acquireBatch',
+  'renew',
+  'renewBatch',
+  'settle',
+  'settleBatch',
+  'handBackBatch',
+  'confirmQuiescence',
+  'cancel',
+  'status',
+  'result',
+  'inspect',
+  'inspectAttempt',
+  'history',
+  'listTasks',
+  'recoverExpiredLeases',
+] as const satisfies readonly (keyof TaskStore)[];
+
+// A method added to TaskStore and missing above would be left unbound (undefined once spread):
+// this fails to compile until it is listed.
+const everyStoreMethod: Exclude<keyof TaskStore, (typeof STORE_METHODS)[number]> extends never
+  ? true
+  : never = true;
+void everyStoreMethod;
+
 /** The store's methods bound to it, so spreading them keeps `this` for class-based stores. */
 function bindAll(store: TaskStore): TaskStore {
   const bound = {} as Record<string, unknown>;
-  for (const name of [
-    'now',
-    'submit',
-    'submitBatch',
-    'openSession',
-    'extendSession',
-    'acquire',
-    'acquireBatch',
-    'renew',
-    'renewBatch',
-    'settle',
-    'settleBatch',
-    'handBackBatch',
-    'confirmQuiescence',
-    'cancel',
-    'status',
-    'result',
-    'inspect',
-    'inspectAttempt',
-    'history',
-    'listTasks',
-    'recoverExpiredLeases',
-  ] satisfies (keyof TaskStore)[]) {
+  for (const name of STORE_METHODS) {
     const method = (store as unknown as Record<string, (...args: unknown[]) => unknown>)[name];
     bound[name] = method?.bind(store);
   }

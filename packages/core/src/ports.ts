@@ -105,6 +105,11 @@ export interface TaskStore {
   openSession(command: OpenSessionCommand): Promise<WorkerSession>;
   /** Pushes a live session's expiry to `now + validity`. */
   extendSession(scope: Scope, sessionId: string): Promise<WorkerSession>;
+  /**
+   * The scope of a session by its id alone (ids are unique), within `tenant` when given; `null`
+   * when there is none, live or not. For a session extended without naming its scope.
+   */
+  sessionScope(sessionId: string, tenant: string | undefined): Promise<Scope | null>;
 
   /** One replay-safe poll of one consumer slot (DESIGN §5 Acquire), without waiting. */
   acquire(command: AcquireCommand, options: AcquireStoreOptions): Promise<AcquireOutcome>;

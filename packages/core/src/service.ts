@@ -78,6 +78,11 @@ export interface TaskService {
   openSession(command: OpenSessionCommand): Promise<WorkerSession>;
   /** Pushes a live session's expiry to `now + validity`. */
   extendSession(scope: Scope, sessionId: string): Promise<WorkerSession>;
+  /**
+   * The scope of a session by its id alone (ids are unique), within `tenant` when given; `null`
+   * when there is none, live or not. For a session extended without naming its scope.
+   */
+  sessionScope(sessionId: string, tenant: string | undefined): Promise<Scope | null>;
   /** One poll; with `waitMs`, an empty poll parks until work may be ready or the wait ends. */
   acquire(command: AcquireCommand, options?: WaitOptions): Promise<AcquireReply>;
   /**
@@ -500,6 +505,7 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     submitBatch: (commands) => store.submitBatch(commands),
     openSession: (command) => store.openSession(command),
     extendSession: (scope, id) => store.extendSession(scope, id),
+    sessionScope: (id, tenant) => store.sessionScope(id, tenant),
     acquire,
     acquireBatch,
     renew: (command) => store.renew(command),

@@ -636,14 +636,32 @@ describe('worker sessions', () => {
       key: KEYS.prodWorker,
     });
     expect(sole.status).toBe(200);
+    // Nor does one bound to every namespace (DESIGN §6: extend takes no body): the session's own.
+    const bodiless = await expectJson<WorkerSession>(
+      await h.call(`/v1/worker/sessions/${session.id}/extend`, {
+        method: 'POST',
+        key: KEYS.worker,
+      }),
+      200,
+    );
+    expect(bodiless.id).toBe(session.id);
   });
 
-  it('answers extend errors: scope required, 403, 404, 410, bad bodies', async () => {
+  it('answers extend errors: 403, 404, 410, bad bodies', async () => {
     const h = createHarness();
     const session = await openSession(h);
     const extend = `/v1/worker/sessions/${session.id}/extend`;
-    const noScope = await h.call(extend, { method: 'POST', key: KEYS.worker });
-    expect((await expectProblem(noScope, 'invalid_input')).reason).toBe('scope_required');
+    // Without a body: another tenant's key finds no such session, as for a missing one, and a
+    // key without the worker role is refused first.
+    await expectProblem(
+      await h.call(extend, { method: 'POST', key: KEYS.other }),
+      'session_not_found',
+    );
+    await expectProblem(
+      await h.call('/v1/worker/sessions/ses_nope/extend', { method: 'POST', key: KEYS.worker }),
+      'session_not_found',
+    );
+    await expectProblem(await h.call(extend, { method: 'POST', key: KEYS.client }), 'forbidden');
     await expectProblem(
       await h.call(extend, { key: KEYS.worker, json: { scope: GLOBEX_PROD } }),
       'forbidden',
@@ -1164,8 +1182,17 @@ describe('operations routes and the edge', () => {
       body: JSON.stringify(submitBody(GLOBEX_PROD, 'dev')),
     });
     expect(res.status).toBe(201);
-    const session = await app.request('/v1/worker/sessions/ses_x/extend', { method: 'POST' });
-    expect((await expectProblem(session, 'invalid_input')).reason).toBe('scope_required');
+    const opened = await app.request('/v1/worker/sessions', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ scope: GLOBEX_PROD, queue: 'q', concurrency: 1 }),
+    });
+    const { id } = (await opened.json()) as WorkerSession;
+    // Extended without a body: the session's own scope, whatever tenant it is in.
+    const extended = await app.request(`/v1/worker/sessions/${id}/extend`, { method: 'POST' });
+    expect(((await extended.json()) as WorkerSession).id).toBe(id);
+    const missing = await app.request('/v1/worker/sessions/ses_x/extend', { method: 'POST' });
+    await expectProblem(missing, 'session_not_found');
   });
 
   it('serves the OpenAPI document without a key', async () => {

@@ -52,6 +52,7 @@ import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import pino, { type Logger } from 'pino';
 import {
   type AuthOptions,
+  allowsScope,
   createAuthenticator,
   isLoopbackHost,
   type Principal,
@@ -862,14 +863,17 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     noQuery(c);
     const sessionId = pathText(c, 'session_id', NAME_MAX_BYTES);
     const principal = principalOf(c);
-    // The session's scope: named in the body, or the key's only scope.
-    const scope = parsed.scope ?? soleScope(principal);
+    // The session's scope: named in the body, or the key's only scope, or else the session's own
+    // (DESIGN §6: extend takes no body), found within the key's tenant; one the key may not use
+    // is answered as missing, as a foreign session is.
+    let scope = parsed.scope ?? soleScope(principal);
     if (scope === undefined) {
-      throw new ContractError(
-        'invalid_input',
-        '$.scope is required unless the API key is bound to exactly one namespace',
-        { reason: 'scope_required', path: '$.scope' },
-      );
+      requireRole(principal, routeRole(c));
+      const found = await svc(c).sessionScope(sessionId, principal.tenant);
+      if (found === null || !allowsScope(principal, found)) {
+        throw new ContractError('session_not_found', `worker session ${sessionId} was not found`);
+      }
+      scope = found;
     }
     authorize(c, scope, '$.scope');
     return c.json(await svc(c).extendSession(scope, sessionId));

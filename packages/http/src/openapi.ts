@@ -514,8 +514,9 @@ const ROUTES = {
   extendSession: {
     summary: 'Extend a worker session',
     description:
-      "The body `{scope}` names the session's scope; it may be left out when the API key is " +
-      'bound to exactly one namespace.',
+      "The body `{scope}` names the session's scope; it may be left out (DESIGN §6: no body), " +
+      "and the session's own scope is used: one the API key may not use is `session_not_found`, " +
+      'as a foreign session is.',
     tags: ['worker'],
     access: 'worker',
     body: { schema: ref('ExtendSessionBody'), required: false },

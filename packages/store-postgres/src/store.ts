@@ -1402,6 +1402,22 @@ class PgTaskStore implements PostgresTaskStore {
     );
   }
 
+  /**
+   * Lock: none (a session's scope never changes). Index: the primary key's tenant prefix when the
+   * tenant is given; otherwise a scan of `worker_sessions`, which holds live sessions and those
+   * expired since retention's last pass only.
+   */
+  async sessionScope(sessionId: string, tenant: string | undefined): Promise<Scope | null> {
+    return this.transact(async (tx) => {
+      const [row] = await tx<{ tenant_id: string; namespace: string }[]>`
+        select tenant_id, namespace from worker_sessions
+        where session_id = ${sessionId}
+          and (${tenant ?? null}::text is null or tenant_id = ${tenant ?? null}::text)
+        limit 1`;
+      return row === undefined ? null : { tenant_id: row.tenant_id, namespace: row.namespace };
+    }, 'read only');
+  }
+
   // ---- acquire ------------------------------------------------------------------------------
 
   async acquire(command: AcquireCommand, options: AcquireStoreOptions): Promise<AcquireOutcome> {

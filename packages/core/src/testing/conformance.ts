@@ -621,6 +621,17 @@ export function runTaskStoreConformance(
         }
       });
 
+      it('finds a session by id alone, within a tenant when given, expired or not', async () => {
+        const w = setup();
+        const session = await w.session();
+        expect(await w.store.sessionScope(session.id, undefined)).toEqual(w.scope);
+        expect(await w.store.sessionScope(session.id, w.scope.tenant_id)).toEqual(w.scope);
+        expect(await w.store.sessionScope(session.id, freshScope().tenant_id)).toBeNull();
+        expect(await w.store.sessionScope(`${session.id}x`, undefined)).toBeNull();
+        await w.advancePast(session.expires_at);
+        expect(await w.store.sessionScope(session.id, w.scope.tenant_id)).toEqual(w.scope);
+      });
+
       it('rejects an expired session with 410 session_expired', async () => {
         const w = setup();
         const session = await w.session();

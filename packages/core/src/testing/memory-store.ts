@@ -801,6 +801,13 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
       return workerSession(copy(extended));
     },
 
+    async sessionScope(sessionId: string, tenant: string | undefined): Promise<Scope | null> {
+      const stored = sessions.get(sessionId);
+      if (stored === undefined || (tenant !== undefined && stored.tenant_id !== tenant))
+        return null;
+      return { tenant_id: stored.tenant_id, namespace: stored.namespace };
+    },
+
     acquire,
 
     acquireBatch: (commands, acquireOptions) => {
