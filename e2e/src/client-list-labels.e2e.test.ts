@@ -2,7 +2,7 @@
  * The SDK's `Client.list` against the real server process, by labels, page after page: labels
  * whose keys and values hold the characters a query string gives meaning to; labels, names and
  * a namespace at the largest sizes DESIGN §4/§12 allow (a cursor of DESIGN §4 comes on top from
- * page 2); and a labels object the caller changes while it walks.
+ * page 2); a labels object the caller changes while it walks; and filters spelled null.
  */
 import { LABEL_KEY_MAX_BYTES, LABEL_VALUE_MAX_BYTES, MAX_LABELS } from '@ledgence/contracts';
 import { Client, silentLogger } from '@ledgence/worker';
@@ -104,5 +104,16 @@ describe('Client.list', () => {
       labels.extra = 'x';
     }
     expect(listed).toEqual([...ids].reverse());
+  });
+
+  it('takes a filter spelled null for no filter, as the server does (DESIGN §4.1), not a queue named "null"', async () => {
+    const c = client(server.url);
+    const labels = { run: 'null-filter' };
+    const id = (await c.submit({ queue: 'q-list-null', program: 'p', labels })).task_id;
+    // Untyped callers can send null (`process.env.QUEUE ?? null`); TaskFilters types forbid it.
+    const filters = { labels, queue: null, program: null } as unknown as Parameters<
+      Client['list']
+    >[0];
+    expect(await walk(c, filters)).toEqual([id]);
   });
 });

@@ -19,12 +19,14 @@ import {
   MAX_SUBMIT_BATCH,
   type Problem,
   type ProgramDescriptor,
+  parseWith,
   type RecordedHistoryEvent,
   SCOPE_TEXT_MAX_BYTES,
   SubmitBatchReplySchema,
   type SubmitCommand,
   type SubmitTask,
   type TaskFilters,
+  TaskFiltersSchema,
   TaskHistorySchema,
   type TaskPage,
   TaskPageSchema,
@@ -387,9 +389,17 @@ export class Client {
    * }
    */
   async *list(options: ListOptions = {}): AsyncGenerator<TaskPage, void, undefined> {
-    const { labels, limit, signal, ...filters } = options;
+    const { labels, limit, signal, cursor: start, ...given } = options;
     // Read once: a cursor is bound to the filters of its walk, so a labels object the caller
-    // changes meanwhile must not reach the next page's query (it would be invalid_cursor).
+    // changes meanwhile must not reach the next page's query (it would be invalid_cursor). And
+    // read with the server's rules, which take a `null` filter for none (DESIGN §4.1): sent as
+    // is, `queue: null` became a filter for a queue named "null".
+    let filters: TaskFilters;
+    try {
+      filters = parseWith(TaskFiltersSchema, { ...given, labels }, '$');
+    } catch (error) {
+      throw error instanceof ContractError ? localProblem(error) : error;
+    }
     const query: Record<string, string | number | undefined> = {
       state: filters.state,
       queue: filters.queue,
@@ -399,8 +409,8 @@ export class Client {
       workflow_id: filters.workflow_id,
       limit,
     };
-    for (const [key, value] of Object.entries(labels ?? {})) query[`label.${key}`] = value;
-    let cursor = options.cursor;
+    for (const [key, value] of Object.entries(filters.labels ?? {})) query[`label.${key}`] = value;
+    let cursor = start;
     for (;;) {
       query.cursor = cursor;
       refuseIllFormedQuery(query);
