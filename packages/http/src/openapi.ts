@@ -649,11 +649,18 @@ const COMMON_ERRORS: readonly ErrorCode[] = [
 const PUBLIC_ERRORS: readonly ErrorCode[] = ['forbidden'];
 /** The error codes of reading a body. */
 const BODY_ERRORS: readonly ErrorCode[] = ['payload_too_large', 'unsupported_media_type'];
+/**
+ * The error codes the server's edge answers any request with, before a route is known
+ * (apps/server listener.ts): 400 for bytes that are not HTTP/1.1, an `Expect` other than
+ * 100-continue or a bad `Host`, 413 for a header block past REQUEST_HEADER_MAX_BYTES.
+ */
+const EDGE_ERRORS: readonly ErrorCode[] = ['invalid_input', 'payload_too_large'];
 
 /** The error codes a route may answer, in status order. */
 export function routeErrors(id: OperationId): ErrorCode[] {
   const doc: RouteDoc = ROUTES[id];
   const codes = new Set<ErrorCode>(doc.access === 'public' ? PUBLIC_ERRORS : COMMON_ERRORS);
+  for (const code of EDGE_ERRORS) codes.add(code);
   if (doc.body !== undefined) for (const code of BODY_ERRORS) codes.add(code);
   for (const code of doc.errors) codes.add(code);
   return [...codes].sort((a, b) => ERROR_STATUS[a] - ERROR_STATUS[b] || a.localeCompare(b));
