@@ -6,7 +6,7 @@
  */
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import { createPostgresTaskStore } from '@ledgence/store-postgres';
-import type { Worker } from '@ledgence/worker';
+import type { Client, Worker } from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
 import {
@@ -97,6 +97,44 @@ afterAll(async () => {
   await stack.close();
 });
 
+/**
+ * `count` workers of 3 slots on `queue` through `url`, each handler taking `pauseMs`: how many
+ * times each task ran, their run() promises, and the failures of those that gave up (rejected).
+ */
+function drainingWorkers(url: string, queue: string, count: number, pauseMs: number) {
+  const runs = new Map<string, number>();
+  const gaveUp: unknown[] = [];
+  const running: Promise<void>[] = [];
+  for (let w = 0; w < count; w += 1) {
+    const worker = shortWorker(url, queue, { concurrency: 3 });
+    worker.register('work', async (_data, ctx) => {
+      runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1);
+      await sleep(pauseMs);
+      return null;
+    });
+    workers.push(worker);
+    running.push(worker.run().catch((error: unknown) => void gaveUp.push(error)));
+  }
+  return { runs, gaveUp, running };
+}
+
+/** Every task of `ids` succeeded, with exactly one settlement accepted in its history. */
+async function expectEachSucceededOnce(c: Client, ids: string[]): Promise<void> {
+  const results = await settled(c, ids, 180_000);
+  expect(
+    results.filter((r) => r.outcome.state !== 'succeeded').map((r) => r.status.task_id),
+  ).toEqual([]);
+  const doubly: string[] = [];
+  for (const id of ids) {
+    const reports = [...perAttempt(await historyOf(c, id), 'report_accepted').values()].reduce(
+      (a, b) => a + b,
+      0,
+    );
+    if (reports !== 1) doubly.push(`${id}: ${reports}`);
+  }
+  expect(doubly).toEqual([]);
+}
+
 describe('a rolling restart of two replicas while workers drain subscribed tasks', () => {
   it('every task ends once, every callback is delivered under its event id, no worker gives up, both stops exit 0', async () => {
     // Slow enough answers that tries are in flight when a replica is stopped.
@@ -123,19 +161,7 @@ describe('a rolling restart of two replicas while workers drain subscribed tasks
       const s = await c.subscribe(id, { destination: 'billing' });
       eventIds.set(id, s.event_id);
     }
-    const runs = new Map<string, number>();
-    const gaveUp: unknown[] = [];
-    const running: Promise<void>[] = [];
-    for (let w = 0; w < 3; w += 1) {
-      const worker = shortWorker(balancer.url, queue, { concurrency: 3 });
-      worker.register('work', async (_data, ctx) => {
-        runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1);
-        await sleep(30);
-        return null;
-      });
-      workers.push(worker);
-      running.push(worker.run().catch((error: unknown) => void gaveUp.push(error)));
-    }
+    const { runs, gaveUp, running } = drainingWorkers(balancer.url, queue, 3, 30);
     const exits: (number | string)[] = [];
     for (const index of [0, 1]) {
       await until(async () => runs.size >= 50 * (index + 1), 120_000, 'work under way');
@@ -143,22 +169,9 @@ describe('a rolling restart of two replicas while workers drain subscribed tasks
       exits.push(await victim.stop('SIGTERM'));
       replicas[index] = await stack.start({ ...env, PORT: portOf(victim.url) });
     }
-    const results = await settled(c, ids, 180_000);
-    expect(
-      results.filter((r) => r.outcome.state !== 'succeeded').map((r) => r.status.task_id),
-    ).toEqual([]);
+    await expectEachSucceededOnce(c, ids);
     expect(exits).toEqual([0, 0]);
     expect(gaveUp).toEqual([]);
-    const doubly: string[] = [];
-    for (const id of ids) {
-      const events = await historyOf(c, id);
-      const reports = [...perAttempt(events, 'report_accepted').values()].reduce(
-        (a, b) => a + b,
-        0,
-      );
-      if (reports !== 1) doubly.push(`${id}: ${reports}`);
-    }
-    expect(doubly).toEqual([]);
     await until(
       () => new Set(receiver.posts.map((p) => p.id)).size >= total,
       120_000,
@@ -310,18 +323,7 @@ describe('workers pointed straight at one server restarted twice, with a changed
         Array.from({ length: total }, (_, i) => ({ queue, program: 'work', data: { i } })),
       ),
     );
-    const runs = new Map<string, number>();
-    const gaveUp: unknown[] = [];
-    for (let w = 0; w < 2; w += 1) {
-      const worker = shortWorker(server.url, queue, { concurrency: 3 });
-      worker.register('work', async (_data, ctx) => {
-        runs.set(ctx.taskId, (runs.get(ctx.taskId) ?? 0) + 1);
-        await sleep(40);
-        return null;
-      });
-      workers.push(worker);
-      void worker.run().catch((error: unknown) => void gaveUp.push(error));
-    }
+    const { runs, gaveUp } = drainingWorkers(server.url, queue, 2, 40);
     const settings = [
       { LEDGENCE_LEASE_DURATION_MS: '4000', LEDGENCE_RENEW_INTERVAL_MS: '1000' },
       { LEDGENCE_LEASE_DURATION_MS: '1000', LEDGENCE_RENEW_INTERVAL_MS: '250' },
@@ -333,22 +335,9 @@ describe('workers pointed straight at one server restarted twice, with a changed
       await sleep(300);
       server = await stack.start({ ...env, PORT: port });
     }
-    const results = await settled(c, ids, 180_000);
-    expect(
-      results.filter((r) => r.outcome.state !== 'succeeded').map((r) => r.status.task_id),
-    ).toEqual([]);
+    await expectEachSucceededOnce(c, ids);
     expect(exits).toEqual([0, 0]);
     expect(gaveUp).toEqual([]);
-    const doubly: string[] = [];
-    for (const id of ids) {
-      const events = await historyOf(c, id);
-      const reports = [...perAttempt(events, 'report_accepted').values()].reduce(
-        (a, b) => a + b,
-        0,
-      );
-      if (reports !== 1) doubly.push(`${id}: ${reports}`);
-    }
-    expect(doubly).toEqual([]);
   }, 300_000);
 });
 

@@ -593,7 +593,7 @@ function queueHint(task: QueueRef) {
 /**
  * A body that locked a queued task's row hints its queue, whatever it then decides: a poll whose
  * probe skipped the row (`FOR UPDATE SKIP LOCKED`) meanwhile may have parked
- * (locked-queued-wake.int, refused-lock-wake.int).
+ * (locked-queued-wake.int).
  */
 async function hintLockedQueued(tx: Tx, task: QueueRef & { state: string }): Promise<void> {
   if (task.state === 'queued') await notifyWake(tx, [queueHint(task)]);
