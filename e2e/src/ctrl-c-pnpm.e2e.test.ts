@@ -12,6 +12,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Stack, sleep } from './test/harness.js';
+import { parkedPoll } from './test/wire.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 /** The pinned pnpm CI installs (`.ci/run`), the version the README's `npx pnpm@… start` runs. */
@@ -75,28 +76,10 @@ describe.skipIf(!existsSync(pnpm))(
           fail(new Error(`exited before listening:\n${output}`));
         });
       });
-      const scope = { tenant_id: 'acme', namespace: 'ops' };
-      const session = (await (
-        await fetch(`${url}/v1/worker/sessions`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ scope, queue: 'idle', concurrency: 1 }),
-        })
-      ).json()) as { id: string };
-      const parked = fetch(`${url}/v1/worker/acquire?wait_ms=60000`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          scope,
-          queue: 'idle',
-          worker_session_id: session.id,
-          consumer_id: 0,
-          sequence: 1,
-        }),
-      }).then(
-        async (reply) => ({ status: reply.status, body: (await reply.json()) as unknown }),
-        (error: unknown) => ({ status: 0, body: String(error) }),
-      );
+      const parked = parkedPoll(url, 'idle', 60_000).catch((error: unknown) => ({
+        status: 0,
+        reply: String(error),
+      }));
       await sleep(1_500); // parked by now
 
       process.kill(-(child.pid as number), 'SIGINT'); // Ctrl-C
@@ -105,7 +88,7 @@ describe.skipIf(!existsSync(pnpm))(
       await exited;
       await sleep(200);
       expect(output).not.toMatch(/again: exiting now/);
-      expect(reply).toMatchObject({ status: 200, body: { disposition: 'empty' } });
+      expect(reply).toMatchObject({ status: 200, reply: { disposition: 'empty' } });
       expect(output).toMatch(/SIGINT: shutting down gracefully/);
     }, 120_000);
   },

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { alive, gone } from './testdata/processes.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const main = join(root, 'apps', 'server', 'src', 'main.ts');
@@ -57,26 +58,6 @@ function spawnMain(env: Record<string, string>): Run {
   const run = { child, stderr: () => stderr, exited, listening };
   started.push(run);
   return run;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/** Exited, a zombie included (the orphan's new parent may be slow to reap it). */
-function gone(pid: number): boolean {
-  if (!alive(pid)) return true;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
-  } catch {
-    return true;
-  }
 }
 
 async function waitUntil(check: () => boolean, ms: number): Promise<boolean> {

@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { alive, gone } from './testdata/processes.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const main = join(root, 'apps', 'server', 'src', 'main.ts');
@@ -20,26 +21,6 @@ const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.m
 
 const dirs: string[] = [];
 const postmasters = new Set<number>();
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/** Exited, a zombie included. */
-function gone(pid: number): boolean {
-  if (!alive(pid)) return true;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
-  } catch {
-    return true;
-  }
-}
 
 afterAll(async () => {
   for (const pid of postmasters) {

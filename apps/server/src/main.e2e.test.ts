@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { alive } from './testdata/processes.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const main = join(root, 'apps', 'server', 'src', 'main.ts');
@@ -90,15 +91,6 @@ describe('a signal while the server is starting', () => {
   chmodSync(dir, 0o755);
   const dataDir = join(dir, 'pg');
   let orphan: number | undefined;
-
-  function alive(pid: number): boolean {
-    try {
-      process.kill(pid, 0);
-      return true;
-    } catch (error) {
-      return (error as NodeJS.ErrnoException).code === 'EPERM';
-    }
-  }
 
   afterAll(async () => {
     // Should the test fail, stop the postmaster it left behind (fast shutdown).
