@@ -12,45 +12,32 @@
  * - the subscription view after a delivery.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { CompletionSubscription, TaskStatus } from '@ledgence/contracts';
 import { Client, silentLogger } from '@ledgence/worker';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
 import { Stack, sleep, TENANT, until } from './test/harness.js';
+import { type ReceivedPost, type Receiver, startReceiver } from './test/receiver.js';
 import { call, claimNext, settleBody, submitTask, TASKS_BASE, taskBody } from './test/wire.js';
 
 const KEY = Buffer.alloc(32, 0x41);
 const SECRET = `whsec_${KEY.toString('base64')}`;
 
-interface Post {
-  headers: IncomingHttpHeaders;
-  body: Buffer;
+/** A post of a completion event: its CloudEvent, typed as far as these tests read it. */
+type Post = ReceivedPost & {
   event: Record<string, unknown> & { data: Record<string, unknown>; subject: string };
-}
+};
 
 const stack = new Stack('callbacks_receiver');
-const posts: Post[] = [];
-let receiver: Server;
+let receiver: Receiver;
 let server: ServerProcess;
 
 beforeAll(async () => {
   await stack.open();
-  receiver = createServer((request, response) => {
-    const chunks: Buffer[] = [];
-    request.on('data', (chunk: Buffer) => chunks.push(chunk));
-    request.on('end', () => {
-      const body = Buffer.concat(chunks);
-      posts.push({ headers: request.headers, body, event: JSON.parse(body.toString('utf8')) });
-      response.writeHead(204).end();
-    });
-  });
-  await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
-  const { port } = receiver.address() as AddressInfo;
+  receiver = await startReceiver(() => 0, 204);
   server = await stack.start({
     LEDGENCE_CALLBACK_DESTINATIONS: JSON.stringify({
-      billing: { url: `http://127.0.0.1:${port}/hooks`, secret: SECRET, timeout_ms: 2_000 },
+      billing: { url: receiver.url, secret: SECRET, timeout_ms: 2_000 },
     }),
     LEDGENCE_COMPLETION_RETRY_BASE_MS: '50',
     LEDGENCE_CLEANUP_GRACE_MS: '1000',
@@ -60,13 +47,11 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await stack.close();
-  await new Promise<void>((resolve) => {
-    receiver.closeAllConnections();
-    receiver.close(() => resolve());
-  });
+  await receiver.close();
 });
 
-const postsOf = (taskId: string) => posts.filter((p) => p.event.subject === taskId);
+const postsOf = (taskId: string) =>
+  (receiver.posts as Post[]).filter((p) => p.event.subject === taskId);
 
 async function firstPost(taskId: string): Promise<Post> {
   await until(() => postsOf(taskId).length > 0, 30_000, `the event of ${taskId}`);
@@ -212,7 +197,7 @@ describe("the event's time and bytes", () => {
     expect(again.body).toMatchObject({ generation: 2 });
     await until(() => postsOf(id).length >= 2, 30_000, 'the redelivery');
     const second = postsOf(id)[1] as Post;
-    expect(second.body.equals(first.body)).toBe(true);
+    expect(second.body).toBe(first.body);
     expect(second.headers['webhook-id']).toBe(first.headers['webhook-id']);
     expect(verifies(second)).toBe(true);
   }, 60_000);
@@ -268,7 +253,7 @@ describe('terminal paths the other callback tests do not take', () => {
     expect(status.state).toBe('cancelled');
     expect(post.event.data.state).toBe('cancelled');
     expect(post.event.time).toBe(new Date(status.terminal_at as number).toISOString());
-    expect(post.body.toString('utf8')).not.toContain('not-in-event');
+    expect(post.body).not.toContain('not-in-event');
   }, 60_000);
 
   it('a settlement with unconfirmed quiescence: no event while the task stays active; confirm_quiescence makes it due', async () => {

@@ -2,52 +2,12 @@
  * Replicas: completion callbacks with two server processes on one database, both
  * running the sender (DESIGN §8: the sender leases due deliveries, SKIP LOCKED).
  */
-import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { Worker } from '@ledgence/worker';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { client, idsOf, Stack, settled, shortWorker, until } from './test/harness.js';
+import { startReceiver } from './test/receiver.js';
 
 const SECRET = `whsec_${Buffer.alloc(32, 7).toString('base64')}`;
-
-interface Post {
-  id: string;
-  body: string;
-}
-
-/** A receiver recording each POST; `hang` decides which ones it never answers. */
-async function startReceiver(hang: (post: Post, seen: number) => boolean = () => false) {
-  const posts: Post[] = [];
-  const hanging = new Set<ServerResponse>();
-  const server: Server = createServer((request, response) => {
-    const chunks: Buffer[] = [];
-    request.on('data', (c: Buffer) => chunks.push(c));
-    request.on('end', () => {
-      const post = {
-        id: String(request.headers['webhook-id']),
-        body: Buffer.concat(chunks).toString(),
-      };
-      const seen = posts.filter((p) => p.id === post.id).length;
-      posts.push(post);
-      if (hang(post, seen)) {
-        hanging.add(response);
-        return;
-      }
-      response.writeHead(200).end();
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  return {
-    url: `http://127.0.0.1:${port}/hooks`,
-    posts,
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const r of hanging) r.destroy();
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
 
 function env(url: string, timeoutMs: number) {
   return {
@@ -112,7 +72,7 @@ it('two replicas sending: each event is posted once and recorded delivered once'
 }, 240_000);
 
 it('a replica SIGKILLed mid-delivery: the other posts the same id and bytes once the lease ran out', async () => {
-  const r = await startReceiver((_, seen) => seen === 0);
+  const r = await startReceiver((_, seen) => (seen === 0 ? 'hang' : 0));
   closers.push(r.close);
   // A timeout long enough that the first try still hangs when its replica dies (the lease is
   // raised to it + 5 s: the other replica takes the delivery after 20 s).
