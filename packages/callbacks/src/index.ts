@@ -12,8 +12,8 @@
  *
  * {@link createCompletionSender} is that loop: it leases due deliveries from
  * a `CompletionStore` (`@ledgence/core`), posts them concurrently, and
- * reports each outcome in its own store call — never holding a transaction
- * across network I/O. The example below makes one try by hand.
+ * reports each outcome as soon as its try ends (tries that end together in
+ * one store call) — never holding a transaction across network I/O. The example below makes one try by hand.
  *
  * @example
  * ```ts

@@ -13,6 +13,7 @@ import {
   parseWith,
   type Scope,
 } from '@ledgence/contracts';
+import type { DeliveryReport } from '@ledgence/core';
 import { createMemoryTaskStore, freshScope, type MemoryTaskStore } from '@ledgence/core/testing';
 import { Webhook } from 'standardwebhooks';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -65,13 +66,16 @@ afterEach(async () => {
   await Promise.all(stopping);
 });
 
-/** The test's store, whose reports go through `reportDelivery` (a fault made around them). */
+/**
+ * The test's store, whose reports go through `reportDelivery` one by one (a fault made around
+ * each); a call of the sender's fails as a whole when one of its reports does, as a transaction.
+ */
 function reportingWith(
-  reportDelivery: CompletionSenderOptions['store']['reportDelivery'],
+  reportDelivery: (report: DeliveryReport) => Promise<boolean>,
 ): CompletionSenderOptions['store'] {
   return {
     leaseDeliveries: (limit, leaseMs) => store.leaseDeliveries(limit, leaseMs),
-    reportDelivery,
+    reportDeliveries: (reports) => Promise.all(reports.map(reportDelivery)),
   };
 }
 
@@ -584,7 +588,7 @@ describe('a failing store', () => {
           failedLeases += 1;
           return Promise.reject(new Error('database down'));
         },
-        reportDelivery: (report) => store.reportDelivery(report),
+        reportDeliveries: (reports) => store.reportDeliveries(reports),
       },
     });
     const subscription = await dueDelivery('billing');

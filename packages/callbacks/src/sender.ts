@@ -1,7 +1,8 @@
 /**
  * The completion sender (DESIGN §8): the loop that leases due deliveries from
  * a `CompletionStore`, POSTs each one's event with {@link deliverEvent} and
- * reports the outcome back, one store call per lease batch and one per try.
+ * reports the outcome back, one store call per lease batch and one per set of
+ * tries that end together (usually one).
  *
  * No store call spans network I/O: leasing is one transaction that ends
  * before the first byte is sent, and each report is its own transaction after
@@ -171,7 +172,7 @@ export interface SenderPassResult {
 /** Options of {@link createCompletionSender}. */
 export interface CompletionSenderOptions {
   /** Where deliveries are leased and their outcomes recorded. */
-  store: Pick<CompletionStore, 'leaseDeliveries' | 'reportDelivery'>;
+  store: Pick<CompletionStore, 'leaseDeliveries' | 'reportDeliveries'>;
   /**
    * The operator's destinations. A delivery to another alias is left to the replicas that have
    * it for `unconfiguredGraceMs`; after that this sender takes it and the try fails as
@@ -325,6 +326,8 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
   // Reports waiting to be tried again; stop() ends their waits (and their retries).
   const reportWaits = new Set<() => void>();
 
+  const recordReport = reportsTogether(store, batchSize);
+
   /** Waits `ms`, or less if {@link stop} is called meanwhile. */
   function pause(ms: number, waits?: Set<() => void>): Promise<void> {
     if (stopping) return Promise.resolve();
@@ -420,7 +423,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     let delayMs = REPORT_RETRY_MIN_MS;
     for (let copy = 1; ; copy += 1) {
       try {
-        if (await store.reportDelivery(report)) return 'recorded';
+        if (await recordReport(report)) return 'recorded';
         return copy === 1 ? 'stale' : 'recorded_unseen';
       } catch (error) {
         if (stopping || lease.lease_expires_at - clock() <= delayMs + REPORT_RETRY_MIN_MS) {
@@ -772,4 +775,43 @@ function safeLogger(logger: SenderLogger = SILENT): SenderLogger {
       }
     };
   return { info: guard('info'), warn: guard('warn'), error: guard('error') };
+}
+
+/**
+ * Sends the reports made in the same turn of the event loop to the store as one call (one
+ * transaction), up to `max` at a time, and answers each with its own row's outcome. Tries that
+ * end together — above all a window aborted at once when the shutdown budget runs out — are
+ * recorded in one commit rather than one each, so they fit in what is left of the budget; a
+ * lone report waits no timer, only the end of the current turn. A failed call fails each of its
+ * reports (each is retried on its own terms, within its lease).
+ */
+function reportsTogether(
+  store: Pick<CompletionStore, 'reportDeliveries'>,
+  max: number,
+): (report: DeliveryReport) => Promise<boolean> {
+  interface Waiting {
+    report: DeliveryReport;
+    resolve: (changed: boolean) => void;
+    reject: (error: unknown) => void;
+  }
+  let waiting: Waiting[] = [];
+  const send = async (batch: readonly Waiting[]): Promise<void> => {
+    try {
+      const changed = await store.reportDeliveries(batch.map((item) => item.report));
+      for (const [i, item] of batch.entries()) item.resolve(changed[i] === true);
+    } catch (error) {
+      for (const item of batch) item.reject(error);
+    }
+  };
+  const flush = (): void => {
+    const batch = waiting.slice(0, max);
+    waiting = waiting.slice(max);
+    if (waiting.length > 0) setImmediate(flush);
+    void send(batch);
+  };
+  return (report) =>
+    new Promise<boolean>((resolve, reject) => {
+      waiting.push({ report, resolve, reject });
+      if (waiting.length === 1) setImmediate(flush);
+    });
 }

@@ -244,6 +244,14 @@ export interface CompletionStore {
   ): Promise<CompletionLease[]>;
   /** Records one try's outcome; `false` when the report was stale and changed nothing. */
   reportDelivery(report: DeliveryReport): Promise<boolean>;
+  /**
+   * Records several tries' outcomes in one transaction, each exactly as
+   * {@link reportDelivery} would: answers, report by report, whether it
+   * changed its row. For a sender whose tries end together (a window aborted
+   * at shutdown): one commit instead of one per try. At most one report per
+   * subscription in a call.
+   */
+  reportDeliveries(reports: readonly DeliveryReport[]): Promise<boolean[]>;
   /** Deliveries due now and not leased (for metrics), counted up to `limit`. */
   dueBacklog(limit: number): Promise<number>;
 }

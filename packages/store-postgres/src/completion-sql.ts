@@ -286,45 +286,65 @@ export interface DeliveryOutcome {
 }
 
 /**
- * Records one try's outcome (core `reportDelivery`) in ONE statement, fenced: it changes the row
- * only while it is `delivering` the reported generation's try `attempt`, so a stale report (the
- * lease ran out and another sender took the row, or a redelivery moved on) matches nothing.
- * A `due` report of the generation's last try exhausts the delivery instead (no try beyond
- * COMPLETION_MAX_ATTEMPTS), and a report of the last try after its lease ended is stale (the
- * views have shown it exhausted since: core `expireLostTry`). Returns whether the row changed.
+ * Records tries' outcomes (core `reportDelivery`, row by row) in ONE statement, each fenced: it
+ * changes its row only while it is `delivering` the reported generation's try `attempt`, so a
+ * stale report (the lease ran out and another sender took the row, or a redelivery moved on)
+ * matches nothing. A `due` report of the generation's last try exhausts the delivery instead (no
+ * try beyond COMPLETION_MAX_ATTEMPTS), and a report of the last try after its lease ended is
+ * stale (the views have shown it exhausted since: core `expireLostTry`). Answers, report by
+ * report, whether its row changed.
  *
- * Lock: the delivery row, by the UPDATE itself; it waits only for another sender's statement on
- * the same row. No task lock. Index: the deliveries' primary key.
+ * One statement for many because a sender's tries often end together — above all at shutdown,
+ * when a whole window is aborted at once and must be reported within what is left of the budget
+ * (one transaction each did not fit on a loaded machine: server-lifecycle.e2e).
+ *
+ * Lock: the delivery rows, by the UPDATE itself; it waits only for another sender's statement on
+ * the same row, which exists only once a lease ran out and another sender took the row. Two such
+ * statements locking two rows in opposite orders would deadlock; PostgreSQL aborts one, whose
+ * reports are then retried within their leases (the sender's rule for any failed report). No
+ * task lock. Index: the deliveries' primary key, one probe per report — or, when the statistics
+ * say few rows are leased, one walk of the partial `completion_deliveries_lease` (the planner's
+ * choice; either way no sequential scan: explain.int.test.ts).
  */
-export async function reportDeliveryRow(
+export async function reportDeliveryRows(
   tx: Tx,
   clockOffsetMs: number,
-  outcome: DeliveryOutcome,
-): Promise<boolean> {
-  const delay = outcome.next.state === 'due' ? Math.max(0, outcome.next.delay_ms) : 0;
+  outcomes: readonly DeliveryOutcome[],
+): Promise<boolean[]> {
+  const column = <T>(pick: (outcome: DeliveryOutcome) => T): T[] => outcomes.map(pick);
   const rows = await tx`
     with clock as (
       select (extract(epoch from clock_timestamp()) * 1000)::bigint + ${clockOffsetMs}::bigint as now
     ), decided as (
-      select case when ${outcome.next.state}::text = 'due'
-          and ${outcome.attempt}::int >= ${COMPLETION_MAX_ATTEMPTS}::int
-        then 'exhausted' else ${outcome.next.state}::text end as state, now
-      from clock
+      select r.*, clock.now,
+        case when r.next_state = 'due' and r.attempt >= ${COMPLETION_MAX_ATTEMPTS}::int
+          then 'exhausted' else r.next_state end as state
+      from unnest(
+        ${column((o) => o.scope.tenant_id)}::text[], ${column((o) => o.scope.namespace)}::text[],
+        ${column((o) => o.subscription_id)}::text[], ${column((o) => o.generation)}::int[],
+        ${column((o) => o.attempt)}::int[], ${column((o) => o.next.state)}::text[],
+        ${column((o) => (o.next.state === 'due' ? Math.max(0, o.next.delay_ms) : 0))}::bigint[],
+        ${column((o) => o.status_code)}::int[], ${column((o) => o.error)}::text[]
+      ) with ordinality as r(tenant_id, namespace, subscription_id, generation, attempt,
+          next_state, delay_ms, status_code, error, ord)
+      cross join clock
     )
     update completion_deliveries d set
       state = x.state,
-      next_attempt_at = case when x.state = 'due' then x.now + ${delay}::bigint end,
+      next_attempt_at = case when x.state = 'due' then x.now + x.delay_ms end,
       delivered_at = case when x.state = 'delivered' then x.now else d.delivered_at end,
       finished_at = case when x.state = 'due' then d.finished_at else x.now end,
-      last_status_code = ${outcome.status_code}::int,
-      last_error = ${outcome.error}::text
+      last_status_code = x.status_code,
+      last_error = x.error
     from decided x
-    where d.tenant_id = ${outcome.scope.tenant_id} and d.namespace = ${outcome.scope.namespace}
-      and d.subscription_id = ${outcome.subscription_id} and d.state = 'delivering'
-      and d.generation = ${outcome.generation}::int and d.attempts = ${outcome.attempt}::int
+    where d.tenant_id = x.tenant_id and d.namespace = x.namespace
+      and d.subscription_id = x.subscription_id and d.state = 'delivering'
+      and d.generation = x.generation and d.attempts = x.attempt
       and (d.attempts < ${COMPLETION_MAX_ATTEMPTS}::int or d.next_attempt_at > x.now)
-    returning 1`;
-  return rows.length === 1;
+    returning x.ord`;
+  const changed = outcomes.map(() => false);
+  for (const row of rows) changed[num(row.ord) - 1] = true;
+  return changed;
 }
 
 /**

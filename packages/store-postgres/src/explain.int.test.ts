@@ -526,6 +526,35 @@ describe('EXPLAIN of the hot statements', () => {
     expect(countPlan).not.toMatch(/Seq Scan/);
   });
 
+  it('a window of reports is one statement that reads the deliveries through an index', async () => {
+    const leases = await store.leaseDeliveries(100, 30_000);
+    expect(leases).toHaveLength(100);
+    const start = captured.length;
+    capturing = true;
+    const changed = await store.reportDeliveries(
+      leases.map((lease) => ({
+        scope: lease.scope,
+        subscription_id: lease.subscription_id,
+        generation: lease.generation,
+        attempt: lease.attempt,
+        next: { state: 'due' as const, delay_ms: 1_000 },
+        error: 'aborted',
+      })),
+    );
+    capturing = false;
+    expect(changed).toEqual(leases.map(() => true));
+    const reports = captured
+      .slice(start)
+      .filter((c) => /update completion_deliveries d set/.test(c.query));
+    expect(reports).toHaveLength(1);
+    const plan = await explain(reports[0]?.query ?? '', reports[0]?.params ?? []);
+    // Per report a primary-key probe, or one walk of the few leased rows (completion-sql.ts).
+    expect(plan).toMatch(
+      /Index Scan using completion_deliveries_(tenant_id_namespace_subscription_id_pk|lease)/,
+    );
+    expect(plan).not.toMatch(/Seq Scan/);
+  });
+
   it('a history read probes task_history by its primary key, its bound a bigint', async () => {
     const start = captured.length;
     capturing = true;

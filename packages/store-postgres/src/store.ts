@@ -136,7 +136,7 @@ import {
   lockSubscription,
   lockSubscriptionTask,
   markDeliveriesDue,
-  reportDeliveryRow,
+  reportDeliveryRows,
   type TerminalTaskRef,
   writeDelivery,
 } from './completion-sql.js';
@@ -2344,17 +2344,22 @@ class PgTaskStore implements PostgresTaskStore {
   }
 
   async reportDelivery(report: DeliveryReport): Promise<boolean> {
-    return this.transact((tx) =>
-      reportDeliveryRow(tx, this.offset(), {
-        scope: report.scope,
-        subscription_id: report.subscription_id,
-        generation: report.generation,
-        attempt: report.attempt,
-        next: report.next,
-        status_code: report.status_code ?? null,
-        error: report.error === undefined ? null : fitText(report.error, MESSAGE_MAX_BYTES),
-      }),
-    );
+    const [changed] = await this.reportDeliveries([report]);
+    return changed === true;
+  }
+
+  async reportDeliveries(reports: readonly DeliveryReport[]): Promise<boolean[]> {
+    if (reports.length === 0) return [];
+    const outcomes = reports.map((report) => ({
+      scope: report.scope,
+      subscription_id: report.subscription_id,
+      generation: report.generation,
+      attempt: report.attempt,
+      next: report.next,
+      status_code: report.status_code ?? null,
+      error: report.error === undefined ? null : fitText(report.error, MESSAGE_MAX_BYTES),
+    }));
+    return this.transact((tx) => reportDeliveryRows(tx, this.offset(), outcomes));
   }
 
   async dueBacklog(limit: number): Promise<number> {

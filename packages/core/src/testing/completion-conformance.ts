@@ -696,6 +696,47 @@ export function runCompletionStoreConformance(
         expect(await leaseOf(w, subscription.id)).toBeUndefined();
       });
 
+      it('reports made together are each recorded as one report would be, answered in their order', async () => {
+        const w = setup();
+        const overtaken = await dueSubscription(w);
+        const first = await requireLease(w, overtaken.subscription.id, 1_000);
+        await w.advancePast(first.lease_expires_at - 1);
+        const second = await requireLease(w, overtaken.subscription.id);
+        const delivered = await dueSubscription(w);
+        const failed = await dueSubscription(w);
+        const leased = await leaseAll(w);
+        const leaseFor = (id: string): CompletionLease => {
+          const lease = leased.find((l) => l.subscription_id === id);
+          if (lease === undefined) throw new Error(`subscription ${id} was not leased`);
+          return lease;
+        };
+        const reports = [
+          report(leaseFor(delivered.subscription.id), { state: 'delivered' }, 200),
+          // The first sender's try was overtaken: stale, whatever else is in the call.
+          report(first, { state: 'delivered' }, 200),
+          report(
+            leaseFor(failed.subscription.id),
+            { state: 'due', delay_ms: 5_000 },
+            503,
+            'HTTP 503',
+          ),
+        ];
+        const before = await w.store.now();
+        expect(await w.store.reportDeliveries(reports)).toEqual([true, false, true]);
+        expect(await listed(w, delivered.taskId, delivered.subscription.id)).toMatchObject({
+          state: 'delivered',
+          last_status_code: 200,
+        });
+        const due = await listed(w, failed.taskId, failed.subscription.id);
+        expect(due).toMatchObject({ state: 'due', attempts: 1, last_error: 'HTTP 503' });
+        expect(due.next_attempt_at).toBeGreaterThanOrEqual(before + 5_000);
+        expect(await listed(w, overtaken.taskId, overtaken.subscription.id)).toMatchObject({
+          state: 'delivering',
+          attempts: second.attempt,
+        });
+        expect(await w.store.reportDeliveries([])).toEqual([]);
+      });
+
       it('a stale report (wrong try, generation or scope, or already reported) changes nothing', async () => {
         const w = setup();
         const { taskId, subscription } = await dueSubscription(w);

@@ -623,8 +623,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     return leases;
   };
 
-  const reportDelivery = async (report: DeliveryReport): Promise<boolean> => {
-    const now = clock();
+  const reportOne = (report: DeliveryReport, now: number): boolean => {
     const stored = subscriptions.get(scopeKey(report.scope, report.subscription_id));
     // A subscription that no longer exists makes the report as stale as one
     // another sender overtook: it changes nothing.
@@ -633,6 +632,14 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     if (next === undefined) return false;
     writeSubscription(next);
     return true;
+  };
+
+  const reportDelivery = async (report: DeliveryReport): Promise<boolean> =>
+    reportOne(report, clock());
+  // One synchronous step, as atomic as the SQL store's transaction, at one store time.
+  const reportDeliveries = async (reports: readonly DeliveryReport[]): Promise<boolean[]> => {
+    const now = clock();
+    return reports.map((report) => reportOne(report, now));
   };
 
   const dueBacklog = async (limit: number): Promise<number> => {
@@ -921,6 +928,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
     leaseDeliveries,
 
     reportDelivery,
+    reportDeliveries,
 
     dueBacklog,
 
