@@ -201,6 +201,64 @@ describe('handler throws', () => {
   });
 });
 
+describe('an ApplicationError thrown once ctx.signal aborted', () => {
+  /** A handler that waits for its signal, then wraps the abort as a non-retryable error. */
+  const wrapsTheAbort: Handler = async (_data, ctx) => {
+    if (ctx.attempt > 1) return 'retried';
+    await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+    throw new ApplicationError('upstream_failed', 'the upstream call failed', { retryable: false });
+  };
+
+  it('is reported by the abort: a budget that ran out is timed_out and retried', async () => {
+    const c = client(server.url);
+    const task = await c.submit({
+      queue: 'abort-wrapped-budget',
+      program: 'p',
+      data: null,
+      timeout_ms: 2_000,
+      retry: twice,
+    });
+    const w = shortWorker(server.url, 'abort-wrapped-budget');
+    workers.push(w);
+    w.register('p', wrapsTheAbort);
+    const running = w.run();
+    const [result] = await settled(c, [task.task_id]);
+    await w.stop();
+    await running;
+    // README (worker): "A throw after ctx.signal aborted, an ApplicationError too, is reported
+    // by its cause ... budget → timed_out (retryable)".
+    expect(result?.outcome).toEqual({ state: 'succeeded', output: 'retried' });
+    expect(result?.status.attempt_count).toBe(2);
+  });
+
+  it('is reported by the abort: a shutdown is cancelled and retried, not a failure for good', async () => {
+    const c = client(server.url);
+    const queue = 'abort-wrapped-shutdown';
+    const task = await c.submit({ queue, program: 'p', data: null, retry: twice });
+    let started = false;
+    const first = shortWorker(server.url, queue);
+    workers.push(first);
+    first.register('p', async (data, ctx) => {
+      started = true;
+      return wrapsTheAbort(data, ctx);
+    });
+    const running = first.run();
+    await until(() => started, 30_000, 'the first attempt started');
+    await first.stop({ graceMs: 0 });
+    await running;
+    const second = shortWorker(server.url, queue);
+    workers.push(second);
+    second.register('p', wrapsTheAbort);
+    const again = second.run();
+    const [result] = await settled(c, [task.task_id]);
+    await second.stop();
+    await again;
+    // Reported as the application's own (not retryable), the task would have failed for good.
+    expect(result?.outcome).toEqual({ state: 'succeeded', output: 'retried' });
+    expect(result?.status.attempt_count).toBe(2);
+  });
+});
+
 describe('ctx', () => {
   it('gives the task id, attempt, program, queue and the execution deadline', async () => {
     const c = client(server.url);

@@ -5,7 +5,9 @@
  * not leave an unhandled rejection, which ends a Node process by default.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { safeLogger } from './logger.js';
+import { Client } from './client.js';
+import { consoleLogger, type Logger, safeLogger, silentLogger } from './logger.js';
+import { Worker } from './worker.js';
 
 const seen: unknown[] = [];
 const listener = (reason: unknown) => seen.push(reason);
@@ -26,5 +28,24 @@ describe('safeLogger', () => {
     logger.info('boom');
     await new Promise((resolve) => setTimeout(resolve, 20));
     expect(seen).toEqual([]);
+  });
+});
+
+describe('a logger without the four methods (found by review r45a)', () => {
+  it('is refused by Worker and Client when constructed, naming what it lacks, instead of dropping every line', () => {
+    const options = { url: 'http://127.0.0.1:9', tenant: 't', namespace: 'n', queue: 'q' };
+    const cases: [unknown, RegExp][] = [
+      [{}, /lacks debug, info, warn, error/],
+      ['console', /lacks debug, info, warn, error/],
+      [{ debug() {}, info() {}, warn() {} }, /lacks error\b/],
+    ];
+    for (const [logger, says] of cases) {
+      const given = { ...options, logger: logger as Logger };
+      expect(() => new Worker({ ...given, concurrency: 1 })).toThrow(says);
+      expect(() => new Client(given)).toThrow(says);
+    }
+    for (const logger of [console, consoleLogger, silentLogger]) {
+      expect(() => new Client({ ...options, logger })).not.toThrow();
+    }
   });
 });

@@ -119,11 +119,25 @@ export function errorFields(error: unknown): LogFields {
   return { error: String(error) };
 }
 
+const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const satisfies readonly (keyof Logger)[];
+
 /**
  * Calls a user logger without letting it break the SDK: a throwing logger
- * must not turn into a lost settlement or an unhandled rejection.
+ * must not turn into a lost settlement or an unhandled rejection. A value
+ * without the four methods is a `TypeError` (the Worker's and the Client's
+ * constructors call this).
  */
 export function safeLogger(logger: Logger): Logger {
+  // Refused here rather than dropping every warning and error unseen (review r45a): a logger
+  // is an object of four methods; `console` and `fieldsFirst(pino())` are.
+  const missing = LOG_LEVELS.filter(
+    (level) => typeof (logger as Partial<Logger> | null)?.[level] !== 'function',
+  );
+  if (missing.length > 0) {
+    throw new TypeError(
+      `logger must have the methods debug, info, warn and error (it lacks ${missing.join(', ')}): pass console, consoleLogger, silentLogger or fieldsFirst(pino())`,
+    );
+  }
   const wrap =
     (level: keyof Logger) =>
     (message: string, fields?: LogFields): void => {

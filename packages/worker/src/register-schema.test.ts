@@ -2,6 +2,7 @@
  * register() checks what it is given, as it checks the handler, so a
  * misconfiguration fails at startup rather than in every task.
  */
+import { NAME_MAX_BYTES } from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { Worker } from './worker.js';
@@ -17,6 +18,22 @@ function worker(): Worker {
 }
 
 describe('Worker.register', () => {
+  it('refuses a program name no task can carry, saying what to fix (found by review r45a)', () => {
+    const cases: [string, RegExp][] = [
+      ['', /program is required/],
+      ['send-email\n', /program .*\(trim it\)/],
+      [' send-email', /program .*\(trim it\)/],
+      ['a\u0000b', /program /],
+      ['x'.repeat(NAME_MAX_BYTES + 1), /program .*128/],
+      ['a\ud800', /program must be well-formed text/],
+    ];
+    for (const [program, says] of cases) {
+      expect(() => worker().register(program, () => null), JSON.stringify(program)).toThrow(says);
+    }
+    expect(() => worker().register('x'.repeat(NAME_MAX_BYTES), () => null)).not.toThrow();
+    expect(() => worker().register('é'.repeat(NAME_MAX_BYTES / 2), () => null)).not.toThrow();
+  });
+
   it('refuses a schema without the Standard Schema interface (a zod 3 schema before 3.24, say)', () => {
     const legacy = {
       parse: (v: unknown) => v,

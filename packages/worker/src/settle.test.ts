@@ -79,6 +79,25 @@ describe('reports', () => {
     });
   });
 
+  it('report an ApplicationError thrown once the signal aborted by the abort cause, not as the application’s', () => {
+    // A handler wrapping its aborted call's error as its own, not retryable (review r45a): a
+    // deploy or a budget (retried by design) must not fail the task for good.
+    const error = new ApplicationError('upstream_failed', 'upstream call failed', {
+      retryable: false,
+    });
+    const cases: [AbortCause, string, boolean][] = [
+      ['cancelled', 'cancelled', false],
+      ['shutdown', 'cancelled', true],
+      ['timeout', 'timed_out', true],
+    ];
+    for (const [aborted, kind, retryable] of cases) {
+      expect(reportFor(identity, { kind: 'threw', error, aborted }, times)).toMatchObject({
+        kind: 'failed',
+        report: { kind, retryable, message: expect.stringMatching(/: upstream call failed$/) },
+      });
+    }
+  });
+
   it('name the abort cause, then what the handler threw unless it was the abort’s own reason', () => {
     const error = new Error('stopped');
     const cases: [AbortCause, string][] = [

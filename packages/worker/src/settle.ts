@@ -167,9 +167,12 @@ function thrownText(error: unknown): string {
 /**
  * The report of a handler's outcome: a return value → `completed/success`; a
  * thrown {@link ApplicationError} → `completed/application_error`; any other
- * throw → `failed`, `crashed` and retryable, unless the signal had been
- * aborted, which names why (cancel → `cancelled`, shutdown → `cancelled`
- * retryable, timeout → `timed_out`); still running at the shutdown
+ * throw → `failed`, `crashed` and retryable. A throw once the signal had been
+ * aborted — an `ApplicationError` too — is reported by why it was (cancel →
+ * `cancelled`, shutdown → `cancelled` retryable, timeout → `timed_out`
+ * retryable): a handler that wraps its aborted call's error as its own, not
+ * retryable, must not fail the task for good because of a deploy or a budget
+ * that is retried by design (review r45a). Still running at the shutdown
  * deadline → `cancelled`, retryable; still running past its budget →
  * `timed_out`, retryable; cancelled and still running → `cancelled`.
  * Never throws, whatever was thrown.
@@ -208,7 +211,7 @@ export function reportFor(
         );
     }
   }
-  const appError = applicationErrorOf(outcome.error);
+  const appError = outcome.aborted === null ? applicationErrorOf(outcome.error) : undefined;
   if (appError !== undefined) {
     return {
       kind: 'completed',

@@ -533,9 +533,9 @@ export class Worker {
    */
   register(program: string, handler: TaskHandler<unknown>, options?: RegisterOptions): this;
   register(program: string, handler: TaskHandler<never>, options?: RegisterOptions): this {
-    if (typeof program !== 'string' || program.length === 0) {
-      throw new TypeError('program must be a non-empty name');
-    }
+    // A name no task can carry (a line break from an env file, say) would leave every task of
+    // the real program failing `rejected` ("no handler registered"): refused here, as the queue is.
+    requiredText({ program }, 'program', NAME_MAX_BYTES);
     if (typeof handler !== 'function') throw new TypeError('handler must be a function');
     if (options?.schema !== undefined && !isStandardSchema(options.schema)) {
       // Found here rather than by every task, each failing inside the SDK and retried.
