@@ -2,12 +2,13 @@ import {
   COMPLETION_LEASE_MS,
   COMPLETION_MAX_RETRY_DELAY_MS,
   COMPLETION_RETRY_BASE_MS,
+  DEFAULT_TIMEOUT_MS,
   MAX_RETENTION_MS,
   MIN_RETENTION_MS,
 } from '@ledgence/contracts';
 import { createHttpApp } from '@ledgence/http';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, isLoopbackHost, loadConfig } from './config.js';
+import { ConfigError, isLoopbackHost, loadConfig, type ServerConfig } from './config.js';
 
 const noFiles = (path: string): string => {
   throw new Error(`ENOENT: no such file, open '${path}'`);
@@ -381,6 +382,30 @@ describe('HOST', () => {
     expect(loadConfig({ HOST: '[::]', LEDGENCE_API_KEYS: KEYS }, noFiles).host).toBe('::');
     expect(problemsOf({ HOST: '[::]' })[0]).toContain('would expose a server without API keys');
   });
+
+  it('beside keys that were given but refused, names only the keys to fix (found by review r45b)', () => {
+    const problems = problemsOf({
+      HOST: '0.0.0.0',
+      LEDGENCE_API_KEYS: JSON.stringify([
+        { key: 'too-short', tenant: 'acme', namespaces: ['*'], roles: ['client'] },
+      ]),
+    });
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatch(/^LEDGENCE_API_KEYS\[0\]\.key /);
+  });
+});
+
+describe('an empty key list', () => {
+  it('is refused, from the variable or the file, rather than starting in development mode', () => {
+    for (const [env, variable] of [
+      [{ LEDGENCE_API_KEYS: '[]' }, 'LEDGENCE_API_KEYS'],
+      [{ LEDGENCE_API_KEYS_FILE: '/keys.json' }, 'LEDGENCE_API_KEYS_FILE'],
+    ] as const) {
+      expect(problemsOf(env, () => ' [ ]\n')).toEqual([
+        `${variable} holds no keys: add one, or unset ${variable} to run in development mode (no keys, loopback only)`,
+      ]);
+    }
+  });
 });
 
 describe('LEDGENCE_RENEW_INTERVAL_MS', () => {
@@ -412,5 +437,89 @@ describe('isLoopbackHost', () => {
     for (const host of ['0.0.0.0', '10.0.0.1', '::', 'example.com']) {
       expect(isLoopbackHost(host)).toBe(false);
     }
+  });
+});
+
+const HOUR = 3_600_000;
+/** Every whole-number variable: its setting and the range `loadConfig` enforces. */
+const RANGES: [variable: string, setting: keyof ServerConfig, min: number, max: number][] = [
+  ['PORT', 'port', 0, 65_535],
+  ['LEDGENCE_DB_POOL_SIZE', 'dbPoolSize', 1, 1_000],
+  ['LEDGENCE_TERMINAL_RETENTION_MS', 'terminalRetentionMs', MIN_RETENTION_MS, MAX_RETENTION_MS],
+  ['LEDGENCE_COMPLETION_RETRY_BASE_MS', 'completionRetryBaseMs', 1, COMPLETION_MAX_RETRY_DELAY_MS],
+  ['LEDGENCE_COMPLETION_LEASE_MS', 'completionLeaseMs', 100, HOUR],
+  ['LEDGENCE_RETENTION_INTERVAL_MS', 'retentionIntervalMs', 10, 24 * HOUR],
+  ['LEDGENCE_LEASE_DURATION_MS', 'leaseDurationMs', 100, HOUR],
+  ['LEDGENCE_CLEANUP_GRACE_MS', 'cleanupGraceMs', 0, HOUR],
+  ['LEDGENCE_LEASE_SAFETY_MARGIN_MS', 'leaseSafetyMarginMs', 0, DEFAULT_TIMEOUT_MS - 500],
+  ['LEDGENCE_SESSION_VALIDITY_MS', 'sessionValidityMs', 1_000, 24 * HOUR],
+  ['LEDGENCE_LONG_POLL_WAIT_MS', 'longPollWaitMs', 0, 300_000],
+  ['LEDGENCE_RESCAN_INTERVAL_MS', 'rescanIntervalMs', 10, HOUR],
+  ['LEDGENCE_MAINTENANCE_INTERVAL_MS', 'maintenanceIntervalMs', 10, HOUR],
+  ['LEDGENCE_SHUTDOWN_TIMEOUT_MS', 'shutdownTimeoutMs', 100, 300_000],
+];
+
+describe('every whole-number variable at the edges of its range (review r45b)', () => {
+  it.each(RANGES)(
+    '%s: min and max accepted, one past either refused naming the variable and range',
+    (variable, setting, min, max) => {
+      expect(loadConfig({ [variable]: String(min) }, noFiles)[setting]).toBe(min);
+      expect(loadConfig({ [variable]: String(max) }, noFiles)[setting]).toBe(max);
+      // Written with the surrounding whitespace an env file may leave.
+      expect(loadConfig({ [variable]: ` ${max}\r\n` }, noFiles)[setting]).toBe(max);
+      const refusal = `${variable} must be a whole number from ${min} to ${max}`;
+      if (min > 0)
+        expect(problemsOf({ [variable]: String(min - 1) })).toEqual([
+          `${refusal} (got "${min - 1}")`,
+        ]);
+      expect(problemsOf({ [variable]: String(max + 1) })).toEqual([
+        `${refusal} (got "${max + 1}")`,
+      ]);
+      for (const bad of [
+        '-1',
+        '1e3',
+        '0x10',
+        '+5',
+        '5.0',
+        '３０',
+        '1_000',
+        '1 000',
+        `${max}0000000000000000000`,
+      ]) {
+        const problems = problemsOf({ [variable]: bad });
+        expect(problems).toHaveLength(1);
+        expect(problems[0]?.startsWith(refusal)).toBe(true);
+      }
+    },
+  );
+});
+
+describe('LEDGENCE_RENEW_INTERVAL_MS "at most half the lease, checked at start", at its edges', () => {
+  it.each([
+    // [lease (unset = default 30 000), renew accepted, renew refused]
+    [undefined, 15_000, 15_001],
+    [1_001, 500, 501],
+    [100, 50, 51],
+    [HOUR, HOUR / 2, HOUR / 2 + 1],
+  ])('lease %s: renew %i accepted, %i refused naming both', (lease, ok, tooLong) => {
+    const env = (renew: number): Record<string, string> => ({
+      ...(lease === undefined ? {} : { LEDGENCE_LEASE_DURATION_MS: String(lease) }),
+      LEDGENCE_RENEW_INTERVAL_MS: String(renew),
+    });
+    expect(loadConfig(env(ok), noFiles).renewIntervalMs).toBe(ok);
+    const problems = problemsOf(env(tooLong));
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatch(/^LEDGENCE_RENEW_INTERVAL_MS \(\d+\) must be at most half of /);
+    expect(problems[0]).toContain('LEDGENCE_LEASE_DURATION_MS');
+  });
+
+  it('its own range is 10 .. 1 hour, whatever the lease', () => {
+    const lease = { LEDGENCE_LEASE_DURATION_MS: String(HOUR) };
+    expect(
+      loadConfig({ ...lease, LEDGENCE_RENEW_INTERVAL_MS: '10' }, noFiles).renewIntervalMs,
+    ).toBe(10);
+    expect(problemsOf({ ...lease, LEDGENCE_RENEW_INTERVAL_MS: '9' })).toEqual([
+      'LEDGENCE_RENEW_INTERVAL_MS must be a whole number from 10 to 3600000 (got "9")',
+    ]);
   });
 });

@@ -205,13 +205,17 @@ export function loadConfig(
     problems.push(`LEDGENCE_LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}`);
   }
 
+  const problemsBeforeKeys = problems.length;
   const apiKeys = readApiKeys(
     text('LEDGENCE_API_KEYS'),
     text('LEDGENCE_API_KEYS_FILE'),
     readFile,
     problems,
   );
-  if (apiKeys.length === 0 && !isLoopbackHost(host)) {
+  // Keys that were given but refused are what to fix: "set LEDGENCE_API_KEYS, or use a loopback
+  // HOST" would tell an operator who did set them the wrong thing (review r45b).
+  const keysRefused = problems.length > problemsBeforeKeys;
+  if (apiKeys.length === 0 && !keysRefused && !isLoopbackHost(host)) {
     problems.push(
       `HOST=${truncate(host)} would expose a server without API keys: development mode listens on loopback only. ` +
         'Set LEDGENCE_API_KEYS (or LEDGENCE_API_KEYS_FILE), or use HOST=127.0.0.1',
@@ -339,6 +343,14 @@ function readApiKeys(
   }
   if (!Array.isArray(parsed)) {
     problems.push(`${source} must be a JSON array of keys`);
+    return [];
+  }
+  if (parsed.length === 0) {
+    // Set, yet empty (a file not filled in yet): starting open, in development mode, is not what
+    // setting it asked for.
+    problems.push(
+      `${source} holds no keys: add one, or unset ${source} to run in development mode (no keys, loopback only)`,
+    );
     return [];
   }
   const keys: ApiKeySetting[] = [];
