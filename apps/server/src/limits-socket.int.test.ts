@@ -5,7 +5,7 @@
  * request target under REQUEST_HEADER_MAX_BYTES, JSON depth inside the deepest batch envelopes,
  * idempotent replays of over-limit requests, and the history page limit.
  */
-import { request as httpRequest } from 'node:http';
+import type { Assignment } from '@ledgence/contracts';
 import {
   HISTORY_PAGE_LIMIT,
   JSON_MAX_DEPTH,
@@ -26,9 +26,14 @@ import {
   TASK_PAGE_MAX_BYTES,
   TASK_STATUS_MAX_BYTES,
 } from '@ledgence/contracts';
-import { submitCommandWithStatusBytes } from '@ledgence/core/testing';
+import {
+  renewCommand,
+  settleApplicationError,
+  settleSuccess,
+  submitCommandWithStatusBytes,
+} from '@ledgence/core/testing';
 import { describe, expect, it } from 'vitest';
-import { type KeyedReply, keyedServer } from './testdata/keyed-server.js';
+import { keyedServer } from './testdata/keyed-server.js';
 
 /** Text of exactly `bytes` UTF-8 bytes whose every byte is percent-escaped in a URL. */
 const escText = (bytes: number) => 'é'.repeat(Math.floor(bytes / 2)) + '%'.repeat(bytes % 2);
@@ -80,76 +85,25 @@ async function dump(ns: string): Promise<string> {
   return JSON.stringify(out);
 }
 
-type RawReply = Omit<KeyedReply, 'bytes'>;
-
-/** POSTs `body` as chunked transfer encoding, written in `chunk`-byte pieces. */
-function postChunked(path: string, body: Buffer, chunk: number): Promise<RawReply> {
-  const url = new URL(server.url);
-  return new Promise((resolve, reject) => {
-    const req = httpRequest({
-      host: url.hostname,
-      port: url.port,
-      path,
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${KEY}`,
-        'content-type': 'application/json',
-        'transfer-encoding': 'chunked',
-      },
-    });
-    req.on('response', (res) => {
-      const parts: Buffer[] = [];
-      res.on('data', (c: Buffer) => parts.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(parts).toString('utf8');
-        resolve({ status: res.statusCode ?? 0, body: text === '' ? undefined : JSON.parse(text) });
-      });
-    });
-    req.on('error', reject);
-    (async () => {
-      for (let at = 0; at < body.length; at += chunk) {
-        if (!req.write(body.subarray(at, at + chunk))) {
-          await new Promise((r) => req.once('drain', r));
-        }
-      }
-      req.end();
-    })().catch(reject);
+/** POSTs `body` as chunked transfer encoding, written in `chunkBytes`-byte pieces. */
+const postChunked = (path: string, body: Buffer, chunkBytes: number) =>
+  server.send({
+    method: 'POST',
+    path,
+    key: KEY,
+    headers: { 'content-type': 'application/json' },
+    body,
+    chunkBytes,
   });
-}
 
 /** A GET over node:http with ordinary client headers, for a request target of any length. */
-function rawGet(path: string, key: string): Promise<RawReply & { head: string }> {
-  const url = new URL(server.url);
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      {
-        host: url.hostname,
-        port: url.port,
-        path,
-        method: 'GET',
-        headers: {
-          authorization: `Bearer ${key}`,
-          accept: 'application/json',
-          'user-agent': 'ledgence-review/1.0 (node)',
-        },
-      },
-      (res) => {
-        const parts: Buffer[] = [];
-        res.on('data', (c: Buffer) => parts.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(parts).toString('utf8');
-          resolve({
-            status: res.statusCode ?? 0,
-            head: JSON.stringify(res.headers),
-            body: text === '' ? undefined : JSON.parse(text),
-          });
-        });
-      },
-    );
-    req.on('error', reject);
-    req.end();
+const rawGet = (path: string, key: string) =>
+  server.send({
+    method: 'GET',
+    path,
+    key,
+    headers: { accept: 'application/json', 'user-agent': 'ledgence-test/1.0 (node)' },
   });
-}
 
 /** A submit body of exactly SUBMISSION_MAX_BYTES (+ `extra`) with data of exactly 1 MiB of 'é'. */
 function submitBodyAtLimit(ns: string, key: string, extra = 0): Buffer {
@@ -252,9 +206,9 @@ describe('idempotent replays of over-limit requests', () => {
 });
 
 /** A value nested `depth` arrays deep (depth 1 = `[0]`). */
-function nested(depth: number): unknown {
-  let v: unknown = 0;
-  for (let i = 0; i < depth; i++) v = [v];
+function nested(depth: number): unknown[] {
+  let v: unknown[] = [0];
+  for (let i = 1; i < depth; i++) v = [v];
   return v;
 }
 
@@ -272,26 +226,10 @@ async function assignedOwner(ns: string, key: string) {
     sequence: 1,
   });
   expect(reply.body.disposition).toBe('assigned');
-  const owner = reply.body.assignment.lease.owner;
-  const renew = await api.post('/v1/worker/renew', { owner, sequence: 1, intent: 'dispatch' });
+  const assignment: Assignment = reply.body.assignment;
+  const renew = await api.post('/v1/worker/renew', renewCommand(assignment, 1, 'dispatch'));
   expect(renew.status).toBe(200);
-  return { owner, taskId: created.body.task_id as string };
-}
-
-function settleOf(owner: KeyedReply['body'], op: string, outcome: unknown) {
-  return {
-    owner,
-    operation_id: op,
-    report: {
-      kind: 'completed',
-      report: {
-        context: { identity: { task_id: owner.task_id, attempt_id: owner.attempt_id } },
-        outcome,
-      },
-    },
-    quiescence: 'confirmed',
-    processing_trace: null,
-  };
+  return { assignment, taskId: created.body.task_id as string };
 }
 
 describe(`JSON_MAX_DEPTH (${JSON_MAX_DEPTH}) inside the deepest envelopes (COMMAND_MAX_DEPTH), over a real socket`, () => {
@@ -301,7 +239,7 @@ describe(`JSON_MAX_DEPTH (${JSON_MAX_DEPTH}) inside the deepest envelopes (COMMA
     const before = await dump(ns);
     const over = await api.post('/v1/worker/settle:batch', {
       commands: [
-        settleOf(a.owner, 'op-over', { kind: 'success', output: nested(JSON_MAX_DEPTH + 1) }),
+        settleSuccess(a.assignment, nested(JSON_MAX_DEPTH + 1), { operation_id: 'op-over' }),
       ],
     });
     expect(over.status).toBe(200);
@@ -311,7 +249,7 @@ describe(`JSON_MAX_DEPTH (${JSON_MAX_DEPTH}) inside the deepest envelopes (COMMA
     ]);
     expect(await dump(ns)).toBe(before);
     const at = await api.post('/v1/worker/settle:batch', {
-      commands: [settleOf(a.owner, 'op-at', { kind: 'success', output: nested(JSON_MAX_DEPTH) })],
+      commands: [settleSuccess(a.assignment, nested(JSON_MAX_DEPTH), { operation_id: 'op-at' })],
     });
     expect(at.status).toBe(200);
     expect(at.body.results[0].task_state).toBe('succeeded');
@@ -324,7 +262,7 @@ describe(`JSON_MAX_DEPTH (${JSON_MAX_DEPTH}) inside the deepest envelopes (COMMA
     const a = await assignedOwner(ns, 'a');
     const error = { code: 'E', message: 'm', details: nested(JSON_MAX_DEPTH), retryable: false };
     const at = await api.post('/v1/worker/settle:batch', {
-      commands: [settleOf(a.owner, 'op', { kind: 'application_error', error })],
+      commands: [settleApplicationError(a.assignment, error, { operation_id: 'op' })],
     });
     expect(at.status).toBe(200);
     expect(at.body.results[0].task_state).toBe('failed');
@@ -355,13 +293,13 @@ describe(`JSON_MAX_DEPTH (${JSON_MAX_DEPTH}) inside the deepest envelopes (COMMA
     const a = await assignedOwner(ns, 'a');
     const ok = await api.post(
       '/v1/worker/settle',
-      settleOf(a.owner, 'op', { kind: 'success', output: 1 }),
+      settleSuccess(a.assignment, 1, { operation_id: 'op' }),
     );
     expect(ok.status).toBe(200);
     const before = await dump(ns);
     const over = await api.post(
       '/v1/worker/settle',
-      settleOf(a.owner, 'op', { kind: 'success', output: 'd'.repeat(OUTPUT_MAX_BYTES - 1) }),
+      settleSuccess(a.assignment, 'd'.repeat(OUTPUT_MAX_BYTES - 1), { operation_id: 'op' }),
     );
     expect([over.status, over.body.code]).toEqual([413, 'payload_too_large']);
     expect(await dump(ns)).toBe(before);
@@ -446,16 +384,17 @@ describe(`HISTORY_PAGE_LIMIT (${HISTORY_PAGE_LIMIT}) over HTTP`, () => {
         sequence,
       });
       expect(reply.body.disposition).toBe('assigned');
-      const owner = reply.body.assignment.lease.owner;
+      const assignment: Assignment = reply.body.assignment;
       expect(
-        (await api.post('/v1/worker/renew', { owner, sequence: 1, intent: 'dispatch' })).status,
+        (await api.post('/v1/worker/renew', renewCommand(assignment, 1, 'dispatch'))).status,
       ).toBe(200);
       const settled = await api.post(
         '/v1/worker/settle',
-        settleOf(owner, `op-${sequence}`, {
-          kind: 'application_error',
-          error: { code: 'E', message: 'm', retryable: true },
-        }),
+        settleApplicationError(
+          assignment,
+          { code: 'E', message: 'm', retryable: true },
+          { operation_id: `op-${sequence}` },
+        ),
       );
       expect(settled.status).toBe(200);
       const snap = await api.get(`${scopePath('acme', ns)}/tasks/${taskId}/snapshot`);

@@ -3,6 +3,7 @@
  * environment variables as `main.ts` would be, for test files that send requests as several API
  * keys. The database and the server are made before the file's tests and stopped after them.
  */
+import { once } from 'node:events';
 import { request as httpRequest } from 'node:http';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import pino from 'pino';
@@ -29,6 +30,11 @@ export interface RawRequest {
   headers?: Record<string, string>;
   /** Sent with a `Content-Length`; no body at all when absent. */
   body?: string | Buffer;
+  /**
+   * Sends `body` with `Transfer-Encoding: chunked` instead, written `chunkBytes` at a time
+   * (pieces that may split a UTF-8 character, as a stream's do).
+   */
+  chunkBytes?: number;
 }
 
 /** The file's server: its URL, and one request sent as `key` (a POST of `json` when given). */
@@ -106,7 +112,9 @@ export function keyedServer(prefix: string, env: Record<string, string>): KeyedS
       const url = new URL(started().url);
       const headers: Record<string, string> = { ...request.headers };
       if (request.key !== undefined) headers.authorization = `Bearer ${request.key}`;
-      if (request.body !== undefined) {
+      const chunked = request.chunkBytes !== undefined;
+      if (chunked) headers['transfer-encoding'] = 'chunked';
+      else if (request.body !== undefined) {
         headers['content-length'] = String(Buffer.byteLength(request.body));
       }
       return new Promise((resolve, reject) => {
@@ -133,7 +141,18 @@ export function keyedServer(prefix: string, env: Record<string, string>): KeyedS
           },
         );
         req.on('error', reject);
-        req.end(request.body);
+        if (!chunked || request.body === undefined) {
+          req.end(request.body);
+          return;
+        }
+        const body = Buffer.from(request.body);
+        const step = request.chunkBytes ?? body.length;
+        (async () => {
+          for (let at = 0; at < body.length; at += step) {
+            if (!req.write(body.subarray(at, at + step))) await once(req, 'drain');
+          }
+          req.end();
+        })().catch(reject);
       });
     },
   };
