@@ -6,7 +6,7 @@
  * reads the whole reply, and then lets the test pass it on, drop it (the server committed, the
  * worker sees a network failure), cut it, hold it, or rewrite it.
  */
-import type { TaskAbortedError } from '@ledgence/worker';
+import { ApplicationError, type TaskAbortedError } from '@ledgence/worker';
 import { describe, expect, it } from 'vitest';
 import {
   attemptIds,
@@ -263,10 +263,19 @@ describe('stop() racing a settlement in flight', () => {
 });
 
 describe('a renewal whose reply is lost past the lease', () => {
-  it('aborts the handler (lease_lost) and its settlement, sent while the server lease lives, is accepted', async () => {
+  /**
+   * Runs one task whose keep-alive renewals are answered only past the 1 s lease (the server
+   * kept it: the renewals arrived), so the worker aborts the handler with `lease_lost`; the
+   * handler then does `afterAbort` on attempt 1, and returns 'retried' on any later one.
+   */
+  async function pastLostRenewals(queue: string, afterAbort: () => unknown) {
     const c = client(suite.server.url);
-    const queue = 'renew-lost';
-    const task = await c.submit({ queue, program: 'p', data: null });
+    const task = await c.submit({
+      queue,
+      program: 'p',
+      data: null,
+      retry: { max_attempts: 2, delay_ms: 0 },
+    });
     let holding = false;
     const tap = await startTap(suite.server.url, (ex) => {
       if (holding && ex.path.startsWith('/v1/worker/renew') && ex.body.includes('keep_alive')) {
@@ -275,24 +284,40 @@ describe('a renewal whose reply is lost past the lease', () => {
       return 'pass';
     });
     const w = suite.worker(queue, { url: tap.url, requestTimeoutMs: 10_000 });
-    let why: string | undefined;
+    const whys: string[] = [];
     w.register('p', async (_data, ctx) => {
+      if (ctx.attempt > 1) return 'retried';
       holding = true;
       await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve));
-      why = (ctx.signal.reason as TaskAbortedError).why;
+      whys.push((ctx.signal.reason as TaskAbortedError).why);
       holding = false;
-      return 'finished after abort';
+      return afterAbort();
     });
     const running = w.run();
     const [result] = await settled(c, [task.task_id]);
     await w.stop({ graceMs: 0 });
     await running;
-    expect(why).toBe('lease_lost');
-    // The renewals reached the server: its lease was live when the settlement came.
+    expect(whys).toEqual(['lease_lost']);
+    // The renewals reached the server: its lease was live when the first settlement came.
+    const events = await historyOf(c, task.task_id);
+    expect([...perAttempt(events, 'report_accepted').values()][0]).toBe(1);
+    return result;
+  }
+
+  it('aborts the handler (lease_lost) and its settlement, sent while the server lease lives, is accepted', async () => {
+    const result = await pastLostRenewals('renew-lost', () => 'finished after abort');
     expect(result?.outcome).toEqual({ state: 'succeeded', output: 'finished after abort' });
     expect(result?.status.attempt_count).toBe(1);
-    const events = await historyOf(c, task.task_id);
-    expect([...perAttempt(events, 'report_accepted').values()]).toEqual([1]);
+  });
+
+  it('an ApplicationError thrown after the abort is reported as the lost lease (a retryable crash), not a failure for good', async () => {
+    // README (worker): "A throw after ctx.signal aborted, an ApplicationError too, is reported by
+    // its cause: ... lease lost → crashed (retryable)" — the error most likely wraps the abort.
+    const result = await pastLostRenewals('renew-lost-app-error', () => {
+      throw new ApplicationError('card_declined', 'the card was declined', { retryable: false });
+    });
+    expect(result?.outcome).toEqual({ state: 'succeeded', output: 'retried' });
+    expect(result?.status.attempt_count).toBe(2);
   });
 });
 

@@ -89,6 +89,7 @@ describe('reports', () => {
       ['cancelled', 'cancelled', false],
       ['shutdown', 'cancelled', true],
       ['timeout', 'timed_out', true],
+      ['lease_lost', 'crashed', true],
     ];
     for (const [aborted, kind, retryable] of cases) {
       expect(reportFor(identity, { kind: 'threw', error, aborted }, times)).toMatchObject({
@@ -104,6 +105,7 @@ describe('reports', () => {
       ['cancelled', 'cancelled'],
       ['shutdown', 'the worker shut down'],
       ['timeout', 'the execution budget ran out'],
+      ['lease_lost', 'the lease was lost'],
     ];
     for (const [aborted, cause] of cases) {
       const thrown = reportFor(identity, { kind: 'threw', error, aborted }, times);

@@ -170,7 +170,7 @@ function thrownText(error: unknown): string {
  * throw → `failed`, `crashed` and retryable. A throw once the signal had been
  * aborted — an `ApplicationError` too — is reported by why it was (cancel →
  * `cancelled`, shutdown → `cancelled` retryable, timeout → `timed_out`
- * retryable): a handler that wraps its aborted call's error as its own, not
+ * retryable, a lease lost → `crashed` retryable): a handler that wraps its aborted call's error as its own, not
  * retryable, must not fail the task for good because of a deploy or a budget
  * that is retried by design (review r45a). Still running at the shutdown
  * deadline → `cancelled`, retryable; still running past its budget →
@@ -229,6 +229,8 @@ export function reportFor(
       return failureReport('cancelled', because('the worker shut down'), true);
     case 'timeout':
       return failureReport('timed_out', because('the execution budget ran out'), true);
+    case 'lease_lost':
+      return failureReport('crashed', because('the lease was lost'), true);
     default:
       return failureReport('crashed', message, true);
   }
