@@ -3,17 +3,21 @@
  * runs in the terminal transition's transaction (never a committed terminal task with a waiting
  * subscription, checked from a second connection while settles and subscribes race), concurrent
  * senders lease disjoint rows, stale reports change nothing, expired leases are leased again, and
- * the set-based lease and report statements agree with the core's pure transitions row by row.
+ * the set-based lease and report statements agree with the core's pure transitions row by row —
+ * reports sent together too: each answered by its own row, in any order, beside stale copies,
+ * with text an array literal must escape.
  */
 import {
   type Assignment,
   COMPLETION_MAX_ATTEMPTS,
   ContractError,
+  fitText,
   MESSAGE_MAX_BYTES,
   type Scope,
 } from '@ledgence/contracts';
 import {
   type CompletionLease,
+  type DeliveryReport,
   leaseDelivery,
   reportDelivery,
   type SubscriptionRow,
@@ -406,5 +410,200 @@ describe('leasing and reporting', () => {
     const again = await h.store.leaseDeliveries(10, 60_000);
     expect(again.map((l) => l.subscription_id)).toEqual(leased.map((l) => l.subscription_id));
     expect(backlog).toBe(1);
+  });
+});
+
+async function rows(prefix: string): Promise<Map<string, SubscriptionRow>> {
+  const found = await h.sql`
+    select s.*, d.state, d.generation, d.attempts, d.next_attempt_at, d.delivered_at,
+      d.finished_at, d.last_status_code, d.last_error
+    from completion_subscriptions s join completion_deliveries d using (tenant_id, namespace,
+      subscription_id)
+    where s.subscription_id like ${`sub_${prefix}%`}`;
+  return new Map(found.map((r) => [String(r.subscription_id), subscriptionFromDb(r)]));
+}
+
+/** A deterministic shuffle. */
+function shuffled<T>(items: readonly T[], seed: number): T[] {
+  const out = [...items];
+  let s = seed;
+  for (let i = out.length - 1; i > 0; i -= 1) {
+    s = (s * 1_103_515_245 + 12_345) % 2_147_483_648;
+    const j = s % (i + 1);
+    [out[i], out[j]] = [out[j] as T, out[i] as T];
+  }
+  return out;
+}
+
+const NASTY_ERRORS = [
+  'a "quoted" word',
+  'back\\slash and \\"both\\"',
+  '{braces,and,commas}',
+  'NULL',
+  'null',
+  '',
+  ' padded ',
+  "it's",
+  'tab\tand\nnewline',
+  'é ü 漢字 🚀',
+  '\ud800 lone surrogate',
+  `long ${'y'.repeat(MESSAGE_MAX_BYTES)}`,
+  '}',
+  '{',
+  '"',
+  '\\',
+];
+
+describe('reports sent together (reportDeliveries), against the core row by row', () => {
+  it('answers and applies each report by its own row, in any order, beside stale copies and nasty text', async () => {
+    await seedDue('batch_mx_', 48);
+    // Some rows at their generation's last try: a `due` report of those exhausts them.
+    await h.sql`
+      update completion_deliveries set attempts = ${COMPLETION_MAX_ATTEMPTS - 1}
+      where subscription_id like 'sub_batch_mx_%' and (substring(subscription_id from 14))::int % 4 = 0`;
+    const leases = await h.store.leaseDeliveries(100, 60_000);
+    expect(leases).toHaveLength(48);
+    const before = await rows('batch_mx_');
+    const fresh: DeliveryReport[] = leases.map((lease: CompletionLease, i) => {
+      const base = {
+        scope: lease.scope,
+        subscription_id: lease.subscription_id,
+        generation: lease.generation,
+        attempt: lease.attempt,
+      };
+      switch (i % 3) {
+        case 0:
+          return { ...base, next: { state: 'delivered' as const }, status_code: 200 + i };
+        case 1:
+          return {
+            ...base,
+            next: { state: 'due' as const, delay_ms: 1_000 * (i + 1) },
+            status_code: 500 + i,
+            error: NASTY_ERRORS[i % NASTY_ERRORS.length] as string,
+          };
+        default:
+          return {
+            ...base,
+            next: { state: 'exhausted' as const },
+            ...(i % 2 === 0 ? {} : { status_code: 400 + i }),
+            error: NASTY_ERRORS[(i + 7) % NASTY_ERRORS.length] as string,
+          };
+      }
+    });
+    const stale: DeliveryReport[] = [];
+    for (const [i, report] of fresh.entries()) {
+      if (i % 5 === 0) stale.push({ ...report, attempt: report.attempt - 1, status_code: 999 });
+      if (i % 7 === 0) stale.push({ ...report, generation: 2, error: 'wrong generation' });
+      if (i % 11 === 0) {
+        stale.push({ ...report, scope: { ...report.scope, namespace: 'other' }, error: 'scope' });
+      }
+    }
+    stale.push({ ...(fresh[0] as DeliveryReport), subscription_id: 'sub_batch_missing' });
+    const all = shuffled(
+      [...fresh.map((r) => ({ r, fresh: true })), ...stale.map((r) => ({ r, fresh: false }))],
+      46,
+    );
+    const t0 = await h.store.now();
+    const answered = await h.store.reportDeliveries(all.map((x) => x.r));
+    const t1 = await h.store.now();
+    expect(answered).toEqual(all.map((x) => x.fresh));
+
+    const after = await rows('batch_mx_');
+    // The one store time the statement used, found from any row it finished.
+    const times = new Set<number>();
+    for (const report of fresh) {
+      const row = after.get(report.subscription_id) as SubscriptionRow;
+      times.add(
+        row.state === 'due'
+          ? (row.next_attempt_at as number) - (report.next as { delay_ms: number }).delay_ms
+          : (row.finished_at as number),
+      );
+    }
+    expect(times.size).toBe(1);
+    const [now] = [...times] as [number];
+    expect(now).toBeGreaterThanOrEqual(t0);
+    expect(now).toBeLessThanOrEqual(t1);
+    for (const report of fresh) {
+      const was = before.get(report.subscription_id) as SubscriptionRow;
+      const clipped = {
+        ...report,
+        ...(report.error === undefined ? {} : { error: fitText(report.error, MESSAGE_MAX_BYTES) }),
+      };
+      const expected = reportDelivery(was, clipped, now);
+      expect(expected, report.subscription_id).toBeDefined();
+      expect(after.get(report.subscription_id), report.subscription_id).toEqual(expected);
+    }
+    // Rows at their last try reported due are exhausted, not due again.
+    const lastTries = fresh.filter((r) => r.attempt === COMPLETION_MAX_ATTEMPTS);
+    expect(lastTries.length).toBeGreaterThan(0);
+    for (const report of lastTries) {
+      if (report.next.state === 'due') {
+        expect(after.get(report.subscription_id)?.state).toBe('exhausted');
+      }
+    }
+    // The same reports again: every one stale now.
+    expect(await h.store.reportDeliveries(all.map((x) => x.r))).toEqual(all.map(() => false));
+    expect(await rows('batch_mx_')).toEqual(after);
+  });
+
+  it('a fresh report after its own stale copy in one call (the copy first) is applied once', async () => {
+    await seedDue('batch_dp_', 2);
+    const first = await h.store.leaseDeliveries(10, 1_000);
+    expect(first).toHaveLength(2);
+    h.advance(1_001);
+    const second = await h.store.leaseDeliveries(10, 60_000);
+    expect(second).toHaveLength(2);
+    const reportOf = (lease: CompletionLease, code: number): DeliveryReport => ({
+      scope: lease.scope,
+      subscription_id: lease.subscription_id,
+      generation: lease.generation,
+      attempt: lease.attempt,
+      next: { state: 'due', delay_ms: 5_000 },
+      status_code: code,
+      error: `try ${lease.attempt}`,
+    });
+    const byId = (ls: CompletionLease[], id: string) =>
+      ls.find((l) => l.subscription_id === id) as CompletionLease;
+    const [a, b] = [first[0]?.subscription_id, first[1]?.subscription_id] as [string, string];
+    const reports = [
+      reportOf(byId(first, a), 501),
+      reportOf(byId(second, a), 502),
+      reportOf(byId(second, b), 503),
+      reportOf(byId(first, b), 504),
+    ];
+    expect(await h.store.reportDeliveries(reports)).toEqual([false, true, true, false]);
+    const after = await rows('batch_dp_');
+    expect(after.get(a)).toMatchObject({ state: 'due', attempts: 2, last_status_code: 502 });
+    expect(after.get(b)).toMatchObject({ state: 'due', attempts: 2, last_status_code: 503 });
+  });
+
+  it('a call of far more than a window of reports (1 000) answers each', async () => {
+    await seedDue('batch_bg_', 1_000);
+    const leases: CompletionLease[] = [];
+    for (;;) {
+      const batch = await h.store.leaseDeliveries(100, 60_000);
+      if (batch.length === 0) break;
+      leases.push(...batch);
+    }
+    expect(leases).toHaveLength(1_000);
+    const reports = leases.map(
+      (lease, i): DeliveryReport => ({
+        scope: lease.scope,
+        subscription_id: lease.subscription_id,
+        generation: lease.generation,
+        attempt: i % 2 === 0 ? lease.attempt : lease.attempt + 1,
+        next: { state: 'delivered' },
+        status_code: 200 + (i % 100),
+      }),
+    );
+    const answered = await h.store.reportDeliveries(reports);
+    expect(answered).toEqual(reports.map((_, i) => i % 2 === 0));
+    const after = await rows('batch_bg_');
+    for (const [i, report] of reports.entries()) {
+      const row = after.get(report.subscription_id);
+      if (i % 2 === 0) {
+        expect(row).toMatchObject({ state: 'delivered', last_status_code: 200 + (i % 100) });
+      } else expect(row).toMatchObject({ state: 'delivering', last_status_code: null });
+    }
   });
 });
