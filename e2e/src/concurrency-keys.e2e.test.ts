@@ -579,7 +579,7 @@ it('a worker stopped with grace 0 hands its keyed tasks back; another replica’
   expect(await keyRows(P)).toEqual({ [key]: 0 });
 }, 90_000);
 
-it('heavy contention: 400 short tasks over 6 keys (limits 1..4) and unkeyed work, 4 workers of 32 slots on two replicas', async () => {
+it('heavy contention: 200 short tasks over 6 keys (limits 1..4) and unkeyed work, 4 workers of 32 slots on two replicas', async () => {
   const P = 'ck-heavy-';
   const queue = 'ck-heavy';
   const LIMITS: Record<string, number> = {};
@@ -609,8 +609,8 @@ it('heavy contention: 400 short tasks over 6 keys (limits 1..4) and unkeyed work
   const submits: Promise<void>[] = [];
   for (let b = 0; b < 4; b += 1) {
     const c = b % 2 === 0 ? ca : cb;
-    const items = Array.from({ length: 100 }, (_, j) => {
-      const i = b * 100 + j;
+    const items = Array.from({ length: 50 }, (_, j) => {
+      const i = b * 50 + j;
       const key = i % 7 === 6 ? null : (keys[i % keys.length] as string);
       return {
         queue,
