@@ -210,18 +210,25 @@ const SUPPLIED_MAX_CHARS = 512;
 // Application JSON is never quoted by the service: not walked for scrubbing.
 const APPLICATION_JSON_KEYS = new Set(['data', 'output', 'details']);
 
-/** Adds the short strings of a decoded command to `out`, skipping application JSON. */
+/**
+ * Adds the short strings of what a request supplied that a service message may quote to `out`:
+ * strings supplied as such (path parameters, query and header values) and, inside a decoded
+ * command, its identifiers (`*_id` fields: tasks, attempts, leases, sessions, operations), the
+ * only values service messages interpolate. A command's other strings (names, labels, keys) are
+ * never quoted, and a common word among them ("a", "worker") would otherwise scrub a precise
+ * message that merely contains it (review r47h).
+ */
 function collectStrings(value: unknown, out: string[]): void {
-  const stack: unknown[] = [value];
+  const stack: [value: unknown, quotable: boolean][] = [[value, true]];
   while (stack.length > 0) {
-    const current = stack.pop();
+    const [current, quotable] = stack.pop() as [unknown, boolean];
     if (typeof current === 'string') {
-      if (current.length <= SUPPLIED_MAX_CHARS) out.push(current);
+      if (quotable && current.length <= SUPPLIED_MAX_CHARS) out.push(current);
     } else if (Array.isArray(current)) {
-      for (const item of current) stack.push(item);
+      for (const item of current) stack.push([item, false]);
     } else if (typeof current === 'object' && current !== null) {
       for (const [key, item] of Object.entries(current)) {
-        if (!APPLICATION_JSON_KEYS.has(key)) stack.push(item);
+        if (!APPLICATION_JSON_KEYS.has(key)) stack.push([item, key.endsWith('_id')]);
       }
     }
   }

@@ -1,8 +1,24 @@
-import { ContractError } from '@ledgence/contracts';
+import {
+  ContractError,
+  MESSAGE_MAX_BYTES,
+  ProblemSchema,
+  parseWith,
+  utf8ByteLength,
+} from '@ledgence/contracts';
 import { describe, expect, it } from 'vitest';
 import { problemOf } from './problem.js';
 
 describe('problemOf', () => {
+  it('cuts a detail past MESSAGE_MAX_BYTES at a character, so the document is one by ProblemSchema (review r47h)', () => {
+    const message = `$.input.data${'["é\\u0001"]'.repeat(600)} is not a safe integer`;
+    expect(utf8ByteLength(message)).toBeGreaterThan(MESSAGE_MAX_BYTES);
+    const problem = problemOf(new ContractError('invalid_input', message));
+    expect(utf8ByteLength(problem.detail)).toBeLessThanOrEqual(MESSAGE_MAX_BYTES);
+    expect(problem.detail.endsWith('…')).toBe(true);
+    expect(message.startsWith(problem.detail.slice(0, -1))).toBe(true);
+    expect(parseWith(ProblemSchema, problem)).toEqual(problem);
+  });
+
   it('leaves out a path that quotes a string the request supplied', () => {
     const error = new ContractError('not_found', 'no such thing', {
       path: '$.input.labels.customer-4711',

@@ -8,6 +8,8 @@
 import {
   ContractError,
   type ErrorCode,
+  fitText,
+  MESSAGE_MAX_BYTES,
   PROBLEM_TYPE_BASE,
   type Problem,
   problemDocument,
@@ -101,10 +103,13 @@ export function wrapsBackendFailure(error: ContractError): boolean {
  * set.
  */
 export function problemOf(error: ContractError, context: ProblemContext = {}): Problem {
+  // Cut to the document's own limit (ProblemSchema): a decoder's message quoting a long JSON
+  // path can pass it, and a document the contracts refuse would fail a whole batch reply for a
+  // client reading it with them (review r47h).
   const detail =
     wrapsBackendFailure(error) || quotesInput(error.message, context.supplied)
       ? GENERIC_DETAILS[error.code]
-      : error.message;
+      : fitText(error.message, MESSAGE_MAX_BYTES);
   // `null`, not `undefined`: an omitted path argument means the error's own path.
   const path =
     error.path !== undefined && !quotesInput(error.path, context.supplied) ? error.path : null;
