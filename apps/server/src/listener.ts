@@ -85,6 +85,11 @@ export function createListeningServer(options: ListeningServerOptions): Server {
       typeof sent === 'string' ? sent : undefined,
     );
     const arrival = arrivalOf(request);
+    // An `Upgrade` the server does not take up (nothing here speaks another protocol): node:http
+    // serves the request as HTTP/1.1 but drops the bytes that came with its head and then reads
+    // the next bytes as a new request — the body of a request pipelined behind it would run as a
+    // request of its own (review r47c). Its reply closes the connection instead.
+    if (request.headers.upgrade !== undefined) response.setHeader('connection', 'close');
     // RFC 9112 §3.2: an HTTP/1.1 request without Host, or any with an empty Host or two, is a
     // 400. node:http answers the first bare and keeps the first of two Host lines, and
     // @hono/node-server would serve a missing or empty Host as if sent to `hostname`.
@@ -106,6 +111,9 @@ export function createListeningServer(options: ListeningServerOptions): Server {
     { requireHostHeader: false, maxHeaderSize: REQUEST_HEADER_MAX_BYTES },
     order.handle,
   );
+  // node:http keeps only the first 2 000 header lines in `rawHeaders`: a second Host line behind
+  // them went unseen (review r47c). The header block's size bounds the lines instead.
+  server.maxHeadersCount = 0;
   // RFC 9110 §10.1.1: node:http would invite the body (100 Continue) before the app could look at
   // the request; a body the app refuses by its declared length (413) would then be uploaded for
   // nothing. The invitation goes out when the app starts reading the body, and never once the
@@ -125,16 +133,7 @@ export function createListeningServer(options: ListeningServerOptions): Server {
     }
     // Made (and, for a request of its own, logged and counted) only when it is sent: a
     // connection closed without it answers nothing.
-    const reply = (refused: Answer) => {
-      const head = [
-        `HTTP/1.1 ${refused.status} ${STATUS_CODES[refused.status] ?? ''}`,
-        ...Object.entries(refused.headers).map(([name, value]) => `${name}: ${value}`),
-        `content-length: ${Buffer.byteLength(refused.body)}`,
-        'connection: close',
-      ];
-      if (socket.writable) socket.end(`${head.join('\r\n')}\r\n\r\n${refused.body}`);
-      else socket.destroy();
-    };
+    const reply = (refused: Answer) => endWith(socket, refused);
     const last = order.last(socket);
     if (last !== undefined && !last.request.complete) {
       // The bytes refused are the body of the last request handed over: the refusal is its
@@ -151,6 +150,11 @@ export function createListeningServer(options: ListeningServerOptions): Server {
     const ahead = order.answered(socket);
     if (ahead === undefined) reply(refusal(parserRefusal(error)));
     else void ahead.then(() => reply(refusal(parserRefusal(error))));
+  });
+  // node:http closes a CONNECT's connection without a word when nothing listens here; it is a
+  // refusal like any other (review r47c): answered, logged and counted.
+  server.on('connect', (request: IncomingMessage, socket: Duplex) => {
+    endWith(socket, refusal(connectRefusal(arrivalOf(request))));
   });
   // Node answers an `Expect` other than 100-continue with a bare 417 when nothing listens here.
   server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
@@ -380,6 +384,31 @@ function expectationRefusal(arrival: Arrival): Refusal {
     { reason: 'expectation_failed' },
   );
   return { error: refused, detail: 'Expectation failed', arrival };
+}
+
+/**
+ * A `CONNECT` (a tunnel to the authority it names): `invalid_input` (400, reason
+ * `malformed_request`); the server is no proxy.
+ */
+function connectRefusal(arrival: Arrival): Refusal {
+  const refused = new ContractError(
+    'invalid_input',
+    'CONNECT is not served: this server is not a proxy',
+    { reason: 'malformed_request' },
+  );
+  return { error: refused, detail: 'CONNECT', arrival };
+}
+
+/** Writes a refusal on a connection node:http has let go of (no response object), and ends it. */
+function endWith(socket: Duplex, refused: Answer): void {
+  const head = [
+    `HTTP/1.1 ${refused.status} ${STATUS_CODES[refused.status] ?? ''}`,
+    ...Object.entries(refused.headers).map(([name, value]) => `${name}: ${value}`),
+    `content-length: ${Buffer.byteLength(refused.body)}`,
+    'connection: close',
+  ];
+  if (socket.writable) socket.end(`${head.join('\r\n')}\r\n\r\n${refused.body}`);
+  else socket.destroy();
 }
 
 /** Sends a refusal made after node:http parsed the request, and closes the connection. */
