@@ -113,10 +113,11 @@ export function keyedServer(prefix: string, env: Record<string, string>): KeyedS
       const headers: Record<string, string> = { ...request.headers };
       if (request.key !== undefined) headers.authorization = `Bearer ${request.key}`;
       const chunked = request.chunkBytes !== undefined;
+      // Bytes, not a string: node:http writes a string body in one go with the header block,
+      // encoded as UTF-8 — header values meant as latin1 bytes would then be encoded twice.
+      const body = request.body === undefined ? undefined : Buffer.from(request.body);
       if (chunked) headers['transfer-encoding'] = 'chunked';
-      else if (request.body !== undefined) {
-        headers['content-length'] = String(Buffer.byteLength(request.body));
-      }
+      else if (body !== undefined) headers['content-length'] = String(body.length);
       return new Promise((resolve, reject) => {
         const req = httpRequest(
           {
@@ -141,11 +142,10 @@ export function keyedServer(prefix: string, env: Record<string, string>): KeyedS
           },
         );
         req.on('error', reject);
-        if (!chunked || request.body === undefined) {
-          req.end(request.body);
+        if (!chunked || body === undefined) {
+          req.end(body);
           return;
         }
-        const body = Buffer.from(request.body);
         const step = request.chunkBytes ?? body.length;
         (async () => {
           for (let at = 0; at < body.length; at += step) {
