@@ -176,6 +176,11 @@ export class Client {
    * run's first is a warning, then one a minute (debug else), and the first success says so.
    */
   readonly #failures = failureRun();
+  /**
+   * The run of batch items answered `unavailable` and sent again: apart from the requests' own,
+   * whose run a reply carrying such items ends (review r48a: a warning per retry before).
+   */
+  readonly #itemFailures = failureRun();
   readonly #retries: number;
   readonly #backoff: BackoffPolicy;
 
@@ -297,15 +302,22 @@ export class Client {
           answers[index] = item as TaskSnapshot;
         }
       }
+      if (again.length === 0)
+        logRecovered(this.#logger, this.#itemFailures, 'batch items work again');
       if (again.length === 0 || failures >= this.#retries || options.signal?.aborted) {
         return answers;
       }
       const delay = backoffDelay(failures + 1, this.#backoff);
-      this.#logger.warn('batch items unavailable; retrying them', {
-        path: `${this.#scopePath}/tasks:batch`,
-        items: again.length,
-        delay_ms: delay,
-      });
+      logRetriedFailure(
+        this.#logger,
+        this.#itemFailures,
+        'batch items unavailable; retrying them',
+        {
+          path: `${this.#scopePath}/tasks:batch`,
+          items: again.length,
+          delay_ms: delay,
+        },
+      );
       const slept = await sleep(delay, options.signal).then(
         () => true,
         () => false,

@@ -326,6 +326,11 @@ describe('settle retry policy', () => {
     expect(classifySettleError(problemErrorOf('payload_too_large'), 1)).toBe('definitive');
     expect(classifySettleError(problemErrorOf('payload_too_large'))).toBe('definitive');
     expect(classifySettleError(problemErrorOf('invalid_input'), 2)).toBe('definitive');
+    // A gateway's own 413 page (no problem document) is as much a size refusal (review r48a).
+    const gateway413 = new ProtocolError('the server answered 413', { status: 413 });
+    expect(classifySettleError(gateway413, 2)).toBe('split');
+    expect(classifySettleError(gateway413, 1)).toBe('definitive');
+    expect(classifySettleError(new ProtocolError('x', { status: 400 }), 2)).toBe('definitive');
   });
 
   it('backs off exponentially with jitter between half the ceiling and the ceiling', () => {

@@ -32,7 +32,7 @@ import {
   validateSettleCommand,
   type ApplicationError as WireApplicationError,
 } from '@ledgence/contracts';
-import { ApplicationError, ProblemError, TransportError } from './errors.js';
+import { ApplicationError, ProblemError, ProtocolError, TransportError } from './errors.js';
 
 const OPERATION_PREFIX = 'settle:';
 
@@ -337,8 +337,12 @@ export type SettleFailure = 'retry' | 'split' | 'definitive';
 export function classifySettleError(error: unknown, settlements = 1): SettleFailure {
   if (error instanceof TransportError) return 'retry';
   if (error instanceof ProblemError && error.code === 'unavailable') return 'retry';
-  if (error instanceof ProblemError && error.code === 'payload_too_large' && settlements > 1) {
-    return 'split';
-  }
+  // A body refused for its size — by the server, or by a gateway in front of it with a page of
+  // its own (nginx's 1 MiB default; review r48a) — loses none of its settlements: each is sent
+  // again alone, and only one too large alone is definitive.
+  const tooLarge =
+    (error instanceof ProblemError && error.code === 'payload_too_large') ||
+    (error instanceof ProtocolError && error.status === 413);
+  if (tooLarge && settlements > 1) return 'split';
   return 'definitive';
 }

@@ -212,7 +212,7 @@ export class TaskAbortedError extends LedgenceError {
 }
 
 /** The loops that retry through an outage, named as their log lines begin. */
-type RetryingLoop = 'opening a session' | 'acquire' | 'renewal';
+type RetryingLoop = 'opening a session' | 'acquire' | 'renewal' | 'confirming quiescence';
 
 const ABORT_MESSAGES: Record<AbortCause, string> = {
   cancelled: 'the task was cancelled',
@@ -411,6 +411,9 @@ export class Worker {
     'opening a session': failureRun(),
     acquire: failureRun(),
     renewal: failureRun(),
+    // Each unconfirmed task retries its own confirmation through an outage (review r48a: a
+    // warning per retry and per task before).
+    'confirming quiescence': failureRun(),
   };
 
   #state: State = 'new';
@@ -1299,14 +1302,15 @@ export class Worker {
     for (let failures = 1; ; failures += 1) {
       try {
         await this.#api.confirmQuiescence(held.lease.owner);
+        this.#loopSucceeded('confirming quiescence');
         return;
       } catch (error) {
-        const retrying = isRetryable(error);
-        this.#logger.warn(
-          retrying ? 'confirming quiescence failed; retrying' : 'confirming quiescence failed',
-          { attempt_id: held.lease.owner.attempt_id, ...errorFields(error) },
-        );
-        if (!retrying) return;
+        const fields = { attempt_id: held.lease.owner.attempt_id, ...errorFields(error) };
+        if (!isRetryable(error)) {
+          this.#logger.warn('confirming quiescence failed', fields);
+          return;
+        }
+        this.#loopFailed('confirming quiescence', fields);
         // Unreferenced: a stopped worker's process may exit meanwhile; the server then releases
         // the task at its authority deadline, as if the process had died.
         const delay = retryDelay(failures, error, this.#backoff);
