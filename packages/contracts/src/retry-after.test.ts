@@ -32,4 +32,20 @@ describe('parseRetryAfterMs', () => {
       expect(parseRetryAfterMs(value, now, CAP)).toBeUndefined();
     }
   });
+
+  it('reads a date only in one of the three forms whole, not whatever Date.parse takes (found by review r48b)', () => {
+    // V8 reads each of these as a date; as a wait they were up to the cap (an hour for the sender).
+    for (const value of [
+      'Fri x 2027',
+      'Sun 2030',
+      'Thu, 01 Jan 2026 00:10:00 +0500',
+      'Wed, 21 Oct 2015 07:28:00',
+      'Wed, 21 Oct 2015 07:28:00 GMT trailing',
+      'Wednesday, 21 Oct 2015 07:28:00 GMT',
+      'Wed Oct 21 07:28:00 2015 GMT',
+    ]) {
+      expect(parseRetryAfterMs(value, now, CAP), value).toBeUndefined();
+    }
+    expect(parseRetryAfterMs('Wed Oct  1 07:28:00 2015', now, CAP)).toBe(0);
+  });
 });

@@ -4,9 +4,23 @@
  * Here because both depend on this package and neither may depend on the other.
  */
 
-// delay-seconds is 1*DIGIT; an HTTP-date starts with a day name.
+// delay-seconds is 1*DIGIT. An HTTP-date is one of RFC 9110 §5.6.7's three forms, matched whole:
+// Date.parse alone is lenient ("Fri x 2027" is a date to V8, and a "+0500" offset on a form that
+// is always GMT is dropped), and a garbage value read as a date delayed a retry by up to the cap
+// (review r48b).
 const DELAY_SECONDS = /^\d+$/;
-const HTTP_DATE = /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,? /;
+const MONTH = '(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)';
+const TIME = '\\d{2}:\\d{2}:\\d{2}';
+const HTTP_DATE = new RegExp(
+  [
+    // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
+    `^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), \\d{2} ${MONTH} \\d{4} ${TIME} GMT$`,
+    // obsolete RFC 850: Sunday, 06-Nov-94 08:49:37 GMT
+    `^(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day, \\d{2}-${MONTH}-\\d{2} ${TIME} GMT$`,
+    // obsolete asctime: Sun Nov  6 08:49:37 1994
+    `^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ${MONTH} (?: \\d|\\d{2}) ${TIME} \\d{4}$`,
+  ].join('|'),
+);
 
 /**
  * The delay a `Retry-After` value asks for, in ms from `nowMs`: delay-seconds or an HTTP-date
