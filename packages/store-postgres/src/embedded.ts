@@ -289,6 +289,7 @@ export async function startEmbeddedPostgres(
   const passwords = await readPasswords(dataDir);
 
   const postgresFlags = serverFlags(durability, options.settings ?? {});
+  let repaired = false;
   for (let attempt = 1; ; attempt++) {
     const port = fixedPort ?? (await findFreePort());
     const mark = log.mark();
@@ -340,6 +341,21 @@ export async function startEmbeddedPostgres(
       // Children of a killed postmaster notice its death and detach within moments.
       await sleep(500 * attempt);
       continue;
+    }
+    if (/Permission denied/.test(text)) {
+      // As root, a file inside the folder may be another user's (restored or edited as root):
+      // the folder is handed to the server's user whole, once. Otherwise the folder's data is
+      // whole and only unreachable: never "delete it" (review r48d).
+      if (owner !== undefined && !repaired && retriable) {
+        await chownTree(dataDir, owner);
+        repaired = true;
+        continue;
+      }
+      throw new EmbeddedPostgresError(
+        'permission',
+        `PostgreSQL cannot reach its data folder ${dataDir}: permission denied. Its last log ` +
+          `lines:\n${lastLines(lines)}\nKeep the folder — its data is whole. ${rootHint(dirname(dataDir))}`,
+      );
     }
     const portTaken = fixedPort !== undefined && /could not (bind|create any TCP)/i.test(text);
     throw new EmbeddedPostgresError(
@@ -796,11 +812,30 @@ async function checkMajorVersion(dataDir: string, binaries: string): Promise<voi
   );
 }
 
+/**
+ * Whether `dataDir` holds a cluster. Only a missing `PG_VERSION` says no: a folder this process
+ * may not read (another user's, mode 0700, as every cluster is) was taken for an empty one, and
+ * an initdb beside it then failed on a rename (review r48d).
+ */
 async function isCluster(dataDir: string): Promise<boolean> {
-  return stat(join(dataDir, 'PG_VERSION')).then(
-    () => true,
-    () => false,
-  );
+  try {
+    await stat(join(dataDir, 'PG_VERSION'));
+    return true;
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR') return false;
+    const uid = process.getuid?.();
+    const info = await stat(dataDir).catch(() => undefined);
+    throw new EmbeddedPostgresError(
+      'permission',
+      info !== undefined && uid !== undefined && info.uid !== uid
+        ? `${dataDir} belongs to uid ${info.uid}, and this process (uid ${uid}) cannot read it; ` +
+            'PostgreSQL would run as this user and must own its data folder. Use another ' +
+            'folder, or chown -R it to this user.'
+        : `${dataDir} cannot be read by this process (${String(code)}). ${rootHint(dirname(dataDir))}`,
+      { cause: error },
+    );
+  }
 }
 
 /**
