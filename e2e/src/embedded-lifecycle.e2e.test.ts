@@ -23,6 +23,8 @@ import { basename, dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { sourceArgs } from './server-process.js';
 
+/** Whether this process may chown folders and run processes as other users. */
+const AS_ROOT = process.getuid?.() === 0;
 const root = join(dirname(new URL(import.meta.url).pathname), '..', '..');
 const main = join(root, 'apps', 'server', 'src', 'main.ts');
 
@@ -294,53 +296,68 @@ describe('a data folder the server cannot use: exit 1, a message saying what to 
     expect(statSync(dataDir).mode & 0o777).toBe(0o700);
   }, 60_000);
 
-  it('an initialised cluster under a parent folder the server OS user cannot enter: says so, and does not advise deleting the whole folder', async () => {
-    // As root the embedded PostgreSQL runs as `postgres`; a folder under a 0700 parent (e.g.
-    // /root/…) initialised elsewhere, then moved there. initdb of a fresh folder there explains
-    // it (`chmod o+x`); a start of an existing one must not tell the operator to delete it.
-    const dataDir = initialisedFolder();
-    chmodSync(dirname(dataDir), 0o700);
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
-    const code = await run.exited;
-    const stderr = run.stderr();
-    expect(code, stderr).toBe(1);
-    expect(postgresIn(dataDir)).toEqual([]);
-    expect(stderr, 'names the permission problem and its fix').toMatch(/permission|chmod|enter/i);
-    expect(stderr, 'the data is whole: deleting it is not the remedy').not.toMatch(/delete it/i);
-    expect(existsSync(join(dataDir, 'PG_VERSION'))).toBe(true);
-  }, 60_000);
+  // Root only: it hands folders and processes to other OS users (these machines run as root).
+  it.runIf(AS_ROOT)(
+    'an initialised cluster under a parent folder the server OS user cannot enter: says so, and does not advise deleting the whole folder',
+    async () => {
+      // As root the embedded PostgreSQL runs as `postgres`; a folder under a 0700 parent (e.g.
+      // /root/…) initialised elsewhere, then moved there. initdb of a fresh folder there explains
+      // it (`chmod o+x`); a start of an existing one must not tell the operator to delete it.
+      const dataDir = initialisedFolder();
+      chmodSync(dirname(dataDir), 0o700);
+      const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+      const code = await run.exited;
+      const stderr = run.stderr();
+      expect(code, stderr).toBe(1);
+      expect(postgresIn(dataDir)).toEqual([]);
+      expect(stderr, 'names the permission problem and its fix').toMatch(/permission|chmod|enter/i);
+      expect(stderr, 'the data is whole: deleting it is not the remedy').not.toMatch(/delete it/i);
+      expect(existsSync(join(dataDir, 'PG_VERSION'))).toBe(true);
+    },
+    60_000,
+  );
 
-  it('an initialised cluster with a file owned by another user inside: handed to the server user whole, and served', async () => {
-    // The folder itself is the server user's, so takeOwnership does not chown it; one file in
-    // it is root's (restored or edited as root).
-    const dataDir = initialisedFolder();
-    const control = join(dataDir, 'global', 'pg_control');
-    chownSync(control, 0, 0);
-    chmodSync(control, 0o600);
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
-    // As root the folder is handed to the server's user whole once PostgreSQL says permission
-    // denied (takeOwnership's promise for a folder "from a copy, a backup"), and it serves.
-    expect(await run.listening, run.stderr()).toBe(true);
-    expect(statSync(control).uid).toBe(statSync(dataDir).uid);
-  }, 60_000);
+  // Root only: it hands folders and processes to other OS users (these machines run as root).
+  it.runIf(AS_ROOT)(
+    'an initialised cluster with a file owned by another user inside: handed to the server user whole, and served',
+    async () => {
+      // The folder itself is the server user's, so takeOwnership does not chown it; one file in
+      // it is root's (restored or edited as root).
+      const dataDir = initialisedFolder();
+      const control = join(dataDir, 'global', 'pg_control');
+      chownSync(control, 0, 0);
+      chmodSync(control, 0o600);
+      const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+      // As root the folder is handed to the server's user whole once PostgreSQL says permission
+      // denied (takeOwnership's promise for a folder "from a copy, a backup"), and it serves.
+      expect(await run.listening, run.stderr()).toBe(true);
+      expect(statSync(control).uid).toBe(statSync(dataDir).uid);
+    },
+    60_000,
+  );
 
-  it('a cluster owned by another OS user, run as a non-root user: says who owns it and to chown it (never initdb over it)', async () => {
-    // takeOwnership's JSDoc: "otherwise say plainly that another user owns it" ("belongs to uid
-    // N … chown -R it to this user"). Here: a folder a root run made (owned by `postgres`) in a
-    // /tmp-like parent (1777), then started as an ordinary user (nobody).
-    const dataDir = initialisedFolder();
-    chmodSync(dirname(dataDir), 0o1777);
-    const owner = statSync(dataDir).uid;
-    expect(owner).not.toBe(65534);
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir, HOME: '/tmp' }, false, {
-      uid: 65534,
-      gid: 65534,
-    });
-    const code = await run.exited;
-    const stderr = run.stderr();
-    expect(code, stderr).toBe(1);
-    expect(stderr).toContain(`belongs to uid ${owner}`);
-    expect(stderr).toMatch(/chown/);
-    expect(readdirSync(dirname(dataDir)), 'no initdb staging left').toEqual(['pg']);
-  }, 60_000);
+  // Root only: it hands folders and processes to other OS users (these machines run as root).
+  it.runIf(AS_ROOT)(
+    'a cluster owned by another OS user, run as a non-root user: says who owns it and to chown it (never initdb over it)',
+    async () => {
+      // takeOwnership's JSDoc: "otherwise say plainly that another user owns it" ("belongs to uid
+      // N … chown -R it to this user"). Here: a folder a root run made (owned by `postgres`) in a
+      // /tmp-like parent (1777), then started as an ordinary user (nobody).
+      const dataDir = initialisedFolder();
+      chmodSync(dirname(dataDir), 0o1777);
+      const owner = statSync(dataDir).uid;
+      expect(owner).not.toBe(65534);
+      const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir, HOME: '/tmp' }, false, {
+        uid: 65534,
+        gid: 65534,
+      });
+      const code = await run.exited;
+      const stderr = run.stderr();
+      expect(code, stderr).toBe(1);
+      expect(stderr).toContain(`belongs to uid ${owner}`);
+      expect(stderr).toMatch(/chown/);
+      expect(readdirSync(dirname(dataDir)), 'no initdb staging left').toEqual(['pg']);
+    },
+    60_000,
+  );
 });
