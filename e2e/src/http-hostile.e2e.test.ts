@@ -121,6 +121,25 @@ describe('CONNECT (README: every refusal is a problem document with a request_id
     expect(reply?.status).toBeGreaterThanOrEqual(400);
     expect(reply?.status).toBeLessThan(500);
   });
+
+  it('pipelined behind a submit, is answered after the submit’s own reply (found by review r49a)', async () => {
+    // README: "Requests pipelined on one connection are served one after another, in order";
+    // written at once, the CONNECT's 400 was the only answer and the created task went untold.
+    const key = 'hx-submit-before-connect';
+    const body = JSON.stringify(taskBody(key, 'hx-connect-q'));
+    const c = await openConnection();
+    c.socket.write(
+      `POST ${TASKS} HTTP/1.1\r\n${H}${J}X-Request-Id: hx-submit\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}` +
+        `CONNECT 127.0.0.1:80 HTTP/1.1\r\n${H}X-Request-Id: hx-connect-2\r\n\r\n`,
+    );
+    await sleep(1_500);
+    c.socket.destroy();
+    const replies = repliesIn(c.text()).map((r) => `${r.status} ${requestIdOf(r.head)}`);
+    expect({ created: await tasksWithKey(key), replies }).toEqual({
+      created: 1,
+      replies: ['201 hx-submit', '400 hx-connect-2'],
+    });
+  });
 });
 
 describe('very many header lines (README: 400 for a request with two Host lines)', () => {

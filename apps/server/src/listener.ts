@@ -154,7 +154,19 @@ export function createListeningServer(options: ListeningServerOptions): Server {
   // node:http closes a CONNECT's connection without a word when nothing listens here; it is a
   // refusal like any other (review r47c): answered, logged and counted.
   server.on('connect', (request: IncomingMessage, socket: Duplex) => {
-    endWith(socket, refusal(connectRefusal(arrivalOf(request))));
+    const arrival = arrivalOf(request);
+    const answer = () => {
+      endWith(socket, refusal(connectRefusal(arrival)));
+      // node:http has let go of this connection: no keep-alive timeout or closeAllConnections
+      // ends it any more, so it ends with the reply, whether or not the client closes its side
+      // (review r49a: held open past the 5 s keep-alive timeout, and through a stop).
+      socket.once('finish', () => socket.destroy());
+    };
+    // Behind requests pipelined before it, as any refusal of a request of its own: written at
+    // once, it would be read as the answer to the first of them (review r49a).
+    const ahead = order.answered(socket);
+    if (ahead === undefined) answer();
+    else void ahead.then(answer);
   });
   // Node answers an `Expect` other than 100-continue with a bare 417 when nothing listens here.
   server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => {
