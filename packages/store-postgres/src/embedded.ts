@@ -15,6 +15,7 @@ import { existsSync, lchownSync, writeFileSync } from 'node:fs';
 import {
   chmod,
   lchown,
+  lstat,
   mkdir,
   open,
   readdir,
@@ -237,7 +238,7 @@ function stopLiveServersOnExit(child: ChildProcess): void {
 export async function startEmbeddedPostgres(
   options: EmbeddedPostgresOptions,
 ): Promise<EmbeddedPostgres> {
-  const dataDir = resolve(options.dataDir);
+  const dataDir = await dataFolder(resolve(options.dataDir));
   const fixedPort = options.port === undefined || options.port === 0 ? undefined : options.port;
   if (
     fixedPort !== undefined &&
@@ -810,6 +811,42 @@ async function checkMajorVersion(dataDir: string, binaries: string): Promise<voi
       `or upgrade the folder to PostgreSQL ${running} (pg_upgrade, or pg_dump with the old ` +
       'release and restore), or use another folder.',
   );
+}
+
+/**
+ * The data folder to use for `path`: a missing one as it is (it is made), a symbolic link to a
+ * folder as the folder it names — initdb's rename into place and the ownership handed over as
+ * root act on the folder, not on the link, which stays — and anything else refused (review r49a:
+ * a file or a dangling link got a wasted initdb and a raw ENOTDIR; a link to a cluster restored
+ * as root had the link chowned, not the folder).
+ */
+async function dataFolder(path: string): Promise<string> {
+  const info = await lstat(path).catch((error: NodeJS.ErrnoException) => {
+    if (error.code === 'ENOENT') return undefined;
+    throw error;
+  });
+  if (info === undefined) return path;
+  let real = path;
+  if (info.isSymbolicLink()) {
+    try {
+      real = await realpath(path);
+    } catch {
+      const target = await readlink(path).catch(() => '?');
+      throw new EmbeddedPostgresError(
+        'data_dir_invalid',
+        `${path} is a symbolic link to ${target}, which does not exist: create that folder (or ` +
+          'mount what should be there), or point the link elsewhere.',
+      );
+    }
+  }
+  if (!(await stat(real)).isDirectory()) {
+    throw new EmbeddedPostgresError(
+      'data_dir_invalid',
+      `${path} is not a folder: the data folder must be a folder (missing, empty, or holding ` +
+        'a cluster). Choose another path.',
+    );
+  }
+  return real;
 }
 
 /**
