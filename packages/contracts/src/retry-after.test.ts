@@ -49,3 +49,35 @@ describe('parseRetryAfterMs', () => {
     expect(parseRetryAfterMs('Wed Oct  1 07:28:00 2015', now, CAP)).toBe(0);
   });
 });
+
+describe('parseRetryAfterMs: the three date forms of one instant (review r49a)', () => {
+  const CAP_HOUR = 3_600_000;
+  const now = Date.UTC(2026, 0, 1, 0, 0, 0);
+  it('reads each form of one instant alike, asctime with a one-digit day and RFC 850 with a two-digit year', () => {
+    const at = Date.UTC(2026, 0, 1, 0, 10, 0);
+    for (const value of [
+      'Thu, 01 Jan 2026 00:10:00 GMT',
+      'Thursday, 01-Jan-26 00:10:00 GMT',
+      'Thu Jan  1 00:10:00 2026',
+      '  Thu Jan  1 00:10:00 2026 ',
+    ]) {
+      expect(parseRetryAfterMs(value, now, CAP_HOUR), value).toBe(at - now);
+    }
+    expect(parseRetryAfterMs('Wed Dec 31 23:00:00 2025', now, CAP_HOUR)).toBe(0);
+    expect(parseRetryAfterMs('Sat, 31 Jan 2026 00:00:00 GMT', now, CAP_HOUR)).toBe(CAP_HOUR);
+  });
+
+  it('reads asctime as GMT whatever the local zone, and refuses impossible fields', () => {
+    expect(parseRetryAfterMs('Thu Jan 01 00:00:30 2026', now, CAP_HOUR)).toBe(30_000);
+    for (const value of [
+      'Thu, 00 Jan 2026 00:10:00 GMT',
+      'Thu, 1 Jan 2026 00:10:00 GMT',
+      'Thu Jan 1 00:10:00 2026',
+      'Thu, 01 jan 2026 00:10:00 GMT',
+      'Thu, 01 Jan 2026 00:10:00 gmt',
+      'Thursday, 01-Jan-2026 00:10:00 GMT',
+    ]) {
+      expect(parseRetryAfterMs(value, now, CAP_HOUR), value).toBeUndefined();
+    }
+  });
+});
