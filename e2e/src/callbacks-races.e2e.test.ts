@@ -20,7 +20,7 @@ import {
   until,
 } from './test/harness.js';
 import { type Receiver, startReceiver } from './test/receiver.js';
-import { call, claimNext, settleBody, TASKS_BASE } from './test/wire.js';
+import { call, callUntilServed, claimNext, settleBody, TASKS_BASE } from './test/wire.js';
 
 const SECRET = `whsec_${Buffer.alloc(32, 45).toString('base64')}`;
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
@@ -241,7 +241,7 @@ describe('cancel and settle racing lease expiry and recovery', () => {
         if (assignment === undefined) return;
         const id = assignment.lease.owner.task_id;
         await sleep(500 + (i % 16) * 50);
-        const cancel = call<{ task_state: string }>(
+        const cancel = callUntilServed<{ task_state: string }>(
           i % 2 ? b.url : a.url,
           `${TASKS_BASE}/tasks/${id}/cancel`,
           {},
@@ -249,7 +249,7 @@ describe('cancel and settle racing lease expiry and recovery', () => {
         const work: Promise<unknown>[] = [cancel];
         if (i % 3 === 0) {
           work.push(
-            call<Record<string, unknown>>(
+            callUntilServed<Record<string, unknown>>(
               i % 2 ? a.url : b.url,
               '/v1/worker/settle',
               settleBody(assignment, { kind: 'success', output: { i } }),
@@ -311,7 +311,7 @@ describe('redeliver racing in-flight tries, through both replicas', () => {
           // Two copies of the same request at once, one through each replica.
           const replies = await Promise.all(
             [a.url, b.url].map((url) =>
-              call<CompletionSubscription & { code?: string; reason?: string }>(
+              callUntilServed<CompletionSubscription & { code?: string; reason?: string }>(
                 url,
                 `${TASKS_BASE}/completion-subscriptions/${s.id}/redeliver`,
                 { generation: g },
@@ -371,7 +371,7 @@ describe('subscribes racing a cancel of the queued task and each other, through 
           // Each key sent twice, once through each replica.
           for (const url of [a.url, b.url]) {
             calls.push(
-              call<CompletionSubscription & { code?: string; reason?: string }>(
+              callUntilServed<CompletionSubscription & { code?: string; reason?: string }>(
                 url,
                 `${TASKS_BASE}/tasks/${id}/completion-subscriptions`,
                 { subscription_key: `key-${k}`, destination: 'billing' },
@@ -388,7 +388,7 @@ describe('subscribes racing a cancel of the queued task and each other, through 
           }
           if (k === t % 20) {
             calls.push(
-              call<{ task_state: string }>(
+              callUntilServed<{ task_state: string }>(
                 t % 2 ? a.url : b.url,
                 `${TASKS_BASE}/tasks/${id}/cancel`,
                 {},

@@ -4,8 +4,8 @@
  * http-edge.e2e, edge-host.e2e and error-contract.int do not: request smuggling shapes followed by
  * a pipelined request, odd-but-valid framings that must not desynchronise a kept-alive
  * connection, request ids of pipelined replies, `Connection: close` and HTTP/1.0, absolute-form
- * targets, `Upgrade`/`CONNECT`, very many header lines, a client that never reads, and a client
- * that trickles its headers past node's headers timeout (README 'HTTP/1.1 at the edge').
+ * targets, `Upgrade`/`CONNECT`, very many header lines, and a client that never reads (README
+ * 'HTTP/1.1 at the edge'). Headers trickled past node's 60 s are left out: the case takes 85 s.
  */
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
@@ -393,30 +393,4 @@ describe('a client that never reads its replies (backpressure)', () => {
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
     socket.destroy();
   }, 60_000);
-});
-
-describe("a client that trickles its headers (README: node's limit, headers within 60 s)", () => {
-  it('is cut with one 400 problem document (reason request_timeout), the connection closed, and logged once', async () => {
-    const c = await openConnection();
-    const head = `GET /healthz HTTP/1.1\r\n${H}`;
-    c.socket.write(head);
-    // One header line every 2 s, never finishing the block: node checks its timeouts every 30 s.
-    for (let i = 0; i < 60 && !c.closed(); i++) {
-      c.socket.write(`x-slow-${i}: 1\r\n`);
-      await sleep(2_000);
-    }
-    await sleep(300);
-    const replies = repliesIn(c.text());
-    expect(c.closed()).toBe(true);
-    expect(replies.map((r) => r.status)).toEqual([400]);
-    expect(JSON.parse(replies[0]?.body ?? '{}').reason).toBe('request_timeout');
-    const id = requestIdOf(replies[0]?.head ?? '');
-    const logged = server
-      .stdout()
-      .split('\n')
-      .filter((line) => line.includes('"msg":"request"') && line.includes(`"request_id":"${id}"`));
-    expect(logged).toHaveLength(1);
-    expect(logged[0]).toContain('"reason":"request_timeout"');
-    c.socket.destroy();
-  }, 150_000);
 });

@@ -5,6 +5,7 @@
  * returned as it came (status and body), so a test asserts on exactly what the server said.
  */
 import { connect } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { AcquireReply, Assignment } from '@ledgence/contracts';
 import { NAMESPACE, TENANT } from './harness.js';
 
@@ -57,6 +58,25 @@ export async function call<T>(
     // Not JSON (a proxy's or the runtime's own error page): the test sees the text.
   }
   return { status: response.status, headers: response.headers, body: parsed as T };
+}
+
+/**
+ * {@link call} sent again while the server answers `503 unavailable`, as a client retries it: a
+ * burst of hundreds of requests beside other suites can wait out the server's 5 s for a pool
+ * connection. Only for requests that are replay-safe (every route's are, by key or sequence).
+ */
+export async function callUntilServed<T>(
+  url: string,
+  path: string,
+  body?: unknown,
+  tries = 20,
+): Promise<WireReply<T>> {
+  for (let attempt = 1; ; attempt++) {
+    const reply = await call<T>(url, path, body);
+    const code = (reply.body as { code?: unknown } | undefined)?.code;
+    if (reply.status !== 503 || code !== 'unavailable' || attempt >= tries) return reply;
+    await sleep(50 * attempt);
+  }
 }
 
 /** A submit command for a no-op task of `queue`; `extra` adds to (or overrides) its input. */
