@@ -579,64 +579,6 @@ it('a worker stopped with grace 0 hands its keyed tasks back; another replica’
   expect(await keyRows(P)).toEqual({ [key]: 0 });
 }, 90_000);
 
-it('heavy contention: 200 short tasks over 6 keys (limits 1..4) and unkeyed work, 4 workers of 32 slots on two replicas', async () => {
-  const P = 'ck-heavy-';
-  const queue = 'ck-heavy';
-  const LIMITS: Record<string, number> = {};
-  for (let i = 0; i < 6; i += 1) LIMITS[`${P}k${i}`] = 1 + (i % 4);
-  const keys = Object.keys(LIMITS);
-  const counter = new Counter();
-  const ca = client(pair.a.url);
-  const cb = client(pair.b.url);
-  const watch = monitor(P);
-  const handler = async (raw: unknown, ctx: { attempt: number }) => {
-    const d = raw as { key: string | null; i: number };
-    const k = d.key ?? '(none)';
-    counter.enter(k);
-    try {
-      await sleep(2 + (d.i % 7) * 2);
-      if (d.i % 11 === 0 && ctx.attempt === 1) throw new Error('crash once');
-      if (d.i % 13 === 0 && ctx.attempt === 1) throw new ApplicationError('again', 'once');
-      return null;
-    } finally {
-      counter.leave(k);
-    }
-  };
-  for (const url of [pair.a.url, pair.b.url, pair.a.url, pair.b.url]) {
-    void worker(url, queue, 32).register('heavy', handler).run();
-  }
-  const ids: string[] = [];
-  const submits: Promise<void>[] = [];
-  for (let b = 0; b < 4; b += 1) {
-    const c = b % 2 === 0 ? ca : cb;
-    const items = Array.from({ length: 50 }, (_, j) => {
-      const i = b * 50 + j;
-      const key = i % 7 === 6 ? null : (keys[i % keys.length] as string);
-      return {
-        queue,
-        program: 'heavy',
-        data: { key, i },
-        priority: (i % 3) - 1,
-        retry: { max_attempts: 3, delay_ms: 0 },
-        ...(key === null ? {} : { concurrency_key: key, concurrency_limit: LIMITS[key] }),
-      };
-    });
-    submits.push(
-      c.submitBatch(items).then((r) => {
-        ids.push(...idsOf(r));
-      }),
-    );
-  }
-  await Promise.all(submits);
-  const results = await settled(ca, ids, 170_000);
-  expect(results.filter((r) => r.outcome.state !== 'succeeded')).toEqual([]);
-  expect(await watch.stop()).toEqual([]);
-  for (const [key, limit] of Object.entries(LIMITS)) {
-    expect(counter.most.get(key) ?? 0, key).toBeLessThanOrEqual(limit);
-  }
-  for (const [key, active] of Object.entries(await keyRows(P))) expect(active, key).toBe(0);
-}, 200_000);
-
 it('a keyed task waiting out its retry backoff holds no slot: the next task of its limit-1 key runs meanwhile', async () => {
   const P = 'ck-backoff-';
   const key = `${P}k`;

@@ -69,7 +69,7 @@ afterAll(async () => {
 });
 
 it('graphile-worker: after flushStats() every commit so far is already counted in pg_stat_database', async () => {
-  const rounds: { atReturn: number; settled: number }[] = [];
+  const rounds: { atReturn: number; settled: number; from: number; to: number }[] = [];
   for (let round = 0; round < 5; round += 1) {
     // A burst of single-job commits, under a second, on the producer's connections: their
     // counts are still pending in the backends (published at most once a second while busy).
@@ -80,24 +80,32 @@ it('graphile-worker: after flushStats() every commit so far is already counted i
       }),
     );
     await system.flushStats();
+    const from = Date.now();
     const atReturn = await commits();
     // Nothing of this database's is connected any more: whatever arrives now was pending.
     await sleep(1_500);
-    rounds.push({ atReturn, settled: await commits() });
+    rounds.push({ atReturn, settled: await commits(), from, to: Date.now() });
   }
-  // What autovacuum did in the database meanwhile, for a failure's message (read after the
-  // rounds: this read commits in the database too).
+  // What autovacuum did meanwhile (read after the rounds: this read commits in the database
+  // too). Shared catalogs (pg_database, pg_shdepend: every test file makes and drops a
+  // database) are vacuumed from whichever database a worker connects to, this one included,
+  // and their commits count here: a CI run saw 4 arrive in a round's settle, beside an
+  // autovacuum of pg_database. Such a round proves nothing either way and is set aside.
   const reader = new pg.Client({ connectionString: db.url });
   await reader.connect();
   const { rows: vacuumed } = await reader
-    .query<{ name: string; at: string }>(
-      `SELECT relname AS name, greatest(last_autovacuum, last_autoanalyze)::text AS at
+    .query<{ name: string; at: string; ms: number }>(
+      `SELECT relname AS name, greatest(last_autovacuum, last_autoanalyze)::text AS at,
+         (extract(epoch FROM greatest(last_autovacuum, last_autoanalyze)) * 1000)::float8 AS ms
        FROM pg_stat_all_tables WHERE greatest(last_autovacuum, last_autoanalyze) IS NOT NULL`,
     )
     .finally(() => reader.end());
-  for (const { atReturn, settled } of rounds) {
-    expect(atReturn, JSON.stringify({ rounds, autovacuumed: vacuumed })).toBe(settled);
-  }
+  const beside = (round: { from: number; to: number }) =>
+    vacuumed.some(({ ms }) => ms >= round.from - 2_000 && ms <= round.to + 500);
+  const clean = rounds.filter((round) => !beside(round));
+  const why = JSON.stringify({ rounds, autovacuumed: vacuumed });
+  expect(clean.length, why).toBeGreaterThanOrEqual(3);
+  for (const { atReturn, settled } of clean) expect(atReturn, why).toBe(settled);
 }, 60_000);
 
 it('graphile-worker: a drain’s closing commit reading, taken the way run.ts takes it after workers.stop(), counts every commit of the workers', async () => {
