@@ -1,7 +1,7 @@
 /**
  * Odd data folder paths (review r49a; `dataFolder` in embedded.ts): a path that is a file, a
- * symlink to an empty folder, a dangling symlink, and (as root) a symlink to a cluster whose
- * folder is root's.
+ * symlink to an empty folder, a dangling symlink, a path below a file, and (as root) a symlink to
+ * a cluster whose folder is root's.
  */
 import { existsSync } from 'node:fs';
 import {
@@ -126,6 +126,29 @@ describe('a data folder path that is not a plain folder', () => {
       to: target,
     });
   }, 120_000);
+
+  it('a path below a regular file: an EmbeddedPostgresError naming the path, not a raw ENOTDIR; the file kept', async () => {
+    const dir = join(base, 'below-file-case');
+    await mkdir(dir);
+    await chmod(dir, 0o755);
+    const file = join(dir, 'backup.tar');
+    await writeFile(file, 'mine');
+    const dataDir = join(file, 'pgdata');
+    const error = await startEmbeddedPostgres({ dataDir, durability: 'fast' }).catch(
+      (e: unknown) => e,
+    );
+    expect({
+      isEmbeddedError: error instanceof EmbeddedPostgresError,
+      code: (error as EmbeddedPostgresError).code,
+      namesThePath: String((error as Error).message).includes(dataDir),
+      fileKept: await readFile(file, 'utf8'),
+    }).toEqual({
+      isEmbeddedError: true,
+      code: 'data_dir_invalid',
+      namesThePath: true,
+      fileKept: 'mine',
+    });
+  }, 60_000);
 
   it.runIf(process.getuid?.() === 0)(
     "as root, a symlink to an initialised cluster whose folder is root's (restored as root): handed to the server user and served (takeOwnership)",

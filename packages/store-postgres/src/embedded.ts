@@ -823,7 +823,7 @@ async function checkMajorVersion(dataDir: string, binaries: string): Promise<voi
 async function dataFolder(path: string): Promise<string> {
   const info = await lstat(path).catch((error: NodeJS.ErrnoException) => {
     if (error.code === 'ENOENT') return undefined;
-    throw error;
+    throw unreachablePath(path, error);
   });
   if (info === undefined) return path;
   let real = path;
@@ -839,7 +839,10 @@ async function dataFolder(path: string): Promise<string> {
       );
     }
   }
-  if (!(await stat(real)).isDirectory()) {
+  const target = await stat(real).catch((error: NodeJS.ErrnoException) => {
+    throw unreachablePath(path, error);
+  });
+  if (!target.isDirectory()) {
     throw new EmbeddedPostgresError(
       'data_dir_invalid',
       `${path} is not a folder: the data folder must be a folder (missing, empty, or holding ` +
@@ -847,6 +850,27 @@ async function dataFolder(path: string): Promise<string> {
     );
   }
   return real;
+}
+
+/**
+ * What to tell an operator whose data folder path cannot even be looked at: a parent this
+ * process may not enter (EACCES), a parent that is a file (ENOTDIR), a link loop (ELOOP). The
+ * raw error named none of the folders to fix.
+ */
+function unreachablePath(path: string, error: NodeJS.ErrnoException): EmbeddedPostgresError {
+  if (error.code === 'EACCES' || error.code === 'EPERM') {
+    return new EmbeddedPostgresError(
+      'permission',
+      `${path} cannot be reached by this process (${error.code}). ${rootHint(dirname(path))}`,
+      { cause: error },
+    );
+  }
+  return new EmbeddedPostgresError(
+    'data_dir_invalid',
+    `${path} cannot be used as a data folder (${String(error.code)}: ${error.message}). ` +
+      'Each folder above it must be a folder; choose another path, or fix the one named.',
+    { cause: error },
+  );
 }
 
 /**
