@@ -8,7 +8,14 @@ import {
 } from '@ledgence/contracts';
 import { createHttpApp } from '@ledgence/http';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, isLoopbackHost, loadConfig, type ServerConfig } from './config.js';
+import {
+  CONFIG_VARIABLES,
+  ConfigError,
+  isLoopbackHost,
+  loadConfig,
+  misspelledVariables,
+  type ServerConfig,
+} from './config.js';
 
 const noFiles = (path: string): string => {
   throw new Error(`ENOENT: no such file, open '${path}'`);
@@ -521,5 +528,47 @@ describe('LEDGENCE_RENEW_INTERVAL_MS "at most half the lease, checked at start",
     expect(problemsOf({ ...lease, LEDGENCE_RENEW_INTERVAL_MS: '9' })).toEqual([
       'LEDGENCE_RENEW_INTERVAL_MS must be a whole number from 10 to 3600000 (got "9")',
     ]);
+  });
+});
+
+describe('misspelledVariables', () => {
+  it('names each near miss of a server variable with the variable it probably means', () => {
+    expect(
+      misspelledVariables({
+        LEDGENCE_API_KEYS_FLE: 'keys.json',
+        LEDGENCE_LEASE_DURATION: '60000',
+        LEDGENCE_LOGLEVEL: 'debug',
+        ledgence_data_dir: '/srv/pg',
+        LEDGENCE_SHUTDOWN_TIMEOUT_MS: '5000',
+      }),
+    ).toEqual([
+      { name: 'LEDGENCE_API_KEYS_FLE', meant: 'LEDGENCE_API_KEYS_FILE' },
+      { name: 'LEDGENCE_LEASE_DURATION', meant: 'LEDGENCE_LEASE_DURATION_MS' },
+      { name: 'LEDGENCE_LOGLEVEL', meant: 'LEDGENCE_LOG_LEVEL' },
+      { name: 'ledgence_data_dir', meant: 'LEDGENCE_DATA_DIR' },
+    ]);
+  });
+
+  it("leaves alone every variable the server reads, the clients' variables, and the test and bench ones", () => {
+    const env = Object.fromEntries(
+      [
+        ...CONFIG_VARIABLES,
+        'LEDGENCE_URL',
+        'LEDGENCE_API_KEY',
+        'LEDGENCE_TEST_REPORT',
+        'LEDGENCE_CHAOS_SEED',
+        'LEDGENCE_RACE_SEED',
+        'LEDGENCE_RACE_ROUNDS',
+        'LEDGENCE_CLOCK_SKEW_MS',
+        'LEDGENCE_CLOCK_STEP_MS',
+        'LEDGENCE_CONCURRENCY',
+        'LEDGENCE_BENCH_DATA_DIR',
+        'LEDGENCE_BENCH_SERVER_ENTRY',
+        'LEDGENCE_BENCH_SERVER_NODE_OPTIONS',
+        'LEDGENCE_PROTO_GRANT_AT_CLAIM',
+        'PATH',
+      ].map((name) => [name, 'x']),
+    );
+    expect(misspelledVariables(env)).toEqual([]);
   });
 });

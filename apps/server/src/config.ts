@@ -26,6 +26,7 @@ import {
   parseFailpoints,
 } from '@ledgence/core';
 import { type ApiKeyConfig, apiKeyProblems, isLoopbackHost } from '@ledgence/http';
+import { closest, distance } from 'fastest-levenshtein';
 
 // The one loopback rule (development mode's), shared with the HTTP app's Host check.
 export { isLoopbackHost };
@@ -164,6 +165,57 @@ export const CONFIG_VARIABLES = [
   'LEDGENCE_SHUTDOWN_TIMEOUT_MS',
   'LEDGENCE_FAILPOINTS',
 ] as const;
+
+// Read by the SDK's examples and clients, not by the server: one edit from `LEDGENCE_API_KEYS`,
+// and often set in the same shell as a development server.
+const CLIENT_VARIABLES: readonly string[] = ['LEDGENCE_URL', 'LEDGENCE_API_KEY'];
+// Server variables are 16 to 35 characters long; three edits covers a dropped `_MS` or `S`, a
+// swapped pair and a stray letter, and stays far from the test and bench variables.
+const MISSPELLING_EDITS = 3;
+
+/** A `LEDGENCE_*` variable the server does not read, and the one it probably stands for. */
+export interface MisspelledVariable {
+  /** The name as set. */
+  readonly name: string;
+  /** The variable the server reads that it is closest to. */
+  readonly meant: (typeof CONFIG_VARIABLES)[number];
+}
+
+/**
+ * `LEDGENCE_*` variables in `env` (any case) that the server does not read but are within a few
+ * edits of one it does. The server ignores names it does not know, so `LEDGENCE_API_KEYS_FLE`
+ * started it in development mode, and `LEDGENCE_LEASE_DURATION` with the default lease, without
+ * a word; the caller warns, and starts as configured.
+ */
+export function misspelledVariables(
+  env: Readonly<Record<string, string | undefined>>,
+): MisspelledVariable[] {
+  const known: readonly string[] = CONFIG_VARIABLES;
+  const found: MisspelledVariable[] = [];
+  for (const name of Object.keys(env)) {
+    const upper = name.toUpperCase();
+    if (!upper.startsWith('LEDGENCE_') || known.includes(name) || CLIENT_VARIABLES.includes(name)) {
+      continue;
+    }
+    const meant = closest(upper, known) as MisspelledVariable['meant'];
+    if (distance(upper, meant) <= MISSPELLING_EDITS) found.push({ name, meant });
+  }
+  return found;
+}
+
+/** What `ledgence-server --help` prints: how the server is configured, and where to read more. */
+export const USAGE = [
+  'Usage: ledgence-server',
+  '',
+  'Runs the Ledgence server. It takes no arguments: it is configured by environment variables,',
+  'and with none it starts an embedded PostgreSQL in ./.ledgence/pg and listens on',
+  '127.0.0.1:8080 in development mode (no API keys, loopback only).',
+  '',
+  'Variables (see the Configuration section of the README for defaults and ranges):',
+  ...CONFIG_VARIABLES.filter((name) => name !== 'LEDGENCE_FAILPOINTS').map((name) => `  ${name}`),
+  '',
+  'SIGTERM, SIGINT or SIGHUP stops it gracefully; a second signal stops it at once.',
+].join('\n');
 
 /**
  * The server configuration from `env`, or a {@link ConfigError} listing every

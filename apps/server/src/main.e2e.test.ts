@@ -16,30 +16,89 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const main = join(root, 'apps', 'server', 'src', 'main.ts');
 const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
 
-/** The server process with `env`; its stderr so far, and its exit code (or signal). */
-function spawnMain(env: Record<string, string>): {
+/** The server process with `env` and `args`; its output so far, and its exit code (or signal). */
+function spawnMain(
+  env: Record<string, string>,
+  args: string[] = [],
+): {
   child: ChildProcess;
   stderr: () => string;
+  stdout: () => string;
   exited: Promise<number | string>;
 } {
   const child = spawn(
     process.execPath,
-    ['--import', loader, '--conditions=@ledgence/source', main],
+    ['--import', loader, '--conditions=@ledgence/source', main, ...args],
     {
       env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
-      stdio: ['ignore', 'ignore', 'pipe'],
+      stdio: ['ignore', 'pipe', 'pipe'],
     },
   );
-  let stderr = '';
-  child.stderr?.setEncoding('utf8');
-  child.stderr?.on('data', (chunk: string) => {
-    stderr += chunk;
-  });
+  const output = { stdout: '', stderr: '' };
+  for (const stream of ['stdout', 'stderr'] as const) {
+    child[stream]?.setEncoding('utf8');
+    child[stream]?.on('data', (chunk: string) => {
+      output[stream] += chunk;
+    });
+  }
   const exited = new Promise<number | string>((done) =>
     child.once('exit', (code, signal) => done(code ?? signal ?? 'unknown')),
   );
-  return { child, stderr: () => stderr, exited };
+  return { child, stderr: () => output.stderr, stdout: () => output.stdout, exited };
 }
+
+/** `run`'s exit code, after killing it if it has not exited within `ms`. */
+async function exitWithin(run: ReturnType<typeof spawnMain>, ms: number): Promise<number | string> {
+  const timer = setTimeout(() => run.child.kill('SIGKILL'), ms);
+  try {
+    return await run.exited;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+describe('arguments and misspelled variables (the server reads only its environment)', () => {
+  const folder = mkdtempSync(join(tmpdir(), 'ledgence-args-'));
+  afterAll(() => rmSync(folder, { recursive: true, force: true }));
+
+  it('--help prints the usage with the variables and exits 0, starting nothing', async () => {
+    const dataDir = join(folder, 'help-pg');
+    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir }, ['--help']);
+    const code = await exitWithin(run, 60_000);
+    // It started a server with an embedded PostgreSQL in the current folder.
+    expect({
+      code,
+      usage: run.stdout().startsWith('Usage: ledgence-server'),
+      namesKeys: run.stdout().includes('LEDGENCE_API_KEYS_FILE'),
+      dataDirMade: existsSync(dataDir),
+    }).toEqual({ code: 0, usage: true, namesKeys: true, dataDirMade: false });
+  }, 90_000);
+
+  it('any other argument: exit 2 saying it takes none, with the usage, starting nothing', async () => {
+    const dataDir = join(folder, 'arg-pg');
+    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir }, ['--port=9000']);
+    const code = await exitWithin(run, 60_000);
+    expect({
+      code,
+      says: run.stderr().includes('takes no arguments (got "--port=9000")'),
+      usage: run.stderr().includes('Usage: ledgence-server'),
+      dataDirMade: existsSync(dataDir),
+    }).toEqual({ code: 2, says: true, usage: true, dataDirMade: false });
+  }, 90_000);
+
+  it('a misspelled LEDGENCE_ variable is named with the one it probably means', async () => {
+    // A refused DATABASE_URL ends the run at configuration, after the warning.
+    const run = spawnMain({
+      DATABASE_URL: 'postgres://ledgence@127.0.0.1:99999/ledgence',
+      LEDGENCE_API_KEYS_FLE: join(folder, 'keys.json'),
+    });
+    const code = await exitWithin(run, 60_000);
+    expect(code).toBe(2);
+    expect(run.stderr()).toContain(
+      'warning: LEDGENCE_API_KEYS_FLE is not a setting of the server (did you mean LEDGENCE_API_KEYS_FILE?)',
+    );
+  }, 90_000);
+});
 
 describe('a DATABASE_URL the server cannot use', () => {
   it('a port out of range: exit 2 with a problem naming DATABASE_URL, never the password', async () => {

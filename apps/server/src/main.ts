@@ -5,7 +5,7 @@
  * and listens on 127.0.0.1:8080 in development mode.
  */
 import { readFileSync } from 'node:fs';
-import { ConfigError, loadConfig } from './config.js';
+import { ConfigError, loadConfig, misspelledVariables, USAGE } from './config.js';
 import { type RunningServer, startServer } from './server.js';
 
 /**
@@ -19,6 +19,22 @@ async function main(): Promise<void> {
   // A closed terminal (SIGHUP) makes writes to it fail; the shutdown goes on regardless.
   process.stderr.on('error', () => {});
   process.stdout.on('error', () => {});
+  // `ledgence-server --help` started a server (with an embedded PostgreSQL in the current
+  // folder); any argument is a question or a mistake, never configuration.
+  const [argument] = process.argv.slice(2);
+  if (argument !== undefined) {
+    const asksForHelp = argument === '--help' || argument === '-h';
+    if (!asksForHelp) {
+      process.stderr.write(`ledgence-server takes no arguments (got "${argument}").\n\n`);
+    }
+    (asksForHelp ? process.stdout : process.stderr).write(`${USAGE}\n`);
+    process.exit(asksForHelp ? 0 : 2);
+  }
+  for (const { name, meant } of misspelledVariables(process.env)) {
+    process.stderr.write(
+      `warning: ${name} is not a setting of the server (did you mean ${meant}?); it is ignored\n`,
+    );
+  }
   let config: ReturnType<typeof loadConfig>;
   try {
     config = loadConfig(process.env, (path) => readFileSync(path, 'utf8'));
