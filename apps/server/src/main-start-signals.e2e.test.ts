@@ -7,17 +7,11 @@
  * stops the database". A user pressing Ctrl-C twice while the server starts must not be left with
  * a detached PostgreSQL running in the background after the server process is gone.
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { alive, gone } from './testdata/processes.js';
-
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const main = join(root, 'apps', 'server', 'src', 'main.ts');
-const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+import { alive, exitWithin, gone, spawnMain, waitUntil } from './testdata/processes.js';
 
 const dirs: string[] = [];
 const postmasters = new Set<number>();
@@ -25,7 +19,7 @@ const postmasters = new Set<number>();
 afterAll(async () => {
   for (const pid of postmasters) {
     if (alive(pid)) process.kill(pid, 'SIGINT');
-    for (let i = 0; i < 200 && !gone(pid); i++) await new Promise((r) => setTimeout(r, 100));
+    await waitUntil(() => gone(pid), 20_000);
   }
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
@@ -36,49 +30,24 @@ describe('two signals while the embedded PostgreSQL is starting', () => {
     chmodSync(dir, 0o755);
     dirs.push(dir);
     const dataDir = join(dir, 'pg');
-    const child: ChildProcess = spawn(
-      process.execPath,
-      ['--import', loader, '--conditions=@ledgence/source', main],
-      {
-        env: {
-          ...process.env,
-          PORT: '0',
-          LEDGENCE_LOG_LEVEL: 'warn',
-          DATABASE_URL: '',
-          LEDGENCE_DATA_DIR: dataDir,
-        },
-        stdio: ['ignore', 'ignore', 'pipe'],
-      },
-    );
-    let stderr = '';
-    child.stderr?.setEncoding('utf8');
-    child.stderr?.on('data', (chunk: string) => {
-      stderr += chunk;
-    });
-    const exited = new Promise<number | string>((done) =>
-      child.once('exit', (code, signal) => done(code ?? signal ?? 'unknown')),
-    );
+    const run = spawnMain({ DATABASE_URL: '', LEDGENCE_DATA_DIR: dataDir });
     // The postmaster writes its pid file as it starts, before it is ready: the signals land then.
     const pidFile = join(dataDir, 'postmaster.pid');
-    for (let waited = 0; waited < 60_000 && !existsSync(pidFile); waited += 2) {
-      if (child.exitCode !== null) break;
-      await new Promise((r) => setTimeout(r, 2));
-    }
-    expect(existsSync(pidFile), `the postmaster started:\n${stderr}`).toBe(true);
+    await waitUntil(() => existsSync(pidFile) || run.child.exitCode !== null, 60_000, 2);
+    expect(existsSync(pidFile), `the postmaster started:\n${run.stderr()}`).toBe(true);
     const postmaster = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
     expect(postmaster).toBeGreaterThan(0);
     postmasters.add(postmaster);
-    child.kill('SIGINT');
+    run.child.kill('SIGINT');
     await new Promise((r) => setTimeout(r, 20));
-    child.kill('SIGINT');
-    const killer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-    const code = await exited;
-    clearTimeout(killer);
+    run.child.kill('SIGINT');
+    const code = await exitWithin(run, 60_000);
+    const stderr = run.stderr();
     expect(stderr, 'the signals arrived before the server listened').not.toContain('listening on');
     expect(stderr).toContain('again: exiting now');
     expect(code).toBe(1);
     // A fast shutdown takes well under a second on an idle folder; give it 10 s.
-    for (let i = 0; i < 100 && !gone(postmaster); i++) await new Promise((r) => setTimeout(r, 100));
+    await waitUntil(() => gone(postmaster), 10_000);
     expect(
       gone(postmaster),
       `postmaster ${postmaster} is still running after the server exited:\n${stderr}`,

@@ -4,58 +4,11 @@
  * error"), and a signal while it is still starting (DESIGN §11: `SIGTERM` stops the server;
  * embedded.ts: no postmaster outlives the process).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { alive } from './testdata/processes.js';
-
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const main = join(root, 'apps', 'server', 'src', 'main.ts');
-const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
-
-/** The server process with `env` and `args`; its output so far, and its exit code (or signal). */
-function spawnMain(
-  env: Record<string, string>,
-  args: string[] = [],
-): {
-  child: ChildProcess;
-  stderr: () => string;
-  stdout: () => string;
-  exited: Promise<number | string>;
-} {
-  const child = spawn(
-    process.execPath,
-    ['--import', loader, '--conditions=@ledgence/source', main, ...args],
-    {
-      env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  const output = { stdout: '', stderr: '' };
-  for (const stream of ['stdout', 'stderr'] as const) {
-    child[stream]?.setEncoding('utf8');
-    child[stream]?.on('data', (chunk: string) => {
-      output[stream] += chunk;
-    });
-  }
-  const exited = new Promise<number | string>((done) =>
-    child.once('exit', (code, signal) => done(code ?? signal ?? 'unknown')),
-  );
-  return { child, stderr: () => output.stderr, stdout: () => output.stdout, exited };
-}
-
-/** `run`'s exit code, after killing it if it has not exited within `ms`. */
-async function exitWithin(run: ReturnType<typeof spawnMain>, ms: number): Promise<number | string> {
-  const timer = setTimeout(() => run.child.kill('SIGKILL'), ms);
-  try {
-    return await run.exited;
-  } finally {
-    clearTimeout(timer);
-  }
-}
+import { alive, exitWithin, spawnMain, waitUntil } from './testdata/processes.js';
 
 describe('arguments and misspelled variables (the server reads only its environment)', () => {
   const folder = mkdtempSync(join(tmpdir(), 'ledgence-args-'));
@@ -63,7 +16,10 @@ describe('arguments and misspelled variables (the server reads only its environm
 
   it('--help prints the usage with the variables and exits 0, starting nothing', async () => {
     const dataDir = join(folder, 'help-pg');
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir }, ['--help']);
+    const run = spawnMain(
+      { LEDGENCE_DATA_DIR: dataDir },
+      { args: ['--help'], captureStdout: true },
+    );
     const code = await exitWithin(run, 60_000);
     // It started a server with an embedded PostgreSQL in the current folder.
     expect({
@@ -76,7 +32,7 @@ describe('arguments and misspelled variables (the server reads only its environm
 
   it('any other argument: exit 2 saying it takes none, with the usage, starting nothing', async () => {
     const dataDir = join(folder, 'arg-pg');
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir }, ['--port=9000']);
+    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir }, { args: ['--port=9000'] });
     const code = await exitWithin(run, 60_000);
     expect({
       code,
@@ -103,9 +59,7 @@ describe('arguments and misspelled variables (the server reads only its environm
 describe('a DATABASE_URL the server cannot use', () => {
   it('a port out of range: exit 2 with a problem naming DATABASE_URL, never the password', async () => {
     const run = spawnMain({ DATABASE_URL: 'postgres://ledgence:hunter2@127.0.0.1:99999/ledgence' });
-    const timer = setTimeout(() => run.child.kill('SIGKILL'), 60_000);
-    const code = await run.exited;
-    clearTimeout(timer);
+    const code = await exitWithin(run, 60_000);
     // Unchecked, it exited 1 with "Ledgence failed to start: Invalid URL".
     expect(run.stderr()).not.toContain('hunter2');
     expect(run.stderr()).toContain('DATABASE_URL');
@@ -120,9 +74,7 @@ describe('a DATABASE_URL the server cannot use', () => {
       DATABASE_URL: 'postgres://ledgence:pa@ss,w0rd@127.0.0.1:5432/ledgence',
       LEDGENCE_LOG_LEVEL: 'trace',
     });
-    const timer = setTimeout(() => run.child.kill('SIGKILL'), 60_000);
-    const code = await run.exited;
-    clearTimeout(timer);
+    const code = await exitWithin(run, 60_000);
     expect(code).toBe(2);
     expect(run.stderr()).toContain('DATABASE_URL has more than one @');
     expect(run.stderr()).toContain('%40');
@@ -135,9 +87,7 @@ describe('a DATABASE_URL the server cannot use', () => {
     const run = spawnMain({
       DATABASE_URL: 'postgres://ledgence:hunter2@127.0.0.1:1,127.0.0.1:2/ledgence',
     });
-    const timer = setTimeout(() => run.child.kill('SIGKILL'), 45_000);
-    const code = await run.exited;
-    clearTimeout(timer);
+    const code = await exitWithin(run, 45_000);
     expect(code).toBe(1);
     expect(run.stderr()).toMatch(/failed to start: .*ECONNREFUSED/);
     expect(run.stderr()).not.toContain('hunter2');
@@ -166,9 +116,7 @@ describe('a signal while the server is starting', () => {
     const run = spawnMain({ DATABASE_URL: '', LEDGENCE_DATA_DIR: dataDir });
     // The postmaster writes its pid file as it starts; the server then connects and migrates.
     const pidFile = join(dataDir, 'postmaster.pid');
-    for (let i = 0; i < 12_000 && !existsSync(pidFile) && run.child.exitCode === null; i++) {
-      await new Promise((r) => setTimeout(r, 5));
-    }
+    await waitUntil(() => existsSync(pidFile) || run.child.exitCode !== null, 60_000, 5);
     expect(existsSync(pidFile), `the postmaster started:\n${run.stderr()}`).toBe(true);
     const postmaster = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
     expect(run.stderr(), 'the signal arrives before the server listens').not.toContain(

@@ -5,18 +5,19 @@
  * budget" (README), bounds the whole shutdown; and SIGTERM while the start waits on the
  * migration lock another replica holds, which abandons the start (DESIGN §11).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
 import { createServer, type Server, Socket } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { MIGRATION_LOCK_KEY } from '@ledgence/store-postgres';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type MainRun, spawnMain, waitUntil } from './testdata/processes.js';
 
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
-const main = join(root, 'apps', 'server', 'src', 'main.ts');
-const loader = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+/** Ends `run` with SIGKILL if a failed test left it running. */
+async function killLeftover(run: MainRun | undefined): Promise<void> {
+  if (run === undefined || run.child.exitCode !== null || run.child.signalCode !== null) return;
+  run.child.kill('SIGKILL');
+  await run.exited;
+}
 
 /** A TCP proxy to PostgreSQL that can freeze: it then forwards nothing, closing nothing. */
 function freezableProxy(target: URL): Promise<{ port: number; freeze(): void; close(): void }> {
@@ -61,18 +62,14 @@ function freezableProxy(target: URL): Promise<{ port: number; freeze(): void; cl
 
 describe('SIGTERM while PostgreSQL is unreachable', () => {
   let database: TestDatabase;
-  let child: ChildProcess | undefined;
+  let run: MainRun | undefined;
   let proxy: Awaited<ReturnType<typeof freezableProxy>> | undefined;
 
   beforeAll(async () => {
     database = await createTestDatabase({ prefix: 'shutdown_partition' });
   });
   afterAll(async () => {
-    if (child !== undefined && child.exitCode === null && child.signalCode === null) {
-      const gone = new Promise((done) => child?.once('exit', done));
-      child.kill('SIGKILL');
-      await gone;
-    }
+    await killLeftover(run);
     proxy?.close();
     await database.drop();
   });
@@ -83,39 +80,23 @@ describe('SIGTERM while PostgreSQL is unreachable', () => {
     const viaProxy = new URL(database.url);
     viaProxy.hostname = '127.0.0.1';
     viaProxy.port = String(proxy.port);
-    child = spawn(process.execPath, ['--import', loader, '--conditions=@ledgence/source', main], {
-      env: {
-        ...process.env,
-        PORT: '0',
-        LEDGENCE_LOG_LEVEL: 'silent',
-        DATABASE_URL: viaProxy.toString(),
-        LEDGENCE_MAINTENANCE_INTERVAL_MS: '50',
-        LEDGENCE_RETENTION_INTERVAL_MS: '50',
-        LEDGENCE_SHUTDOWN_TIMEOUT_MS: '1000',
-        LEDGENCE_DB_POOL_SIZE: '1',
-      },
-      stdio: ['ignore', 'ignore', 'pipe'],
+    run = spawnMain({
+      LEDGENCE_LOG_LEVEL: 'silent',
+      DATABASE_URL: viaProxy.toString(),
+      LEDGENCE_MAINTENANCE_INTERVAL_MS: '50',
+      LEDGENCE_RETENTION_INTERVAL_MS: '50',
+      LEDGENCE_SHUTDOWN_TIMEOUT_MS: '1000',
+      LEDGENCE_DB_POOL_SIZE: '1',
     });
-    let stderr = '';
-    const exited = new Promise<number | string>((done) =>
-      child?.once('exit', (code, signal) => done(code ?? signal ?? 'unknown')),
-    );
-    await new Promise<void>((done, fail) => {
-      child?.stderr?.setEncoding('utf8');
-      child?.stderr?.on('data', (chunk: string) => {
-        stderr += chunk;
-        if (/listening on http/.test(stderr)) done();
-      });
-      void exited.then(() => fail(new Error(`exited before listening:\n${stderr}`)));
-    });
+    expect(await run.listening, run.stderr()).toBe(true);
 
     proxy.freeze();
     // The maintenance loops run every 50 ms: by now a round waits on a query sent into the void.
     await new Promise((r) => setTimeout(r, 500));
     const signalled = performance.now();
-    child.kill('SIGTERM');
+    run.child.kill('SIGTERM');
     const outcome = await Promise.race([
-      exited,
+      run.exited,
       new Promise<'still running'>((r) => setTimeout(() => r('still running'), 20_000)),
     ]);
     const tookMs = Math.round(performance.now() - signalled);
@@ -133,18 +114,14 @@ describe('SIGTERM while PostgreSQL is unreachable', () => {
 
 describe('SIGTERM while the start waits on the migration lock', () => {
   let database: TestDatabase;
-  let child: ChildProcess | undefined;
+  let run: MainRun | undefined;
   let holder: postgres.Sql | undefined;
 
   beforeAll(async () => {
     database = await createTestDatabase({ prefix: 'shutdown_lockwait' });
   });
   afterAll(async () => {
-    if (child !== undefined && child.exitCode === null && child.signalCode === null) {
-      const gone = new Promise((done) => child?.once('exit', done));
-      child.kill('SIGKILL');
-      await gone;
-    }
+    await killLeftover(run);
     await holder?.end({ timeout: 1 });
     await database.drop();
   });
@@ -156,28 +133,8 @@ describe('SIGTERM while the start waits on the migration lock', () => {
     const reserved = await holder.reserve();
     await reserved`select pg_advisory_lock(${MIGRATION_LOCK_KEY.toString()}::bigint)`;
 
-    child = spawn(process.execPath, ['--import', loader, '--conditions=@ledgence/source', main], {
-      env: {
-        ...process.env,
-        PORT: '0',
-        LEDGENCE_LOG_LEVEL: 'warn',
-        DATABASE_URL: database.url,
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stderr = '';
-    let stdout = '';
-    child.stderr?.setEncoding('utf8');
-    child.stderr?.on('data', (chunk: string) => {
-      stderr += chunk;
-    });
-    child.stdout?.setEncoding('utf8');
-    child.stdout?.on('data', (chunk: string) => {
-      stdout += chunk;
-    });
-    const exited = new Promise<number | string>((done) =>
-      child?.once('exit', (code, signal) => done(code ?? signal ?? 'unknown')),
-    );
+    const starting = spawnMain({ DATABASE_URL: database.url }, { captureStdout: true });
+    run = starting;
     // Wait until its migrator is queued on the lock.
     let waiting = false;
     for (let i = 0; i < 300 && !waiting; i++) {
@@ -188,23 +145,21 @@ describe('SIGTERM while the start waits on the migration lock', () => {
           (select oid from pg_database where datname = current_database())`;
       waiting = rows.length > 0;
     }
-    expect(waiting, `the start queued on the migration lock:\n${stderr}`).toBe(true);
+    expect(waiting, `the start queued on the migration lock:\n${starting.stderr()}`).toBe(true);
     const [held] = await reserved<{ pid: number }[]>`select pg_backend_pid() as pid`;
     const line = `waiting for the migration lock held by pid ${held?.pid}`;
-    for (let i = 0; i < 100 && !stdout.includes(line); i++) {
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    expect(stdout).toContain(line);
+    await waitUntil(() => starting.stdout().includes(line), 10_000);
+    expect(starting.stdout()).toContain(line);
 
-    child.kill('SIGTERM');
+    starting.child.kill('SIGTERM');
     const outcome = await Promise.race([
-      exited,
+      starting.exited,
       new Promise<'still running'>((r) => setTimeout(() => r('still running'), 20_000)),
     ]);
     // DESIGN §11: SIGTERM stops the server. Unabortable, the start waited on the lock for as
     // long as it was held ("stopping once the start completes").
-    expect(outcome, stderr).toBe(0);
-    expect(stderr).toContain('SIGTERM: start abandoned, stopped');
+    expect(outcome, starting.stderr()).toBe(0);
+    expect(starting.stderr()).toContain('SIGTERM: start abandoned, stopped');
     // It migrated nothing: its transaction, waiting on the lock, rolled back.
     const [tasks] = await reserved<{ found: string | null }[]>`
       select to_regclass('public.tasks')::text as found`;
