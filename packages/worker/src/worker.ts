@@ -1097,11 +1097,13 @@ export class Worker {
         );
         return;
       }
-      if (this.#graceOver) {
+      if (this.#graceOver || monotonicNow() >= this.#graceDeadline) {
         // The dispatch answer came after stop()'s grace period: the drain has already aborted
         // what was running, so a handler starting now would run with a signal nothing aborts,
         // on work the drain treats as abandoned. No user code ran yet: hand the task back —
-        // an attempt that counts, as the server granted its dispatch (README, Shutdown).
+        // an attempt that counts, as the server granted its dispatch (README, Shutdown). The
+        // deadline itself is checked too: the drain marks the grace over only once the replays
+        // of cut polls are answered, which may be well past it (review r51c).
         this.#logger.info(
           'dispatch answered after the shutdown grace; handing the task back',
           fields,
