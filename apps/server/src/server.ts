@@ -173,6 +173,7 @@ export async function startServer(
       if (!connected) throw databaseUrlError(error, configured);
       if (isInsufficientPrivilege(error)) throw databasePrivilegeError(error, configured);
       if (isReadOnly(error)) throw databaseReadOnlyError(error, configured);
+      if (isCollision(error)) throw databaseCollisionError(error, configured);
       throw error;
     });
     signal?.throwIfAborted();
@@ -474,7 +475,34 @@ const INSUFFICIENT_PRIVILEGE = '42501';
 /** PostgreSQL's SQLSTATE for a write in a read-only transaction (a hot standby refuses every one). */
 const READ_ONLY_SQL_TRANSACTION = '25006';
 
+/** PostgreSQL's SQLSTATEs for creating a table, or a type or constraint, whose name is taken. */
+const NAME_TAKEN = new Set(['42P07', '42710']);
+
 const sqlState = (error: unknown): unknown => (error as { code?: unknown } | null)?.code;
+
+function isCollision(error: unknown): boolean {
+  return NAME_TAKEN.has(sqlState(error) as string);
+}
+
+/**
+ * The database of DATABASE_URL already holds an object a migration creates: another
+ * application's `tasks` table in `public` (the README says to give Ledgence a database of its
+ * own). Unexplained, the start ended with PostgreSQL's bare `relation "tasks" already exists`
+ * (review r51b); the migration rolled back, so nothing of either is changed.
+ */
+function databaseCollisionError(error: unknown, databaseUrl: string): Error {
+  const detail = withoutPassword(
+    error instanceof Error ? error.message : String(error),
+    databaseUrl,
+  );
+  return startError(
+    `the database of DATABASE_URL holds objects named like Ledgence's own (${detail}); ` +
+      'nothing was changed',
+    'give Ledgence a database of its own (e.g. `create database ledgence`) and set DATABASE_URL ' +
+      'to it',
+    error,
+  );
+}
 
 function isInsufficientPrivilege(error: unknown): boolean {
   return sqlState(error) === INSUFFICIENT_PRIVILEGE;

@@ -56,9 +56,10 @@ export interface MigrateOptions {
   /** The migrations folder (tests); default the committed one. */
   folder?: string;
   /**
-   * Stops connecting (a URL target: the client is ended) or waiting for the migration lock
-   * (another replica migrating): `migrate` then rejects with the signal's reason, having
-   * changed nothing.
+   * Stops connecting (a URL target: the client is ended), waiting for the migration lock
+   * (another replica migrating), or a migration statement (one queued behind a table lock, as
+   * a pg_dump holds for its whole run): `migrate` then rejects with the signal's reason, having
+   * changed nothing (the one transaction rolls back).
    */
   signal?: AbortSignal;
   /**
@@ -165,11 +166,65 @@ async function withClient<T>(
   }
 }
 
-const BOOKKEEPING = `
-  create schema if not exists drizzle;
-  create table if not exists drizzle.__drizzle_migrations (
-    id serial primary key, hash text not null, created_at bigint
-  )`;
+/** PostgreSQL's SQLSTATE for a write in a read-only transaction (a hot standby refuses every one). */
+const READ_ONLY_SQL_TRANSACTION = '25006';
+
+/**
+ * Refuses a read-only database, then creates drizzle's bookkeeping schema and table where they are missing, and only there:
+ * PostgreSQL checks CREATE on the schema (and on the database) before it sees that an
+ * `if not exists` object exists, so the database's owner could not start on a schema another
+ * role had migrated (review r51b: "permission denied for schema drizzle" with nothing pending).
+ */
+async function ensureBookkeeping(
+  tx: postgres.TransactionSql,
+  signal: AbortSignal | undefined,
+): Promise<void> {
+  // A current schema needs no write, so a standby (or a database whose sessions default to
+  // read-only) would pass here and then refuse every request: refused now, with PostgreSQL's
+  // own SQLSTATE for a write in a read-only transaction, as the first CREATE used to be.
+  const [mode] = await tx<{ readOnly: string }[]>`
+    select current_setting('transaction_read_only') as "readOnly"`;
+  if (mode?.readOnly === 'on') {
+    throw Object.assign(new Error('cannot run migrations in a read-only transaction'), {
+      code: READ_ONLY_SQL_TRANSACTION,
+    });
+  }
+  const [found] = await tx<{ schema: string | null; table: string | null }[]>`
+    select to_regnamespace('drizzle')::text as schema,
+           to_regclass('drizzle.__drizzle_migrations')::text as table`;
+  if (found?.schema == null) await cancellable(tx`create schema drizzle`, signal);
+  if (found?.table == null) {
+    await cancellable(
+      tx`create table drizzle.__drizzle_migrations (
+        id serial primary key, hash text not null, created_at bigint
+      )`,
+      signal,
+    );
+  }
+}
+
+/**
+ * Runs `query`, cancelling it when `signal` aborts: a statement waiting on a lock (the migration
+ * lock, or a table lock a backup holds) then ends with an error, the transaction rolls back, and
+ * the signal's reason is what the caller sees.
+ */
+async function cancellable<T extends readonly postgres.MaybeRow[]>(
+  query: postgres.PendingQuery<T>,
+  signal?: AbortSignal,
+): Promise<postgres.RowList<T>> {
+  if (signal === undefined) return query;
+  signal.throwIfAborted();
+  const cancel = () => void query.cancel();
+  signal.addEventListener('abort', cancel, { once: true });
+  try {
+    return await query;
+  } catch (error) {
+    if (signal.aborted) throw signal.reason;
+    throw error;
+  } finally {
+    signal.removeEventListener('abort', cancel);
+  }
+}
 
 /**
  * Applies every pending migration, once, even when many replicas call it at the same moment.
@@ -178,7 +233,8 @@ const BOOKKEEPING = `
  *
  * @param target a postgres:// URL or a postgres.js client.
  * @param options `folder` overrides the migrations folder (tests); `signal` abandons the
- *   connecting or a wait for the migration lock; `onWait` learns of such a wait;
+ *   connecting, a wait for the migration lock or a migration statement; `onWait` learns of a
+ *   wait for the lock;
  *   `onConnected` of the session established.
  * @returns the tags this call applied.
  */
@@ -195,7 +251,7 @@ export async function migrate(
         options.onConnected?.();
         await takeMigrationLock(tx, options);
         // After the lock: a migrator that ran first has committed its schema and rows by now.
-        await tx.unsafe(BOOKKEEPING);
+        await ensureBookkeeping(tx, options.signal);
         const newer = await unknownMigrations(tx, migrations);
         if (newer.length > 0) {
           throw new Error(
@@ -211,7 +267,7 @@ export async function migrate(
         for (const migration of migrations) {
           if (last !== null && last >= migration.folderMillis) continue;
           for (const statement of migration.sql) {
-            if (statement.trim() !== '') await tx.unsafe(statement);
+            if (statement.trim() !== '') await cancellable(tx.unsafe(statement), options.signal);
           }
           await tx`
           insert into drizzle.__drizzle_migrations (hash, created_at)
@@ -238,20 +294,7 @@ async function takeMigrationLock(
     select pg_try_advisory_xact_lock(${key}::bigint) as locked`;
   if (tried?.locked === true) return;
   options.onWait?.(await lockHolder(tx));
-  const { signal } = options;
-  signal?.throwIfAborted();
-  const waiting = tx`select pg_advisory_xact_lock(${key}::bigint)`;
-  // A cancel request ends the wait with an error; the transaction then rolls back.
-  const cancel = () => void waiting.cancel();
-  signal?.addEventListener('abort', cancel, { once: true });
-  try {
-    await waiting;
-  } catch (error) {
-    if (signal?.aborted) throw signal.reason;
-    throw error;
-  } finally {
-    signal?.removeEventListener('abort', cancel);
-  }
+  await cancellable(tx`select pg_advisory_xact_lock(${key}::bigint)`, options.signal);
 }
 
 /** The backend pid holding the migration lock in this database, if PostgreSQL shows one. */
