@@ -33,12 +33,16 @@ async function fresh(prefix: string): Promise<TestDatabase> {
   return db;
 }
 
-function start(url: string, signal?: AbortSignal): Promise<RunningServer> {
+function start(
+  url: string,
+  signal?: AbortSignal,
+  logger: pino.Logger = silent,
+): Promise<RunningServer> {
   const config = loadConfig(
     { DATABASE_URL: url, PORT: '0', LEDGENCE_SHUTDOWN_TIMEOUT_MS: '2000' },
     noFiles,
   );
-  return startServer(config, { logger: silent, ...(signal ? { signal } : {}) }).then((s) => {
+  return startServer(config, { logger, ...(signal ? { signal } : {}) }).then((s) => {
     running.push(s);
     return s;
   });
@@ -235,7 +239,7 @@ describe('DATABASE_URL users and privileges', () => {
 });
 
 describe('a pending migration queued behind a table lock another session holds (a pg_dump)', () => {
-  it('an abort (SIGTERM while starting) abandons the start within seconds', async () => {
+  it('the start logs which session blocks it, and an abort (SIGTERM while starting) abandons it within seconds', async () => {
     const db = await fresh('r51b_dump');
     // The database of the previous release: migrations up to 0001 applied.
     const folder = folderWith(2);
@@ -249,9 +253,12 @@ describe('a pending migration queued behind a table lock another session holds (
     const reserved = await dump.reserve();
     await reserved`begin isolation level repeatable read`;
     await reserved`lock table tasks in access share mode`;
+    const [dumpSession] = await reserved<{ pid: number }[]>`select pg_backend_pid() as pid`;
+    const lines: string[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(line) });
     try {
       const abort = new AbortController();
-      const starting = start(db.url, abort.signal).then(
+      const starting = start(db.url, abort.signal, logger).then(
         () => 'started',
         (error: unknown) => error,
       );
@@ -270,6 +277,12 @@ describe('a pending migration queued behind a table lock another session holds (
       } finally {
         await admin.end();
       }
+      // A blocked statement is reported after 5 s, naming the session that holds the table.
+      const said = `a migration waits for a table lock held by pid ${dumpSession?.pid}`;
+      for (let i = 0; i < 150 && !lines.some((line) => line.includes(said)); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(lines.join('\n')).toContain(said);
       const reason = new Error('SIGTERM while starting');
       abort.abort(reason);
       const outcome = await Promise.race([

@@ -165,6 +165,12 @@ export async function startServer(
           `waiting for the migration lock held by ${holder === undefined ? 'another session' : `pid ${holder}`} (another replica migrating)`,
         );
       },
+      onBlocked(blockers) {
+        logger.warn(
+          { blockerPids: blockers },
+          `a migration waits for a table lock held by pid ${blockers.join(', ')} (a backup such as pg_dump, or a long transaction); it goes on once that ends, and a signal abandons the start`,
+        );
+      },
     }).catch((error: unknown) => {
       // A failure to connect to the operator's database is theirs to fix, and so is a user it
       // may not migrate with; the embedded one's (or anything else) is reported as it is.

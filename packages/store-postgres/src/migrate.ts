@@ -73,7 +73,16 @@ export interface MigrateOptions {
    * backend pid when PostgreSQL shows it, before waiting for it.
    */
   onWait?: (holderPid: number | undefined) => void;
+  /**
+   * Called once per migration statement still waiting after {@link BLOCKED_REPORT_MS}, with the
+   * backend pids PostgreSQL says block it (`pg_blocking_pids`: a `pg_dump`, a long transaction
+   * holding the table). Asked on a connection of its own, so only for a URL target.
+   */
+  onBlocked?: (blockerPids: number[]) => void;
 }
+
+/** How long a migration statement may wait before {@link MigrateOptions.onBlocked} is asked. */
+const BLOCKED_REPORT_MS = 5_000;
 
 interface Migration {
   tag: string;
@@ -234,7 +243,7 @@ async function cancellable<T extends readonly postgres.MaybeRow[]>(
  * @param target a postgres:// URL or a postgres.js client.
  * @param options `folder` overrides the migrations folder (tests); `signal` abandons the
  *   connecting, a wait for the migration lock or a migration statement; `onWait` learns of a
- *   wait for the lock;
+ *   wait for the lock, `onBlocked` of a statement waiting on other sessions;
  *   `onConnected` of the session established.
  * @returns the tags this call applied.
  */
@@ -263,11 +272,19 @@ export async function migrate(
           );
         }
         const last = await lastApplied(tx);
+        const [session] = await tx<{ pid: number }[]>`select pg_backend_pid() as pid`;
+        const backendPid = session?.pid ?? 0;
         const applied: string[] = [];
         for (const migration of migrations) {
           if (last !== null && last >= migration.folderMillis) continue;
           for (const statement of migration.sql) {
-            if (statement.trim() !== '') await cancellable(tx.unsafe(statement), options.signal);
+            if (statement.trim() === '') continue;
+            await reportingBlockers(
+              cancellable(tx.unsafe(statement), options.signal),
+              typeof target === 'string' ? target : undefined,
+              backendPid,
+              options.onBlocked,
+            );
           }
           await tx`
           insert into drizzle.__drizzle_migrations (hash, created_at)
@@ -295,6 +312,39 @@ async function takeMigrationLock(
   if (tried?.locked === true) return;
   options.onWait?.(await lockHolder(tx));
   await cancellable(tx`select pg_advisory_xact_lock(${key}::bigint)`, options.signal);
+}
+
+/**
+ * Awaits `statement`; should it still run after {@link BLOCKED_REPORT_MS}, asks PostgreSQL on a
+ * connection of its own which sessions block backend `pid` and tells `onBlocked` (review r51b: a
+ * start whose ALTER TABLE queued behind a pg_dump waited in silence). The question is best effort:
+ * a failure to ask is ignored, and the statement's own outcome is what counts.
+ */
+async function reportingBlockers<T>(
+  statement: Promise<T>,
+  url: string | undefined,
+  pid: number,
+  onBlocked: ((blockerPids: number[]) => void) | undefined,
+): Promise<T> {
+  if (url === undefined || onBlocked === undefined) return statement;
+  let done = false;
+  const timer = setTimeout(async () => {
+    const probe = postgres(url, { max: 1, onnotice: () => {}, connect_timeout: 5 });
+    try {
+      const [row] = await probe<{ pids: number[] }[]>`select pg_blocking_pids(${pid}) as pids`;
+      if (!done && row !== undefined && row.pids.length > 0) onBlocked(row.pids);
+    } catch {
+      // Best effort: the report is a hint, the migration goes on either way.
+    } finally {
+      await probe.end({ timeout: 1 });
+    }
+  }, BLOCKED_REPORT_MS);
+  try {
+    return await statement;
+  } finally {
+    done = true;
+    clearTimeout(timer);
+  }
 }
 
 /** The backend pid holding the migration lock in this database, if PostgreSQL shows one. */
