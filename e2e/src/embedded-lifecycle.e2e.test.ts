@@ -4,7 +4,7 @@
  * own data folder under /tmp (a copy of one initialised template where the test does not need a
  * fresh one) and stops every process it started.
  */
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import {
   chmodSync,
   chownSync,
@@ -21,57 +21,23 @@ import {
 import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { sourceArgs } from './server-process.js';
+import {
+  type ServerProcessOptions,
+  type SpawnedServer,
+  spawnServerProcess,
+} from './server-process.js';
 
 /** Whether this process may chown folders and run processes as other users. */
 const AS_ROOT = process.getuid?.() === 0;
-const root = join(dirname(new URL(import.meta.url).pathname), '..', '..');
-const main = join(root, 'apps', 'server', 'src', 'main.ts');
 
-interface Run {
-  child: ChildProcess;
-  stderr: () => string;
-  exited: Promise<number | string>;
-  listening: Promise<boolean>;
-}
-
-const runs: Run[] = [];
+const runs: SpawnedServer[] = [];
 const dirs: string[] = [];
 
-function spawnMain(
-  env: Record<string, string>,
-  detached = false,
-  user: { uid?: number; gid?: number } = {},
-): Run {
-  const child = spawn(process.execPath, sourceArgs(main), {
-    env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', DATABASE_URL: '', ...env },
-    stdio: ['ignore', 'ignore', 'pipe'],
-    detached,
-    ...user,
-  });
-  let stderr = '';
-  let onListening: (ok: boolean) => void = () => {};
-  const listening = new Promise<boolean>((done) => {
-    onListening = done;
-  });
-  child.stderr?.setEncoding('utf8');
-  child.stderr?.on('data', (chunk: string) => {
-    stderr += chunk;
-    if (/listening on http/.test(stderr)) onListening(true);
-  });
-  const exited = new Promise<number | string>((done) =>
-    child.once('exit', (code, signal) => {
-      onListening(false);
-      done(code ?? signal ?? 'unknown');
-    }),
-  );
-  const run = { child, stderr: () => stderr, exited, listening };
+/** The server on embedded PostgreSQL with `env`; stopped after the test. */
+function spawnMain(env: Record<string, string>, options: ServerProcessOptions = {}): SpawnedServer {
+  const run = spawnServerProcess({ DATABASE_URL: '', ...env }, options);
   runs.push(run);
   return run;
-}
-
-function urlOf(run: Run): string {
-  return /listening on (http:\/\/\S+)/.exec(run.stderr())?.[1] ?? '';
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -185,7 +151,7 @@ describe('after a crash that took the embedded PostgreSQL down too', () => {
 
     const again = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
     expect(await again.listening, again.stderr()).toBe(true);
-    expect((await fetch(`${urlOf(again)}/readyz`)).status).toBe(200);
+    expect((await fetch(`${again.url()}/readyz`)).status).toBe(200);
     again.child.kill('SIGTERM');
     expect(await again.exited).toBe(0);
     expect(await waitUntil(() => postgresIn(dataDir).length === 0, 10_000)).toBe(true);
@@ -202,13 +168,13 @@ describe('after a crash that took the embedded PostgreSQL down too', () => {
 
     const again = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
     expect(await again.listening, again.stderr()).toBe(true);
-    expect((await fetch(`${urlOf(again)}/readyz`)).status).toBe(200);
+    expect((await fetch(`${again.url()}/readyz`)).status).toBe(200);
   }, 60_000);
 
   it('SIGKILL of the server process group during the first initdb: the next start initialises and serves, no initdb left', async () => {
     const dataDir = folder();
     const parent = dirname(dataDir);
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir }, true);
+    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir }, { detached: true });
     const staging = () =>
       readdirSync(parent).find(
         (name) => name.startsWith(`${basename(dataDir)}.initdb-`) && !name.endsWith('.pwfile'),
@@ -231,7 +197,7 @@ describe('after a crash that took the embedded PostgreSQL down too', () => {
 
     const again = spawnMain({ LEDGENCE_DATA_DIR: dataDir });
     expect(await again.listening, again.stderr()).toBe(true);
-    expect((await fetch(`${urlOf(again)}/readyz`)).status).toBe(200);
+    expect((await fetch(`${again.url()}/readyz`)).status).toBe(200);
   }, 90_000);
 });
 
@@ -246,7 +212,7 @@ describe('two servers started at once on one data folder', () => {
     expect(loser.stderr()).toMatch(
       /Another PostgreSQL server \(pid \d+\) is running in .*Stop it, or use another data folder/,
     );
-    expect((await fetch(`${urlOf(winner)}/readyz`)).status).toBe(200);
+    expect((await fetch(`${winner.url()}/readyz`)).status).toBe(200);
     // One postmaster, the winner's; the loser's postmaster (if it spawned one) is gone.
     const postmaster = Number(readFileSync(join(dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
     const owner = readFileSync(join(dataDir, 'ledgence-owner.pid'), 'utf8')
@@ -347,10 +313,10 @@ describe('a data folder the server cannot use: exit 1, a message saying what to 
       chmodSync(dirname(dataDir), 0o1777);
       const owner = statSync(dataDir).uid;
       expect(owner).not.toBe(65534);
-      const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir, HOME: '/tmp' }, false, {
-        uid: 65534,
-        gid: 65534,
-      });
+      const run = spawnMain(
+        { LEDGENCE_DATA_DIR: dataDir, HOME: '/tmp' },
+        { uid: 65534, gid: 65534 },
+      );
       const code = await run.exited;
       const stderr = run.stderr();
       expect(code, stderr).toBe(1);

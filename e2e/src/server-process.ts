@@ -35,13 +35,83 @@ export interface ServerProcess {
   stop(signal?: NodeJS.Signals): Promise<number | string>;
 }
 
-/** How {@link startServerProcess} runs the server. */
+/** How {@link spawnServerProcess} and {@link startServerProcess} run the server. */
 export interface ServerProcessOptions {
   /**
    * Keep stdout for {@link ServerProcess.stdout}: the tests that read the server's logs. Off by
    * default, so a long test at a verbose level does not hold every line in memory.
    */
   captureStdout?: boolean;
+  /** A process group of its own, as a shell job is (to signal the whole group). */
+  detached?: boolean;
+  /** Run as this OS user and group (the test runs as root). */
+  uid?: number;
+  gid?: number;
+}
+
+/** A server process as {@link spawnServerProcess} started it, watched from the outside. */
+export interface SpawnedServer {
+  readonly child: ChildProcess;
+  /** Everything it wrote to stderr so far. */
+  readonly stderr: () => string;
+  /** Everything it wrote to stdout so far, with `captureStdout`; '' without. */
+  readonly stdout: () => string;
+  /** The URL it printed as it started listening, or '' before that. */
+  readonly url: () => string;
+  /** Resolves with the exit code (or the signal name) once the process has exited. */
+  readonly exited: Promise<number | string>;
+  /** Like `exited`, once all it wrote has been read too. */
+  readonly closed: Promise<number | string>;
+  /** Resolves true once it printed its URL, false if it exited first. */
+  readonly listening: Promise<boolean>;
+}
+
+/**
+ * Starts a server process with `env` added to this process's environment (`PORT=0` and log
+ * level `warn` unless given), without waiting for it: for tests that watch a start that may
+ * fail, hang or be killed on the way.
+ */
+export function spawnServerProcess(
+  env: Record<string, string>,
+  options: ServerProcessOptions = {},
+): SpawnedServer {
+  const child = spawn(process.execPath, sourceArgs(main), {
+    env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
+    stdio: ['ignore', options.captureStdout ? 'pipe' : 'ignore', 'pipe'],
+    detached: options.detached ?? false,
+    ...(options.uid === undefined ? {} : { uid: options.uid }),
+    ...(options.gid === undefined ? {} : { gid: options.gid }),
+  });
+  const output = { stdout: '', stderr: '' };
+  let onListening: (ok: boolean) => void = () => {};
+  const listening = new Promise<boolean>((resolve) => {
+    onListening = resolve;
+  });
+  child.stdout?.setEncoding('utf8');
+  child.stdout?.on('data', (chunk: string) => {
+    output.stdout += chunk;
+  });
+  child.stderr?.setEncoding('utf8');
+  child.stderr?.on('data', (chunk: string) => {
+    output.stderr += chunk;
+    if (/listening on http/.test(output.stderr)) onListening(true);
+  });
+  const ended = (event: 'exit' | 'close') =>
+    new Promise<number | string>((resolve) => {
+      child.once(event, (code, signal) => {
+        onListening(false);
+        resolve(code ?? signal ?? 'unknown');
+      });
+    });
+  return {
+    child,
+    stderr: () => output.stderr,
+    stdout: () => output.stdout,
+    url: () => /listening on (http:\/\/\S+)/.exec(output.stderr)?.[1] ?? '',
+    exited: ended('exit'),
+    closed: ended('close'),
+    listening,
+  };
 }
 
 /** The server exited before it printed its URL: its exit code and everything it wrote. */
@@ -61,54 +131,34 @@ export class ServerStartError extends Error {
  * (`PORT=0` unless given) and resolves once it prints its URL; rejects with
  * {@link ServerStartError} if it exits first.
  */
-export function startServerProcess(
+export async function startServerProcess(
   env: Record<string, string>,
   options: ServerProcessOptions = {},
 ): Promise<ServerProcess> {
-  const child = spawn(process.execPath, sourceArgs(main), {
-    env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
-    stdio: ['ignore', options.captureStdout ? 'pipe' : 'ignore', 'pipe'],
-  });
-  let stderr = '';
-  let stdout = '';
-  child.stdout?.setEncoding('utf8');
-  child.stdout?.on('data', (chunk: string) => {
-    stdout += chunk;
-  });
-  const exited = new Promise<number | string>((resolve) => {
-    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
-  });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`server did not start within 60 s:\n${stderr}`));
-    }, 60_000);
-    child.stderr?.setEncoding('utf8');
-    child.stderr?.on('data', (chunk: string) => {
-      stderr += chunk;
-      const match = /listening on (http:\/\/\S+)/.exec(stderr);
-      if (match?.[1] !== undefined && timer.hasRef()) {
-        clearTimeout(timer);
-        timer.unref();
-        resolve({
-          url: match[1],
-          child,
-          stderr: () => stderr,
-          stdout: () => stdout,
-          exited,
-          stop: (signal = 'SIGTERM') => {
-            child.kill(signal);
-            return exited;
-          },
-        });
-      }
-    });
+  const run = spawnServerProcess(env, options);
+  let timedOut = false;
+  const timer = setTimeout(() => {
+    timedOut = true;
+    run.child.kill('SIGKILL');
+  }, 60_000);
+  const up = await run.listening;
+  clearTimeout(timer);
+  if (timedOut) throw new Error(`server did not start within 60 s:\n${run.stderr()}`);
+  if (!up) {
     // 'close', not 'exit': only then has everything the process wrote been read.
-    child.once('close', (code, signal) => {
-      if (timer.hasRef()) {
-        clearTimeout(timer);
-        reject(new ServerStartError(code ?? signal ?? 'unknown', stdout + stderr));
-      }
-    });
-  });
+    const code = await run.closed;
+    throw new ServerStartError(code, run.stdout() + run.stderr());
+  }
+  const { child, stderr, stdout, exited } = run;
+  return {
+    url: run.url(),
+    child,
+    stderr,
+    stdout,
+    exited,
+    stop: (signal = 'SIGTERM') => {
+      child.kill(signal);
+      return exited;
+    },
+  };
 }
