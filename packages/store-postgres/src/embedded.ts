@@ -11,7 +11,7 @@
  */
 import { type ChildProcess, execFile } from 'node:child_process';
 import { createHash, createHmac, pbkdf2Sync, randomBytes } from 'node:crypto';
-import { existsSync, lchownSync, writeFileSync } from 'node:fs';
+import { existsSync, lchownSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import {
   chmod,
   lchown,
@@ -304,11 +304,17 @@ export async function startEmbeddedPostgres(
     // recovery can take minutes) left a postmaster no later start took for an orphan, and every
     // restart was refused with "Another PostgreSQL server is running"; and one that exits then
     // (a second Ctrl-C, `process.exit`) left it running behind it (the postmaster is detached).
+    let recorded: OwnerRecord | undefined;
     onSpawn(server, (spawned) => {
-      recordOwner(dataDir, spawned, owner, log);
+      recorded = recordOwner(dataDir, spawned, owner, log);
       stopLiveServersOnExit(spawned);
     });
     const child = await startServer(server, log);
+    // A postmaster that gave way (to a racing server's, on PostgreSQL's lock file) must not
+    // stay on record: spawned after the winner was ready and had recorded itself, it replaced
+    // the winner's record, and a crash of the winner was then refused as "busy" instead of
+    // recovered (embedded-lifecycle.e2e, two servers at once, under load).
+    if (child === undefined && recorded !== undefined) restoreOwner(dataDir, recorded, log);
     if (child !== undefined) {
       log.note(`[ledgence] ${version} ready on ${HOST}:${port} (data ${dataDir})`);
       // Again: a server racing this one to the folder may have recorded its own postmaster (which
@@ -1036,14 +1042,49 @@ function recordOwner(
   child: ChildProcess,
   owner: ServerOwner | undefined,
   log: LogTail,
-): void {
-  if (child.pid === undefined) return; // The spawn failed: there is no postmaster to own.
+): OwnerRecord | undefined {
+  if (child.pid === undefined) return undefined; // The spawn failed: no postmaster to own.
   const file = join(dataDir, OWNER_FILE);
+  const written = `${process.pid} ${child.pid}\n`;
+  let replaced: string | undefined;
   try {
-    writeFileSync(file, `${process.pid} ${child.pid}\n`);
+    replaced = readFileSync(file, 'utf8');
+  } catch {
+    // None yet.
+  }
+  try {
+    writeFileSync(file, written);
     if (owner !== undefined) lchownSync(file, owner.uid, owner.gid);
   } catch (error) {
     log.note(`[ledgence] could not write ${file}: ${String(error)}`);
+    return undefined;
+  }
+  return { written, replaced, owner };
+}
+
+/** What {@link recordOwner} wrote, and what it replaced. */
+interface OwnerRecord {
+  readonly written: string;
+  readonly replaced: string | undefined;
+  readonly owner: ServerOwner | undefined;
+}
+
+/**
+ * Puts back what `record` replaced, if the owner file still holds what it wrote (a later
+ * record, the racing winner's, is left alone). Logged, not thrown, as {@link recordOwner}.
+ */
+function restoreOwner(dataDir: string, record: OwnerRecord, log: LogTail): void {
+  const file = join(dataDir, OWNER_FILE);
+  try {
+    if (readFileSync(file, 'utf8') !== record.written) return;
+    if (record.replaced === undefined) {
+      rmSync(file, { force: true });
+      return;
+    }
+    writeFileSync(file, record.replaced);
+    if (record.owner !== undefined) lchownSync(file, record.owner.uid, record.owner.gid);
+  } catch (error) {
+    log.note(`[ledgence] could not restore ${file}: ${String(error)}`);
   }
 }
 
