@@ -339,7 +339,8 @@ export function confirmQuiescence(
     return { changed: false, task, attempt, history: [], reply: task.state };
   }
   // The hold ends at the authority deadline (the lease was set to it at settle): from then on
-  // the decision is recovery's to apply, as `lease_expired`, and a confirmation is as stale as
+  // the decision is recovery's to apply (its outcome's record only: neither `lease_expired` nor
+  // `cleanup_confirmed`, see recovery.ts), and a confirmation is as stale as
   // any other call of an expired owner (DESIGN §1.6, §5) — whichever of the two runs first.
   if (!leaseLive(attempt, now)) throw ownershipLost(owner, 'held its cleanup past the deadline');
   const applied = applyDecision(
