@@ -126,7 +126,13 @@ describe('many parked waits', () => {
       })(),
     ]);
     console.log({ submitMs, assigned: assigned.length, after: Date.now() - t0 });
-    expect(assigned.length).toBe(queues);
+    // One run under heavy load (submits took 7 s) counted 52 assignments of the 50 tasks, not
+    // reproduced since: should it recur, the message says which tasks and owners they were.
+    const owners = assigned.map((r) => r.body.assignment.lease.owner);
+    expect(
+      { replies: assigned.length, tasks: new Set(owners.map((o) => o.task_id)).size },
+      JSON.stringify(owners),
+    ).toEqual({ replies: queues, tasks: queues });
     for (const p of polls) p.abort();
     await Promise.allSettled(polls.map((p) => p.done));
     console.log(server.stderr());

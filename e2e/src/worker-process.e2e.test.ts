@@ -76,12 +76,18 @@ describe('worker processes', () => {
     const results = await settled(c, ids, 120_000);
     const exits = await Promise.all(workers.map((w) => w.stop('SIGTERM')));
     expect(exits).toEqual([0, 0, 0]);
-    results.forEach((result, i) => {
-      expect(result.outcome).toEqual({ state: 'succeeded', output: { i } });
-      expect(result.status.attempt_count).toBe(1);
-    });
     // Each task ran once, in exactly one process.
     const lines = workers.flatMap((w) => w.lines);
+    for (const [i, result] of results.entries()) {
+      expect(result.outcome).toEqual({ state: 'succeeded', output: { i } });
+      // A second attempt failed a run under heavy load once: the message says what happened.
+      const history = async () =>
+        JSON.stringify({
+          reasons: reasons(await historyOf(c, result.status.task_id)),
+          lines: lines.filter((l) => l.task_id === result.status.task_id),
+        });
+      if (result.status.attempt_count !== 1) expect.fail(await history());
+    }
     const started = lines.filter((l) => l.event === 'start');
     expect(started).toHaveLength(500);
     expect(new Set(started.map((l) => l.task_id))).toEqual(new Set(ids));
