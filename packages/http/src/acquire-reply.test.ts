@@ -38,4 +38,5 @@ it('answers a batch of large assignments 200 within the bound, the slots past it
   expect(assigned).toBeLessThan(tasks);
   const queued = await h.service.listTasks(ACME_PROD, { filters: { state: 'queued' }, limit: 500 });
   expect(queued.tasks).toHaveLength(tasks - assigned);
-});
+  // Some 20 MiB of submissions: ~2 s alone, past vitest's 5 s default on a loaded 2-core machine.
+}, 30_000);
