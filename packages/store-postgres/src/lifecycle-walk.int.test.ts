@@ -31,7 +31,7 @@ import {
   type TransitionReason,
 } from '@ledgence/contracts';
 import { lifecycleConfig } from '@ledgence/core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, it } from 'vitest';
 import { type Harness, harness } from './testdata/fixtures.js';
 
 const CONFIG = lifecycleConfig({
@@ -48,7 +48,7 @@ const GUARD_MS = 150;
 // ---- steps ----------------------------------------------------------------------------------
 
 type Outcome = 'success' | 'exec_retry' | 'exec_fatal' | 'app_default' | 'app_retry' | 'app_fatal';
-export type Step =
+type Step =
   | { k: 'submit'; key: number; variant: 'same' | 'other' }
   | { k: 'poll'; slot: number; mode: 'next' | 'replay' | 'gap' }
   | {
@@ -92,7 +92,7 @@ function mulberry32(seed: number): () => number {
   };
 }
 
-export function generate(seed: number, n: number): Step[] {
+function generate(seed: number, n: number): Step[] {
   const r = mulberry32(seed);
   const int = (k: number) => Math.floor(r() * k);
   const pick = <T>(xs: readonly T[]): T => xs[int(xs.length)] as T;
@@ -306,7 +306,7 @@ function params(key: number) {
   };
 }
 
-export class Walk {
+class Walk {
   readonly tasks = new Map<number, MTask>();
   readonly attempts = new Map<string, MAttempt>();
   readonly slots: MSlot[] = Array.from({ length: SLOTS }, () => ({
@@ -1484,7 +1484,7 @@ beforeAll(async () => {
 });
 afterAll(() => h.close());
 
-export async function walk(seed: number, steps: readonly Step[]): Promise<Walk> {
+async function walk(seed: number, steps: readonly Step[]): Promise<Walk> {
   scopes += 1;
   const w = new Walk(h, { tenant_id: `walk-${seed}-${scopes}`, namespace: 'r52c' });
   await w.open();
