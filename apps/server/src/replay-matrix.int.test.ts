@@ -5,98 +5,33 @@
  * retention removed it. Two answers changed on 2026-12-05: a late copy of a redeliver naming a
  * generation two back was a 409, and a repeated retention PUT answered a new `updated_at`.
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
-import pino from 'pino';
-import postgres from 'postgres';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from './config.js';
-import { type RunningServer, startServer } from './server.js';
+import { describe, expect, it } from 'vitest';
+import { serverReplicas, until } from './testdata/replicas.js';
 
 const KEY = 'replay-matrix-key-0000000000001';
 const NS = 'rm';
 const SCOPE = `/v1/tenants/acme/namespaces/${NS}`;
 const scope = { tenant_id: 'acme', namespace: NS };
 
-const receiver: Server = createServer((req, res) => {
-  req.resume();
-  req.on('end', () => res.writeHead(204).end());
-});
-const port: number = await new Promise((resolve) => {
-  receiver.listen(0, '127.0.0.1', () => resolve((receiver.address() as AddressInfo).port));
-});
-
-let db: TestDatabase;
-let sql: postgres.Sql;
-let a: RunningServer;
-let b: RunningServer;
-let env: Record<string, string>;
-
-const start = () =>
-  startServer(
-    loadConfig(env, (path) => {
-      throw new Error(`no file ${path}`);
-    }),
-    { logger: pino({ level: 'silent' }) },
-  );
-
-beforeAll(async () => {
-  db = await createTestDatabase({ prefix: 'replay_matrix' });
-  env = {
-    DATABASE_URL: db.url,
-    PORT: '0',
-    LEDGENCE_API_KEYS: JSON.stringify([
-      { key: KEY, tenant: 'acme', namespaces: ['*'], roles: ['client', 'worker', 'admin'] },
-    ]),
+const replicas = serverReplicas({
+  prefix: 'replay_matrix',
+  key: KEY,
+  env: (receiver) => ({
     LEDGENCE_CALLBACK_DESTINATIONS: JSON.stringify({
       billing: {
-        url: `http://127.0.0.1:${port}/a`,
+        url: `${receiver}/a`,
         secret: `whsec_${Buffer.alloc(24, 7).toString('base64')}`,
       },
       audit: {
-        url: `http://127.0.0.1:${port}/b`,
+        url: `${receiver}/b`,
         secret: `whsec_${Buffer.alloc(24, 9).toString('base64')}`,
       },
     }),
     LEDGENCE_COMPLETION_RETRY_BASE_MS: '50',
     LEDGENCE_RETENTION_INTERVAL_MS: '100',
-  };
-  a = await start();
-  b = await start();
-  sql = postgres(db.url, { max: 1, onnotice: () => {} });
-}, 60_000);
-afterAll(async () => {
-  await sql?.end();
-  await a?.stop();
-  await b?.stop();
-  await db?.drop();
-  await new Promise<void>((resolve) => receiver.close(() => resolve()));
+  }),
 });
-
-interface Reply {
-  status: number;
-  text: string;
-  // biome-ignore lint/suspicious/noExplicitAny: replies are read loosely
-  body: any;
-}
-
-async function call(
-  server: RunningServer,
-  method: string,
-  path: string,
-  json?: unknown,
-): Promise<Reply> {
-  const headers: Record<string, string> = { authorization: `Bearer ${KEY}` };
-  let body: string | undefined;
-  if (json !== undefined) {
-    headers['content-type'] = 'application/json';
-    body = JSON.stringify(json);
-  }
-  const res = await fetch(`${server.url}${path}`, { method, headers, body });
-  const text = await res.text();
-  return { status: res.status, text, body: text.length === 0 ? undefined : JSON.parse(text) };
-}
+const { call } = replicas;
 
 let n = 0;
 function submitCommand(extra: Record<string, unknown> = {}) {
@@ -117,9 +52,9 @@ function submitCommand(extra: Record<string, unknown> = {}) {
 /** Submits on A and takes the task through acquire (seq 1) and a dispatch renew (seq 1). */
 async function running(extra: Record<string, unknown> = {}) {
   const command = submitCommand(extra);
-  const submitted = await call(a, 'POST', `${SCOPE}/tasks`, command);
+  const submitted = await call(replicas.a, 'POST', `${SCOPE}/tasks`, command);
   expect(submitted.status).toBe(201);
-  const session = await call(a, 'POST', '/v1/worker/sessions', {
+  const session = await call(replicas.a, 'POST', '/v1/worker/sessions', {
     scope,
     queue: command.input.queue,
     concurrency: 1,
@@ -132,11 +67,11 @@ async function running(extra: Record<string, unknown> = {}) {
     consumer_id: 0,
     sequence: 1,
   };
-  const acquired = await call(a, 'POST', '/v1/worker/acquire', poll);
+  const acquired = await call(replicas.a, 'POST', '/v1/worker/acquire', poll);
   expect(acquired.body.disposition).toBe('assigned');
   const owner = acquired.body.assignment.lease.owner;
   const renew = { owner, sequence: 1, intent: 'dispatch' };
-  const renewed = await call(a, 'POST', '/v1/worker/renew', renew);
+  const renewed = await call(replicas.a, 'POST', '/v1/worker/renew', renew);
   expect(renewed.status).toBe(200);
   return { command, submitted, session: session.body, poll, acquired, owner, renew, renewed };
 }
@@ -162,56 +97,48 @@ function settleCommand(
   };
 }
 
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
-
 describe('replays on another replica and after a restart (DESIGN §1.3)', () => {
   it('settle: the same operation replays the stored receipt on B and on a restarted server; other bytes are 409 conflict', async () => {
     const t = await running();
     const settle = settleCommand(t.owner, 'op-1', { ok: 1 });
-    const first = await call(a, 'POST', '/v1/worker/settle', settle);
+    const first = await call(replicas.a, 'POST', '/v1/worker/settle', settle);
     expect(first.status).toBe(200);
     expect(first.body.already_accepted).toBe(false);
-    const onB = await call(b, 'POST', '/v1/worker/settle', settle);
+    const onB = await call(replicas.b, 'POST', '/v1/worker/settle', settle);
     expect(onB.status).toBe(200);
     expect(onB.body).toEqual({ ...first.body, already_accepted: true });
     const other = await call(
-      b,
+      replicas.b,
       'POST',
       '/v1/worker/settle',
       settleCommand(t.owner, 'op-1', { ok: 2 }),
     );
     expect([other.status, other.body.code]).toEqual([409, 'conflict']);
-    const batch = await call(b, 'POST', '/v1/worker/settle:batch', { commands: [settle, settle] });
+    const batch = await call(replicas.b, 'POST', '/v1/worker/settle:batch', {
+      commands: [settle, settle],
+    });
     expect(batch.body.results).toEqual([onB.body, onB.body]);
     // The other replays of this task's identities, on B, after the task succeeded.
-    const poll = await call(b, 'POST', '/v1/worker/acquire', t.poll);
+    const poll = await call(replicas.b, 'POST', '/v1/worker/acquire', t.poll);
     expect(poll.body).toEqual({
       disposition: 'ownership_lost',
       sequence: 1,
       assignment: { task_id: t.owner.task_id, attempt_id: t.owner.attempt_id },
     });
-    const submit = await call(b, 'POST', `${SCOPE}/tasks`, t.command);
+    const submit = await call(replicas.b, 'POST', `${SCOPE}/tasks`, t.command);
     expect([submit.status, submit.body.task_id, submit.body.state]).toEqual([
       200,
       t.submitted.body.task_id,
       'succeeded',
     ]);
-    const cancelA = await call(a, 'POST', `${SCOPE}/tasks/${t.owner.task_id}/cancel`);
-    const cancelB = await call(b, 'POST', `${SCOPE}/tasks/${t.owner.task_id}/cancel`);
+    const cancelA = await call(replicas.a, 'POST', `${SCOPE}/tasks/${t.owner.task_id}/cancel`);
+    const cancelB = await call(replicas.b, 'POST', `${SCOPE}/tasks/${t.owner.task_id}/cancel`);
     expect([cancelA.status, cancelA.text]).toEqual([200, '{"task_state":"succeeded"}']);
     expect(cancelB.text).toBe(cancelA.text);
 
     // A restart: the first server stops, a new one starts on the same database.
-    await a.stop();
-    a = await start();
-    const afterRestart = await call(a, 'POST', '/v1/worker/settle', settle);
+    await replicas.restartA();
+    const afterRestart = await call(replicas.a, 'POST', '/v1/worker/settle', settle);
     expect([afterRestart.status, afterRestart.text]).toEqual([200, onB.text]);
   });
 });
@@ -219,10 +146,10 @@ describe('replays on another replica and after a restart (DESIGN §1.3)', () => 
 describe('retention PUT replayed (DESIGN §1.3)', () => {
   it('the same policy PUT again, on B, answers the same policy (updated_at included) and changes nothing', async () => {
     const path = '/v1/tenants/acme/namespaces/rm-policy/retention-policy';
-    const first = await call(a, 'PUT', path, { retention_ms: 3_600_000 });
+    const first = await call(replicas.a, 'PUT', path, { retention_ms: 3_600_000 });
     expect(first.status).toBe(200);
     await new Promise((resolve) => setTimeout(resolve, 20));
-    const again = await call(b, 'PUT', path, { retention_ms: 3_600_000 });
+    const again = await call(replicas.b, 'PUT', path, { retention_ms: 3_600_000 });
     expect([again.status, again.text]).toEqual([200, first.text]);
   });
 });
@@ -230,27 +157,27 @@ describe('retention PUT replayed (DESIGN §1.3)', () => {
 describe('replays after retention removed the record (DESIGN §12, README "Retention")', () => {
   it('a settled task removed by retention: replays of its identities answer 4xx problems (or, for a submit, a new task)', async () => {
     const policy = `${SCOPE}/retention-policy`;
-    expect((await call(a, 'PUT', policy, { retention_ms: 3_600_000 })).status).toBe(200);
+    expect((await call(replicas.a, 'PUT', policy, { retention_ms: 3_600_000 })).status).toBe(200);
     const t = await running();
     const settle = settleCommand(t.owner, 'op-r', { r: 1 });
-    expect((await call(a, 'POST', '/v1/worker/settle', settle)).status).toBe(200);
-    await sql`update tasks set terminal_at = terminal_at - 7200000
+    expect((await call(replicas.a, 'POST', '/v1/worker/settle', settle)).status).toBe(200);
+    await replicas.sql`update tasks set terminal_at = terminal_at - 7200000
       where task_id = ${t.owner.task_id}`;
     const gone = await until(
-      () => call(b, 'GET', `${SCOPE}/tasks/${t.owner.task_id}`),
+      () => call(replicas.b, 'GET', `${SCOPE}/tasks/${t.owner.task_id}`),
       (r) => r.status === 404,
     );
     expect([gone.status, gone.body.code]).toEqual([404, 'not_found']);
-    const settleAgain = await call(b, 'POST', '/v1/worker/settle', settle);
+    const settleAgain = await call(replicas.b, 'POST', '/v1/worker/settle', settle);
     expect([settleAgain.status, settleAgain.body.code]).toEqual([404, 'not_found']);
-    const pollAgain = await call(b, 'POST', '/v1/worker/acquire', t.poll);
+    const pollAgain = await call(replicas.b, 'POST', '/v1/worker/acquire', t.poll);
     expect(pollAgain.status).toBe(200);
     expect(pollAgain.body.disposition).toBe('ownership_lost');
-    const renewAgain = await call(b, 'POST', '/v1/worker/renew', t.renew);
+    const renewAgain = await call(replicas.b, 'POST', '/v1/worker/renew', t.renew);
     expect([renewAgain.status, renewAgain.body.code]).toEqual([404, 'not_found']);
-    const cancelAgain = await call(b, 'POST', `${SCOPE}/tasks/${t.owner.task_id}/cancel`);
+    const cancelAgain = await call(replicas.b, 'POST', `${SCOPE}/tasks/${t.owner.task_id}/cancel`);
     expect([cancelAgain.status, cancelAgain.body.code]).toEqual([404, 'not_found']);
-    const submitAgain = await call(b, 'POST', `${SCOPE}/tasks`, t.command);
+    const submitAgain = await call(replicas.b, 'POST', `${SCOPE}/tasks`, t.command);
     expect(submitAgain.status).toBe(201);
     expect(submitAgain.body.task_id).not.toBe(t.owner.task_id);
   });
@@ -258,27 +185,30 @@ describe('replays after retention removed the record (DESIGN §12, README "Reten
 
 describe('redeliver replays (DESIGN §1.3, §8 CompletionRetryCommand)', () => {
   it('a late copy of a redeliver naming generation 1, after generations 2 and 3 were started, answers the subscription unchanged, not 409', async () => {
-    const submitted = await call(a, 'POST', `${SCOPE}/tasks`, submitCommand());
+    const submitted = await call(replicas.a, 'POST', `${SCOPE}/tasks`, submitCommand());
     const taskId = submitted.body.task_id as string;
     const subs = `${SCOPE}/tasks/${taskId}/completion-subscriptions`;
-    const sub = await call(a, 'POST', subs, { subscription_key: 'late', destination: 'billing' });
+    const sub = await call(replicas.a, 'POST', subs, {
+      subscription_key: 'late',
+      destination: 'billing',
+    });
     expect(sub.status).toBe(201);
-    expect((await call(a, 'POST', `${SCOPE}/tasks/${taskId}/cancel`)).status).toBe(200);
+    expect((await call(replicas.a, 'POST', `${SCOPE}/tasks/${taskId}/cancel`)).status).toBe(200);
     const delivered = (generation: number) =>
       until(
-        () => call(b, 'GET', subs),
+        () => call(replicas.b, 'GET', subs),
         (r) => r.body[0]?.state === 'delivered' && r.body[0]?.generation === generation,
       );
     await delivered(1);
     const path = `${SCOPE}/completion-subscriptions/${sub.body.id}/redeliver`;
     // The operator's request naming 1 starts generation 2 (its reply is lost on the way back).
-    expect((await call(a, 'POST', path, { generation: 1 })).body.generation).toBe(2);
+    expect((await call(replicas.a, 'POST', path, { generation: 1 })).body.generation).toBe(2);
     await delivered(2);
     // Another operator redelivers generation 2.
-    expect((await call(b, 'POST', path, { generation: 2 })).body.generation).toBe(3);
+    expect((await call(replicas.b, 'POST', path, { generation: 2 })).body.generation).toBe(3);
     const third = await delivered(3);
     // The first request, retried with the same bytes: it started its generation already.
-    const late = await call(b, 'POST', path, { generation: 1 });
+    const late = await call(replicas.b, 'POST', path, { generation: 1 });
     expect([late.status, late.body]).toEqual([200, third.body[0]]);
   });
 });

@@ -6,107 +6,29 @@
  * that never existed, route by route, body by body; the rows are checked with SQL after.
  * Records are aged in the database itself (the shortest policy is an hour).
  */
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
-import pino from 'pino';
-import postgres from 'postgres';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from './config.js';
-import { type RunningServer, startServer } from './server.js';
+import { describe, expect, it } from 'vitest';
+import { serverReplicas, until } from './testdata/replicas.js';
 
 const KEY = 'retention-ids-key-000000000000001';
 const NS = 'retired';
 const SCOPE = `/v1/tenants/acme/namespaces/${NS}`;
 const scope = { tenant_id: 'acme', namespace: NS };
 
-const received: string[] = [];
-const receiver: Server = createServer((req, res) => {
-  const chunks: Buffer[] = [];
-  req.on('data', (c: Buffer) => chunks.push(c));
-  req.on('end', () => {
-    received.push(Buffer.concat(chunks).toString('utf8'));
-    res.writeHead(204).end();
-  });
-});
-const port: number = await new Promise((resolve) => {
-  receiver.listen(0, '127.0.0.1', () => resolve((receiver.address() as AddressInfo).port));
-});
-
-let db: TestDatabase;
-let sql: postgres.Sql;
-let a: RunningServer;
-let b: RunningServer;
-
-beforeAll(async () => {
-  db = await createTestDatabase({ prefix: 'retention_identities' });
-  const env = {
-    DATABASE_URL: db.url,
-    PORT: '0',
-    LEDGENCE_API_KEYS: JSON.stringify([
-      { key: KEY, tenant: 'acme', namespaces: ['*'], roles: ['client', 'worker', 'admin'] },
-    ]),
+const replicas = serverReplicas({
+  prefix: 'retention_identities',
+  key: KEY,
+  env: (receiver) => ({
     LEDGENCE_CALLBACK_DESTINATIONS: JSON.stringify({
       billing: {
-        url: `http://127.0.0.1:${port}/a`,
+        url: `${receiver}/a`,
         secret: `whsec_${Buffer.alloc(24, 7).toString('base64')}`,
       },
     }),
     LEDGENCE_COMPLETION_RETRY_BASE_MS: '50',
     LEDGENCE_RETENTION_INTERVAL_MS: '100',
-  };
-  const start = () =>
-    startServer(
-      loadConfig(env, (path) => {
-        throw new Error(`no file ${path}`);
-      }),
-      { logger: pino({ level: 'silent' }) },
-    );
-  a = await start();
-  b = await start();
-  sql = postgres(db.url, { max: 2, onnotice: () => {} });
-}, 60_000);
-afterAll(async () => {
-  await sql?.end();
-  await a?.stop();
-  await b?.stop();
-  await db?.drop();
-  await new Promise<void>((resolve) => receiver.close(() => resolve()));
+  }),
 });
-
-interface Reply {
-  status: number;
-  text: string;
-  // biome-ignore lint/suspicious/noExplicitAny: replies are read loosely
-  body: any;
-}
-
-async function call(
-  server: RunningServer,
-  method: string,
-  path: string,
-  json?: unknown,
-  headers: Record<string, string> = {},
-): Promise<Reply> {
-  const all: Record<string, string> = { authorization: `Bearer ${KEY}`, ...headers };
-  let body: string | undefined;
-  if (json !== undefined) {
-    all['content-type'] = 'application/json';
-    body = JSON.stringify(json);
-  }
-  const res = await fetch(`${server.url}${path}`, { method, headers: all, body });
-  const text = await res.text();
-  return { status: res.status, text, body: text.length === 0 ? undefined : JSON.parse(text) };
-}
-
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean): Promise<T> {
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    const value = await read();
-    if (done(value) || Date.now() > deadline) return value;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
+const { call } = replicas;
 
 function submitCommand(key: string, queue: string, data: unknown) {
   return {
@@ -153,7 +75,7 @@ async function rowsOf(taskId: string): Promise<Record<string, number>> {
     'completion_subscriptions',
     'completion_deliveries',
   ]) {
-    const [row] = await sql.unsafe(
+    const [row] = await replicas.sql.unsafe(
       `select count(*)::int as n from ${table} where namespace = $1 and task_id = $2`,
       [NS, taskId],
     );
@@ -165,16 +87,20 @@ async function rowsOf(taskId: string): Promise<Record<string, number>> {
 describe('a task retired by the retention loop, identity by identity', () => {
   it('answers every route exactly as an id that never existed, leaves no row, and frees its key for a different command', async () => {
     expect(
-      (await call(a, 'PUT', `${SCOPE}/retention-policy`, { retention_ms: 3_600_000 })).status,
+      (await call(replicas.a, 'PUT', `${SCOPE}/retention-policy`, { retention_ms: 3_600_000 }))
+        .status,
     ).toBe(200);
     const command = submitCommand('retired-one', 'q1', { n: 1 });
-    const submitted = await call(a, 'POST', `${SCOPE}/tasks`, command);
+    const submitted = await call(replicas.a, 'POST', `${SCOPE}/tasks`, command);
     expect(submitted.status).toBe(201);
     const taskId = submitted.body.task_id as string;
     const subs = `${SCOPE}/tasks/${taskId}/completion-subscriptions`;
-    const sub = await call(a, 'POST', subs, { subscription_key: 's', destination: 'billing' });
+    const sub = await call(replicas.a, 'POST', subs, {
+      subscription_key: 's',
+      destination: 'billing',
+    });
     expect(sub.status).toBe(201);
-    const session = await call(a, 'POST', '/v1/worker/sessions', {
+    const session = await call(replicas.a, 'POST', '/v1/worker/sessions', {
       scope,
       queue: 'q1',
       concurrency: 1,
@@ -186,28 +112,28 @@ describe('a task retired by the retention loop, identity by identity', () => {
       consumer_id: 0,
       sequence: 1,
     };
-    const acquired = await call(a, 'POST', '/v1/worker/acquire', poll);
+    const acquired = await call(replicas.a, 'POST', '/v1/worker/acquire', poll);
     expect(acquired.body.disposition).toBe('assigned');
     const owner = acquired.body.assignment.lease.owner;
     const renew = { owner, sequence: 1, intent: 'dispatch' };
-    expect((await call(a, 'POST', '/v1/worker/renew', renew)).status).toBe(200);
+    expect((await call(replicas.a, 'POST', '/v1/worker/renew', renew)).status).toBe(200);
     // Held for cleanup, then confirmed: the task takes its outcome at the confirmation.
     const settle = settleCommand(owner, 'op-held', 'unconfirmed');
-    expect((await call(a, 'POST', '/v1/worker/settle', settle)).status).toBe(200);
-    const confirmed = await call(a, 'POST', '/v1/worker/quiescence', owner);
+    expect((await call(replicas.a, 'POST', '/v1/worker/settle', settle)).status).toBe(200);
+    const confirmed = await call(replicas.a, 'POST', '/v1/worker/quiescence', owner);
     expect([confirmed.status, confirmed.body]).toEqual([200, { task_state: 'succeeded' }]);
     await until(
-      () => call(a, 'GET', subs),
+      () => call(replicas.a, 'GET', subs),
       (r) => r.body?.[0]?.state === 'delivered',
     );
 
     // Age the task and its callback activity past the hour.
-    await sql`update tasks set terminal_at = terminal_at - 7200000
+    await replicas.sql`update tasks set terminal_at = terminal_at - 7200000
       where namespace = ${NS} and task_id = ${taskId}`;
-    await sql`update completion_deliveries set finished_at = finished_at - 7200000,
+    await replicas.sql`update completion_deliveries set finished_at = finished_at - 7200000,
       delivered_at = delivered_at - 7200000 where namespace = ${NS} and task_id = ${taskId}`;
     const gone = await until(
-      () => call(b, 'GET', `${SCOPE}/tasks/${taskId}`),
+      () => call(replicas.b, 'GET', `${SCOPE}/tasks/${taskId}`),
       (r) => r.status === 404,
     );
     expect(gone.status).toBe(404);
@@ -278,8 +204,8 @@ describe('a task retired by the retention loop, identity by identity', () => {
     for (let i = 0; i < real.length; i += 1) {
       const [method, path, body] = real[i] as [string, string, unknown?];
       const [, fakePath, fakeBody] = never[i] as [string, string, unknown?];
-      const r = await call(b, method, path, body);
-      const f = await call(b, method, fakePath, fakeBody);
+      const r = await call(replicas.b, method, path, body);
+      const f = await call(replicas.b, method, fakePath, fakeBody);
       answers.push([method, normalise(path), r.status, normalise(r.text)]);
       expected.push([method, normalise(path), f.status, normalise(f.text)]);
     }
@@ -293,26 +219,28 @@ describe('a task retired by the retention loop, identity by identity', () => {
     }
 
     // The acquire replay of the live slot: the attempt is no longer owned.
-    const replay = await call(b, 'POST', '/v1/worker/acquire', poll);
+    const replay = await call(replicas.b, 'POST', '/v1/worker/acquire', poll);
     expect([replay.status, replay.body.disposition]).toEqual([200, 'ownership_lost']);
-    const batchReplay = await call(b, 'POST', '/v1/worker/acquire:batch', { commands: [poll] });
+    const batchReplay = await call(replicas.b, 'POST', '/v1/worker/acquire:batch', {
+      commands: [poll],
+    });
     expect([batchReplay.status, batchReplay.body.replies?.[0]?.disposition]).toEqual([
       200,
       'ownership_lost',
     ]);
     // The slot polls on (its cursor's attempt is gone, so it holds nothing): not consumer_busy.
-    const next = await call(b, 'POST', '/v1/worker/acquire', { ...poll, sequence: 2 });
+    const next = await call(replicas.b, 'POST', '/v1/worker/acquire', { ...poll, sequence: 2 });
     expect([next.status, next.body.disposition]).toEqual([200, 'empty']);
 
     // The key is free again: a submit with the key and a DIFFERENT command creates a new task
     // (before retirement it would have been 409 conflict), on the header route too.
     const differing = submitCommand('retired-one', 'q1', { n: 2 });
-    const again = await call(b, 'POST', `${SCOPE}/tasks`, differing);
+    const again = await call(replicas.b, 'POST', `${SCOPE}/tasks`, differing);
     expect(again.status).toBe(201);
     expect(again.body.task_id).not.toBe(taskId);
-    const replayed = await call(a, 'POST', `${SCOPE}/tasks`, differing);
+    const replayed = await call(replicas.a, 'POST', `${SCOPE}/tasks`, differing);
     expect([replayed.status, replayed.body.task_id]).toEqual([200, again.body.task_id]);
-    const conflicting = await call(a, 'POST', `${SCOPE}/tasks`, command);
+    const conflicting = await call(replicas.a, 'POST', `${SCOPE}/tasks`, command);
     expect([conflicting.status, conflicting.body.code]).toEqual([409, 'conflict']);
   });
 });
