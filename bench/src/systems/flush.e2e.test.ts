@@ -68,7 +68,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-it('graphile-worker: after flushStats() every commit so far is already counted in pg_stat_database', async () => {
+it('graphile-worker: after flushStats() every commit of a burst so far is already counted in pg_stat_database (a few strays aside)', async () => {
   const rounds: { atReturn: number; settled: number; from: number; to: number }[] = [];
   for (let round = 0; round < 5; round += 1) {
     // A burst of single-job commits, under a second, on the producer's connections: their
@@ -105,8 +105,18 @@ it('graphile-worker: after flushStats() every commit so far is already counted i
   const clean = rounds.filter((round) => !beside(round));
   const why = JSON.stringify({ rounds, autovacuumed: vacuumed });
   expect(clean.length, why).toBeGreaterThanOrEqual(3);
-  for (const { atReturn, settled } of clean) expect(atReturn, why).toBe(settled);
+  // Unflushed, most of a round's 200 commits would still be pending at return (published at
+  // most once a second while busy). A few strays are not the bench's: a CI run saw 2 arrive in
+  // a round's settle with no autovacuum in sight (pg_stat_all_tables keeps only each table's
+  // last run, and shared catalogs are vacuumed from whichever database a worker connects to).
+  for (const { atReturn, settled } of clean) {
+    expect(settled - atReturn, why).toBeGreaterThanOrEqual(0);
+    expect(settled - atReturn, why).toBeLessThanOrEqual(STRAY_COMMITS);
+  }
 }, 60_000);
+
+/** Commits of background work a round may see arrive besides the bench's own. */
+const STRAY_COMMITS = 4;
 
 it('graphile-worker: a drain’s closing commit reading, taken the way run.ts takes it after workers.stop(), counts every commit of the workers', async () => {
   const { closeCpuWindow, machineCpu, treeCpuMs } = await import('../cpu.js');
