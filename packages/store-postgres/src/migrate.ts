@@ -179,10 +179,11 @@ async function withClient<T>(
 const READ_ONLY_SQL_TRANSACTION = '25006';
 
 /**
- * Refuses a read-only database, then creates drizzle's bookkeeping schema and table where they are missing, and only there:
- * PostgreSQL checks CREATE on the schema (and on the database) before it sees that an
- * `if not exists` object exists, so the database's owner could not start on a schema another
- * role had migrated (review r51b: "permission denied for schema drizzle" with nothing pending).
+ * Refuses a read-only database, then creates drizzle's bookkeeping schema and table where they
+ * are missing, and only there: PostgreSQL checks CREATE on the schema (and on the database)
+ * before it sees that an `if not exists` object exists, so the database's owner could not start
+ * on a schema another role had migrated (review r51b: "permission denied for schema drizzle"
+ * with nothing pending).
  */
 async function ensureBookkeeping(
   tx: postgres.TransactionSql,
