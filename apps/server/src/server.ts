@@ -464,10 +464,7 @@ function listenError(error: NodeJS.ErrnoException, host: string, port: number): 
  * message names the address, never the password; it is removed all the same should it appear.
  */
 function databaseUrlError(error: unknown, databaseUrl: string): Error {
-  const detail = withoutPassword(
-    error instanceof Error ? error.message : String(error),
-    databaseUrl,
-  );
+  const detail = detailOf(error, databaseUrl);
   return startError(
     `cannot connect to the database of DATABASE_URL (${detail})`,
     'check that PostgreSQL runs at its host and port and accepts its user, password and ' +
@@ -497,10 +494,7 @@ function isCollision(error: unknown): boolean {
  * (review r51b); the migration rolled back, so nothing of either is changed.
  */
 function databaseCollisionError(error: unknown, databaseUrl: string): Error {
-  const detail = withoutPassword(
-    error instanceof Error ? error.message : String(error),
-    databaseUrl,
-  );
+  const detail = detailOf(error, databaseUrl);
   return startError(
     `the database of DATABASE_URL holds objects named like Ledgence's own (${detail}); ` +
       'nothing was changed',
@@ -524,10 +518,7 @@ function isReadOnly(error: unknown): boolean {
  * with PostgreSQL's bare `cannot execute CREATE SCHEMA in a read-only transaction`.
  */
 function databaseReadOnlyError(error: unknown, databaseUrl: string): Error {
-  const detail = withoutPassword(
-    error instanceof Error ? error.message : String(error),
-    databaseUrl,
-  );
+  const detail = detailOf(error, databaseUrl);
   return startError(
     `the database of DATABASE_URL is read-only (${detail})`,
     'point DATABASE_URL at the primary server (a standby refuses writes; with several hosts, ' +
@@ -543,10 +534,7 @@ function databaseReadOnlyError(error: unknown, databaseUrl: string): Error {
  * start ended with a bare `permission denied for database …`, naming no setting and no remedy.
  */
 function databasePrivilegeError(error: unknown, databaseUrl: string): Error {
-  const detail = withoutPassword(
-    error instanceof Error ? error.message : String(error),
-    databaseUrl,
-  );
+  const detail = detailOf(error, databaseUrl);
   return startError(
     `the user of DATABASE_URL lacks a privilege Ledgence's migrations need (${detail})`,
     "make that user the owner of the database (and of Ledgence's tables, if another user " +
@@ -554,6 +542,11 @@ function databasePrivilegeError(error: unknown, databaseUrl: string): Error {
       'and later grant these to the owner only), or set DATABASE_URL to a user that may',
     error,
   );
+}
+
+/** An error's message as a start failure quotes it: without the password of `databaseUrl`. */
+function detailOf(error: unknown, databaseUrl: string): string {
+  return withoutPassword(error instanceof Error ? error.message : String(error), databaseUrl);
 }
 
 /** `text` with the password of `url` (as written and decoded) replaced by `***`. */
