@@ -114,6 +114,24 @@ async function claim(queue: string): Promise<Assignment> {
   return assignment;
 }
 
+/** The `count` queued tasks of `queue`, each claimed by a slot of one session and granted dispatch. */
+async function claimEach(queue: string, count: number): Promise<Assignment[]> {
+  const s = await session(queue, count);
+  const assignments: Assignment[] = [];
+  for (let c = 0; c < count; c++) {
+    const reply = await acquire(queue, s, c);
+    const assignment = (reply as { assignment: Assignment }).assignment;
+    const renewed = await post('/v1/worker/renew', {
+      owner: assignment.lease.owner,
+      sequence: 1,
+      intent: 'dispatch',
+    });
+    expect(renewed.status).toBe(200);
+    assignments.push(assignment);
+  }
+  return assignments;
+}
+
 function settleBody(
   a: Assignment,
   quiescence: 'confirmed' | 'unconfirmed',
@@ -438,18 +456,7 @@ describe('cancel', () => {
     const queue = `race-${++n}`;
     const count = 12;
     for (let i = 0; i < count; i++) await submit(queue);
-    const s = await session(queue, count);
-    const assignments: Assignment[] = [];
-    for (let c = 0; c < count; c++) {
-      const reply = await acquire(queue, s, c);
-      const assignment = (reply as { assignment: Assignment }).assignment;
-      await post('/v1/worker/renew', {
-        owner: assignment.lease.owner,
-        sequence: 1,
-        intent: 'dispatch',
-      });
-      assignments.push(assignment);
-    }
+    const assignments = await claimEach(queue, count);
     const results = await Promise.all(
       assignments.map(async (a) => {
         const [settle, cancel] = await Promise.all([
@@ -484,20 +491,11 @@ describe('held retry: confirm racing cancel', () => {
     const queue = `hr-race-${++n}`;
     const count = 10;
     for (let i = 0; i < count; i++) await submit(queue);
-    const s = await session(queue, count);
-    const assignments: Assignment[] = [];
-    for (let c = 0; c < count; c++) {
-      const reply = await acquire(queue, s, c);
-      const assignment = (reply as { assignment: Assignment }).assignment;
-      await post('/v1/worker/renew', {
-        owner: assignment.lease.owner,
-        sequence: 1,
-        intent: 'dispatch',
-      });
+    const assignments = await claimEach(queue, count);
+    for (const assignment of assignments) {
       const fail = { kind: 'application_error', error: { code: 'x', message: 'm' } };
       const settled = await post('/v1/worker/settle', settleBody(assignment, 'unconfirmed', fail));
       expect(settled.body.task_state).toBe('active');
-      assignments.push(assignment);
     }
     const results = await Promise.all(
       assignments.map(async (a) => {
