@@ -21,6 +21,7 @@ import {
 import { tmpdir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { waitUntil } from './processes.js';
 import {
   type ServerProcessOptions,
   type SpawnedServer,
@@ -41,14 +42,6 @@ function spawnMain(env: Record<string, string>, options: ServerProcessOptions = 
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function waitUntil(check: () => boolean, ms: number): Promise<boolean> {
-  for (let waited = 0; waited < ms; waited += 50) {
-    if (check()) return true;
-    await sleep(50);
-  }
-  return check();
-}
 
 /** Live (non-zombie) processes whose working directory is `dataDir`: its postmaster and children. */
 function postgresIn(dataDir: string): number[] {
@@ -181,10 +174,14 @@ describe('after a crash that took the embedded PostgreSQL down too', () => {
       );
     // Killed once initdb has begun writing its staging folder.
     expect(
-      await waitUntil(() => {
-        const name = staging();
-        return name !== undefined && existsSync(join(parent, name, 'PG_VERSION'));
-      }, 60_000),
+      await waitUntil(
+        () => {
+          const name = staging();
+          return name !== undefined && existsSync(join(parent, name, 'PG_VERSION'));
+        },
+        60_000,
+        50,
+      ),
       run.stderr(),
     ).toBe(true);
     const pid = run.child.pid ?? 0;

@@ -67,6 +67,12 @@ export interface ServerProcessOptions {
   /** Run as this OS user and group (the test runs as root). */
   uid?: number;
   gid?: number;
+  /** Arguments after the entry point (the server takes none but `--help`). */
+  args?: readonly string[];
+  /** Node options before the entry point (e.g. `--heapsnapshot-signal=SIGUSR2`). */
+  nodeArgs?: readonly string[];
+  /** Working folder, when the test looks at what the server leaves in it. */
+  cwd?: string;
 }
 
 /** A server process as {@link spawnServerProcess} started it, watched from the outside. */
@@ -95,12 +101,14 @@ export function spawnServerProcess(
   env: Record<string, string>,
   options: ServerProcessOptions = {},
 ): SpawnedServer {
-  const child = spawn(process.execPath, serverArgs(), {
+  const argv = [...(options.nodeArgs ?? []), ...serverArgs(), ...(options.args ?? [])];
+  const child = spawn(process.execPath, argv, {
     env: { ...process.env, PORT: '0', LEDGENCE_LOG_LEVEL: 'warn', ...env },
     stdio: ['ignore', options.captureStdout ? 'pipe' : 'ignore', 'pipe'],
     detached: options.detached ?? false,
     ...(options.uid === undefined ? {} : { uid: options.uid }),
     ...(options.gid === undefined ? {} : { gid: options.gid }),
+    ...(options.cwd === undefined ? {} : { cwd: options.cwd }),
   });
   const output = { stdout: '', stderr: '' };
   let onListening: (ok: boolean) => void = () => {};

@@ -11,13 +11,13 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { type SpawnedServer, spawnServerProcess } from '@ledgence/e2e/server-process';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { type MainRun, spawnMain } from './testdata/processes.js';
 
 let db: TestDatabase;
 let dir: string;
-let run: MainRun | undefined;
+let run: SpawnedServer | undefined;
 beforeAll(async () => {
   db = await createTestDatabase({ prefix: 'keys_memory' });
   dir = mkdtempSync(join(tmpdir(), 'ledgence-keys-memory-'));
@@ -38,7 +38,7 @@ it('the server process holds no API key text after start', async () => {
     keysFile,
     JSON.stringify([{ key, tenant: 'acme', namespaces: ['*'], roles: ['client'] }]),
   );
-  run = spawnMain(
+  run = spawnServerProcess(
     { DATABASE_URL: db.url, LEDGENCE_API_KEYS_FILE: keysFile, LEDGENCE_API_KEYS: '' },
     { nodeArgs: ['--heapsnapshot-signal=SIGUSR2'], cwd: dir },
   );

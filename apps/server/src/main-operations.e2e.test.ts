@@ -9,24 +9,21 @@ import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:f
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { alive, exitWithin, gone, waitUntil } from '@ledgence/e2e/processes';
 import {
-  alive,
-  exitWithin,
-  gone,
-  type MainRun,
-  type SpawnMainOptions,
-  spawnMain,
-  waitUntil,
-} from './testdata/processes.js';
+  type ServerProcessOptions,
+  type SpawnedServer,
+  spawnServerProcess,
+} from '@ledgence/e2e/server-process';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 
-const started: MainRun[] = [];
+const started: SpawnedServer[] = [];
 const postmasters = new Set<number>();
 const dirs: string[] = [];
 
 /** The server on embedded PostgreSQL with `env`; stopped after the test. */
-function startMain(env: Record<string, string>, options?: SpawnMainOptions): MainRun {
-  const run = spawnMain({ DATABASE_URL: '', ...env }, options);
+function startMain(env: Record<string, string>, options?: ServerProcessOptions): SpawnedServer {
+  const run = spawnServerProcess({ DATABASE_URL: '', ...env }, options);
   started.push(run);
   return run;
 }

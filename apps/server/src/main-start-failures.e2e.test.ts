@@ -9,9 +9,10 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { exitWithin } from '@ledgence/e2e/processes';
+import { spawnServerProcess } from '@ledgence/e2e/server-process';
 import { createMigratedTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { exitWithin, spawnMain } from './testdata/processes.js';
 
 /**
  * The server process with `env`: its stderr, and its exit code or signal. One SIGTERM is sent as
@@ -22,7 +23,7 @@ async function runMain(
   env: Record<string, string>,
   { sigtermWhen, limitMs = 60_000 }: { sigtermWhen?: () => boolean; limitMs?: number } = {},
 ): Promise<{ code: number | string; stderr: string }> {
-  const run = spawnMain(env);
+  const run = spawnServerProcess(env);
   const term =
     sigtermWhen === undefined
       ? undefined

@@ -10,8 +10,9 @@
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { alive, exitWithin, gone, waitUntil } from '@ledgence/e2e/processes';
+import { spawnServerProcess } from '@ledgence/e2e/server-process';
 import { afterAll, describe, expect, it } from 'vitest';
-import { alive, exitWithin, gone, spawnMain, waitUntil } from './testdata/processes.js';
 
 const dirs: string[] = [];
 const postmasters = new Set<number>();
@@ -30,7 +31,7 @@ describe('two signals while the embedded PostgreSQL is starting', () => {
     chmodSync(dir, 0o755);
     dirs.push(dir);
     const dataDir = join(dir, 'pg');
-    const run = spawnMain({ DATABASE_URL: '', LEDGENCE_DATA_DIR: dataDir });
+    const run = spawnServerProcess({ DATABASE_URL: '', LEDGENCE_DATA_DIR: dataDir });
     // The postmaster writes its pid file as it starts, before it is ready: the signals land then.
     const pidFile = join(dataDir, 'postmaster.pid');
     await waitUntil(() => existsSync(pidFile) || run.child.exitCode !== null, 60_000, 2);

@@ -7,8 +7,9 @@
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { alive, exitWithin, waitUntil } from '@ledgence/e2e/processes';
+import { spawnServerProcess } from '@ledgence/e2e/server-process';
 import { afterAll, describe, expect, it } from 'vitest';
-import { alive, exitWithin, spawnMain, waitUntil } from './testdata/processes.js';
 
 describe('arguments and misspelled variables (the server reads only its environment)', () => {
   const folder = mkdtempSync(join(tmpdir(), 'ledgence-args-'));
@@ -16,7 +17,7 @@ describe('arguments and misspelled variables (the server reads only its environm
 
   it('--help prints the usage with the variables and exits 0, starting nothing', async () => {
     const dataDir = join(folder, 'help-pg');
-    const run = spawnMain(
+    const run = spawnServerProcess(
       { LEDGENCE_DATA_DIR: dataDir },
       { args: ['--help'], captureStdout: true },
     );
@@ -32,7 +33,7 @@ describe('arguments and misspelled variables (the server reads only its environm
 
   it('any other argument: exit 2 saying it takes none, with the usage, starting nothing', async () => {
     const dataDir = join(folder, 'arg-pg');
-    const run = spawnMain({ LEDGENCE_DATA_DIR: dataDir }, { args: ['--port=9000'] });
+    const run = spawnServerProcess({ LEDGENCE_DATA_DIR: dataDir }, { args: ['--port=9000'] });
     const code = await exitWithin(run, 60_000);
     expect({
       code,
@@ -44,7 +45,7 @@ describe('arguments and misspelled variables (the server reads only its environm
 
   it('a misspelled LEDGENCE_ variable is named with the one it probably means', async () => {
     // A refused DATABASE_URL ends the run at configuration, after the warning.
-    const run = spawnMain({
+    const run = spawnServerProcess({
       DATABASE_URL: 'postgres://ledgence@127.0.0.1:99999/ledgence',
       LEDGENCE_API_KEYS_FLE: join(folder, 'keys.json'),
     });
@@ -58,7 +59,9 @@ describe('arguments and misspelled variables (the server reads only its environm
 
 describe('a DATABASE_URL the server cannot use', () => {
   it('a port out of range: exit 2 with a problem naming DATABASE_URL, never the password', async () => {
-    const run = spawnMain({ DATABASE_URL: 'postgres://ledgence:hunter2@127.0.0.1:99999/ledgence' });
+    const run = spawnServerProcess({
+      DATABASE_URL: 'postgres://ledgence:hunter2@127.0.0.1:99999/ledgence',
+    });
     const code = await exitWithin(run, 60_000);
     // Unchecked, it exited 1 with "Ledgence failed to start: Invalid URL".
     expect(run.stderr()).not.toContain('hunter2');
@@ -70,7 +73,7 @@ describe('a DATABASE_URL the server cannot use', () => {
     // A generated password `pa@ss,w0rd`, pasted without percent-encoding: postgres.js would read
     // `ss,w0rd@127.0.0.1:5432` as a host list, and its connect error named the "host"
     // `w0rd@127.0.0.1`, the tail of the password, on stderr.
-    const run = spawnMain({
+    const run = spawnServerProcess({
       DATABASE_URL: 'postgres://ledgence:pa@ss,w0rd@127.0.0.1:5432/ledgence',
       LEDGENCE_LOG_LEVEL: 'trace',
     });
@@ -84,7 +87,7 @@ describe('a DATABASE_URL the server cannot use', () => {
   it('two hosts, both refusing: the start fails with a message instead of hanging', async () => {
     // postgres.js swallowed every connect error when several hosts were given, and the start
     // waited forever with no output (porsager/postgres#1174; patched in patches/).
-    const run = spawnMain({
+    const run = spawnServerProcess({
       DATABASE_URL: 'postgres://ledgence:hunter2@127.0.0.1:1,127.0.0.1:2/ledgence',
     });
     const code = await exitWithin(run, 45_000);
@@ -113,7 +116,7 @@ describe('a signal while the server is starting', () => {
   it('SIGTERM during start-up stops the embedded PostgreSQL, then the process', async () => {
     // Handlers installed only once started let the signal's default action end Node at once:
     // the postmaster, now a child of init, kept the data folder ("Another PostgreSQL server").
-    const run = spawnMain({ DATABASE_URL: '', LEDGENCE_DATA_DIR: dataDir });
+    const run = spawnServerProcess({ DATABASE_URL: '', LEDGENCE_DATA_DIR: dataDir });
     // The postmaster writes its pid file as it starts; the server then connects and migrates.
     const pidFile = join(dataDir, 'postmaster.pid');
     await waitUntil(() => existsSync(pidFile) || run.child.exitCode !== null, 60_000, 5);

@@ -6,14 +6,15 @@
  * migration lock another replica holds, which abandons the start (DESIGN §11).
  */
 import { createServer, type Server, Socket } from 'node:net';
+import { waitUntil } from '@ledgence/e2e/processes';
+import { type SpawnedServer, spawnServerProcess } from '@ledgence/e2e/server-process';
 import { MIGRATION_LOCK_KEY } from '@ledgence/store-postgres';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type MainRun, spawnMain, waitUntil } from './testdata/processes.js';
 
 /** Ends `run` with SIGKILL if a failed test left it running. */
-async function killLeftover(run: MainRun | undefined): Promise<void> {
+async function killLeftover(run: SpawnedServer | undefined): Promise<void> {
   if (run === undefined || run.child.exitCode !== null || run.child.signalCode !== null) return;
   run.child.kill('SIGKILL');
   await run.exited;
@@ -62,7 +63,7 @@ function freezableProxy(target: URL): Promise<{ port: number; freeze(): void; cl
 
 describe('SIGTERM while PostgreSQL is unreachable', () => {
   let database: TestDatabase;
-  let run: MainRun | undefined;
+  let run: SpawnedServer | undefined;
   let proxy: Awaited<ReturnType<typeof freezableProxy>> | undefined;
 
   beforeAll(async () => {
@@ -80,7 +81,7 @@ describe('SIGTERM while PostgreSQL is unreachable', () => {
     const viaProxy = new URL(database.url);
     viaProxy.hostname = '127.0.0.1';
     viaProxy.port = String(proxy.port);
-    run = spawnMain({
+    run = spawnServerProcess({
       LEDGENCE_LOG_LEVEL: 'silent',
       DATABASE_URL: viaProxy.toString(),
       LEDGENCE_MAINTENANCE_INTERVAL_MS: '50',
@@ -114,7 +115,7 @@ describe('SIGTERM while PostgreSQL is unreachable', () => {
 
 describe('SIGTERM while the start waits on the migration lock', () => {
   let database: TestDatabase;
-  let run: MainRun | undefined;
+  let run: SpawnedServer | undefined;
   let holder: postgres.Sql | undefined;
 
   beforeAll(async () => {
@@ -133,7 +134,7 @@ describe('SIGTERM while the start waits on the migration lock', () => {
     const reserved = await holder.reserve();
     await reserved`select pg_advisory_lock(${MIGRATION_LOCK_KEY.toString()}::bigint)`;
 
-    const starting = spawnMain({ DATABASE_URL: database.url }, { captureStdout: true });
+    const starting = spawnServerProcess({ DATABASE_URL: database.url }, { captureStdout: true });
     run = starting;
     // Wait until its migrator is queued on the lock.
     let waiting = false;

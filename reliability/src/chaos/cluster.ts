@@ -15,6 +15,7 @@ import {
 } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { alive } from '@ledgence/e2e/processes';
 import { type ServerProcess, sourceArgs, startServerProcess } from '@ledgence/e2e/server-process';
 import { type EmbeddedPostgres, startEmbeddedPostgres } from '@ledgence/store-postgres';
 import postgres from 'postgres';
@@ -38,15 +39,6 @@ export function freePort(): Promise<number> {
       probe.close(() => resolve(port));
     });
   });
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**
