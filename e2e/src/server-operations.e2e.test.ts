@@ -3,7 +3,7 @@
  * "Running the server" describes (DESIGN §7, §11): replicas starting together on an empty
  * database, a SIGTERM drain with requests in flight, PostgreSQL going away and coming back and a
  * DATABASE_URL whose user may not create Ledgence's tables (the embedded PostgreSQL's own
- * operations are in apps/server/src/main-operations.e2e.test.ts). Every process, database and
+ * operations are in main-operations.e2e.test.ts). Every process, database and
  * role a test makes is removed afterwards.
  */
 import { readFileSync } from 'node:fs';

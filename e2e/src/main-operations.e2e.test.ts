@@ -9,13 +9,13 @@ import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:f
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { alive, exitWithin, gone, waitUntil } from '@ledgence/e2e/processes';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { alive, exitWithin, gone, waitUntil } from './processes.js';
 import {
   type ServerProcessOptions,
   type SpawnedServer,
   spawnServerProcess,
-} from '@ledgence/e2e/server-process';
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+} from './server-process.js';
 
 const started: SpawnedServer[] = [];
 const postmasters = new Set<number>();

@@ -6,12 +6,12 @@
  * migration lock another replica holds, which abandons the start (DESIGN §11).
  */
 import { createServer, type Server, Socket } from 'node:net';
-import { waitUntil } from '@ledgence/e2e/processes';
-import { type SpawnedServer, spawnServerProcess } from '@ledgence/e2e/server-process';
 import { MIGRATION_LOCK_KEY } from '@ledgence/store-postgres';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { waitUntil } from './processes.js';
+import { type SpawnedServer, spawnServerProcess } from './server-process.js';
 
 /** Ends `run` with SIGKILL if a failed test left it running. */
 async function killLeftover(run: SpawnedServer | undefined): Promise<void> {

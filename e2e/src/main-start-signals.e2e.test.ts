@@ -10,9 +10,9 @@
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { alive, exitWithin, gone, waitUntil } from '@ledgence/e2e/processes';
-import { spawnServerProcess } from '@ledgence/e2e/server-process';
 import { afterAll, describe, expect, it } from 'vitest';
+import { alive, exitWithin, gone, waitUntil } from './processes.js';
+import { spawnServerProcess } from './server-process.js';
 
 const dirs: string[] = [];
 const postmasters = new Set<number>();

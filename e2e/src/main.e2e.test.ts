@@ -7,9 +7,9 @@
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { alive, exitWithin, waitUntil } from '@ledgence/e2e/processes';
-import { spawnServerProcess } from '@ledgence/e2e/server-process';
 import { afterAll, describe, expect, it } from 'vitest';
+import { alive, exitWithin, waitUntil } from './processes.js';
+import { spawnServerProcess } from './server-process.js';
 
 describe('arguments and misspelled variables (the server reads only its environment)', () => {
   const folder = mkdtempSync(join(tmpdir(), 'ledgence-args-'));

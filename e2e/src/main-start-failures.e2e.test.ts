@@ -9,10 +9,10 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { exitWithin } from '@ledgence/e2e/processes';
-import { spawnServerProcess } from '@ledgence/e2e/server-process';
 import { createMigratedTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { exitWithin } from './processes.js';
+import { spawnServerProcess } from './server-process.js';
 
 /**
  * The server process with `env`: its stderr, and its exit code or signal. One SIGTERM is sent as

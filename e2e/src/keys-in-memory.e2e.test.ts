@@ -11,9 +11,9 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type SpawnedServer, spawnServerProcess } from '@ledgence/e2e/server-process';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { type SpawnedServer, spawnServerProcess } from './server-process.js';
 
 let db: TestDatabase;
 let dir: string;
