@@ -110,6 +110,7 @@ export {
   appendJsonPath,
   checkJsonValue,
   decodeStrictJson,
+  FORBIDDEN_JSON_KEYS,
 } from './json.js';
 export {
   ACQUIRE_BATCH_REPLY_MAX_BYTES,
@@ -390,6 +391,7 @@ export {
 export {
   isValidTraceparent,
   isValidTracestate,
+  TRACEPARENT_PATTERN,
   traceparentProblem,
   tracestateProblem,
 } from './trace.js';

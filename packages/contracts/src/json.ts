@@ -90,8 +90,12 @@ export function appendJsonPath(path: string, key: string | number): string {
   return `${path}["${shown.replace(UNSAFE_KEY_CHARACTER, escapeKeyCharacter)}"]`;
 }
 
-/** Object keys that could reach a prototype when a consumer merges or assigns the value. */
-const FORBIDDEN_KEYS: ReadonlySet<string> = new Set(['__proto__', 'constructor', 'prototype']);
+/**
+ * Object keys refused anywhere in application JSON and labels: they could reach a prototype when
+ * a consumer merges or assigns the value.
+ */
+export const FORBIDDEN_JSON_KEYS: readonly string[] = ['__proto__', 'constructor', 'prototype'];
+const FORBIDDEN_KEYS: ReadonlySet<string> = new Set(FORBIDDEN_JSON_KEYS);
 
 function invalid(message: string, reason: string, path: string): ContractError {
   return new ContractError('invalid_input', message, { reason, path });

@@ -1,8 +1,12 @@
 import { TRACESTATE_MAX_BYTES } from './limits.js';
 
-// version-traceid-parentid-flags, lowercase hex (W3C Trace Context §3.2); a future version's
-// further fields are printable ASCII, as any header value that reaches a worker must be.
-const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[\x20-\x7e]*)?$/;
+/**
+ * The shape of a `traceparent`: version-traceid-parentid-flags, lowercase hex (W3C Trace Context
+ * §3.2); a future version's further fields are printable ASCII, as any header value that reaches
+ * a worker must be. {@link traceparentProblem} checks more (version ff, all-zero ids).
+ */
+export const TRACEPARENT_PATTERN =
+  /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-[\x20-\x7e]*)?$/;
 const ALL_ZERO = /^0+$/;
 
 /**
@@ -13,7 +17,7 @@ const ALL_ZERO = /^0+$/;
  */
 export function traceparentProblem(value: unknown): string | undefined {
   if (typeof value !== 'string') return 'must be a string';
-  const match = TRACEPARENT.exec(value);
+  const match = TRACEPARENT_PATTERN.exec(value);
   if (match === null) return 'must be version-traceid-parentid-flags in lowercase hex';
   const [, version, traceId, parentId, , rest] = match;
   if (version === 'ff') return 'version ff is invalid';

@@ -9,7 +9,6 @@
  * (`documentRoute(<operation id>)`, policy.ts), the role checks read that
  * declaration, and the app refuses to be built with a route that lacks one.
  */
-import { randomUUID } from 'node:crypto';
 import {
   BATCH_MAX_BYTES,
   COMMAND_MAX_DEPTH,
@@ -35,10 +34,8 @@ import {
   type LeaseOwner,
   LONG_POLL_WAIT_MS,
   MAX_RETENTION_BATCH,
-  NAME_MAX_BYTES,
   type Problem,
   parseWith,
-  SCOPE_TEXT_MAX_BYTES,
   type Scope,
   SETTLEMENT_MAX_BYTES,
   SUBMISSION_MAX_BYTES,
@@ -63,7 +60,12 @@ import {
 } from './auth.js';
 import { CancelBodySchema, ExtendSessionBodySchema } from './bodies.js';
 import { readBody } from './body.js';
-import { createOpenApiDocument, documentRoute } from './openapi.js';
+import {
+  createOpenApiDocument,
+  documentRoute,
+  PATH_PARAMETER_MAX_BYTES,
+  type PathParameter,
+} from './openapi.js';
 import { checkRoutePolicies, type PolicyVariables } from './policy.js';
 import { genericError, PROBLEM_CONTENT_TYPE, problemOf, wrapsBackendFailure } from './problem.js';
 import {
@@ -73,6 +75,7 @@ import {
   parseWaitMs,
   singleValues,
 } from './query.js';
+import { acceptedRequestId, REQUEST_ID_HEADER } from './request-id.js';
 
 /** Readiness as the server reports it: a flag, or a flag with a short explanation. */
 export type Readiness = boolean | { ok: boolean; detail?: string };
@@ -192,18 +195,6 @@ type AppContext = Context<HttpAppEnv>;
 /** The scope prefix of the client routes: `{scope}` in DESIGN §6. */
 export const SCOPE_PREFIX = '/v1/tenants/:tenant_id/namespaces/:namespace';
 
-// A caller's request id is kept when it is short and made of safe characters,
-// so it can go into headers and logs as it is.
-const REQUEST_ID = /^[A-Za-z0-9._:/+=@-]{1,128}$/;
-
-/**
- * A request's id: the caller's (its `x-request-id`) when it is short and made of characters safe
- * in headers and logs as they are, else a new UUID.
- */
-export function acceptedRequestId(incoming: string | undefined): string {
-  return incoming !== undefined && REQUEST_ID.test(incoming) ? incoming : randomUUID();
-}
-
 // Strings longer than this are never quoted by service messages (they quote
 // identifiers), so they need not be remembered for scrubbing.
 const SUPPLIED_MAX_CHARS = 512;
@@ -302,11 +293,11 @@ function headerLines(c: AppContext, name: string): number {
  * `/tenants/%25E0%25A4` would name one tenant: a path whose escapes are not UTF-8 is refused, as
  * such a query is.
  */
-function pathText(c: AppContext, name: string, maxBytes: number): string {
+function pathText(c: AppContext, name: PathParameter): string {
   if (c.req.url.includes('%')) refuseMalformedEscapes(c.req.url);
   const value = c.req.param(name) ?? '';
   supply(c, value);
-  const problem = textProblem(value, maxBytes);
+  const problem = textProblem(value, PATH_PARAMETER_MAX_BYTES[name]);
   if (problem !== undefined) throw invalidPathParameter(name, problem);
   return value;
 }
@@ -326,8 +317,8 @@ function refuseMalformedEscapes(url: string): void {
 /** The `{scope}` of a client route's path. */
 function pathScope(c: AppContext): Scope {
   return {
-    tenant_id: pathText(c, 'tenant_id', SCOPE_TEXT_MAX_BYTES),
-    namespace: pathText(c, 'namespace', SCOPE_TEXT_MAX_BYTES),
+    tenant_id: pathText(c, 'tenant_id'),
+    namespace: pathText(c, 'namespace'),
   };
 }
 
@@ -559,7 +550,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   const authenticator = createAuthenticator(options.auth);
   const longPollMaxMs = options.longPollMaxMs ?? LONG_POLL_WAIT_MS;
   const logger = options.logger ?? pino({ level: 'silent' });
-  const requestIdHeader = options.requestIdHeader ?? 'x-request-id';
+  const requestIdHeader = options.requestIdHeader ?? REQUEST_ID_HEADER;
   const app = new Hono<HttpAppEnv>();
 
   /** The task service, for a request that passed every check. */
@@ -725,7 +716,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
   /** The common head of the per-task client routes: scope, task id, role and scope checks. */
   function taskRoute(c: AppContext): { scope: Scope; taskId: string } {
     const scope = pathScope(c);
-    const taskId = pathText(c, 'task_id', NAME_MAX_BYTES);
+    const taskId = pathText(c, 'task_id');
     authorize(c, scope);
     return { scope, taskId };
   }
@@ -758,7 +749,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     documentRoute('getAttempt'),
     async (c) => {
       noQuery(c);
-      const attemptId = pathText(c, 'attempt_id', NAME_MAX_BYTES);
+      const attemptId = pathText(c, 'attempt_id');
       const { scope, taskId } = taskRoute(c);
       return c.json(await svc(c).inspectAttempt(scope, taskId, attemptId));
     },
@@ -813,7 +804,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
         supply(c, command);
         noQuery(c);
         const scope = pathScope(c);
-        const subscriptionId = pathText(c, 'subscription_id', NAME_MAX_BYTES);
+        const subscriptionId = pathText(c, 'subscription_id');
         authorize(c, scope);
         return c.json(await entered(c, completions).redeliver(scope, subscriptionId, command));
       },
@@ -870,7 +861,7 @@ export function createHttpApp(options: HttpAppOptions): Hono<HttpAppEnv> {
     const parsed = body === undefined ? {} : parseWith(ExtendSessionBodySchema, body);
     supply(c, parsed);
     noQuery(c);
-    const sessionId = pathText(c, 'session_id', NAME_MAX_BYTES);
+    const sessionId = pathText(c, 'session_id');
     const principal = principalOf(c);
     // The session's scope: named in the body, or the key's only scope, or else the session's own
     // (DESIGN §6: extend takes no body), found within the key's tenant; one the key may not use

@@ -37,7 +37,6 @@
  * ```
  */
 export {
-  acceptedRequestId,
   createHttpApp,
   type HealthOptions,
   type HttpAppEnv,
@@ -64,3 +63,4 @@ export { isJsonContentType, readBody } from './body.js';
 export { createOpenApiDocument } from './openapi.js';
 export type { PolicyVariables, RouteAccess } from './policy.js';
 export { PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE, problemOf } from './problem.js';
+export { acceptedRequestId } from './request-id.js';

@@ -154,7 +154,7 @@ describe('/openapi.json', () => {
     expect(extend?.requestBody?.required).toBe(false);
     expect(Object.keys(extend?.responses ?? {})).toEqual(expect.arrayContaining(['404', '410']));
     const acquire = doc.paths['/v1/worker/acquire']?.post;
-    expect(acquire?.parameters?.map((p) => p.name)).toEqual(['wait_ms']);
+    expect(acquire?.parameters?.map((p) => p.name)).toEqual(['wait_ms', 'X-Request-Id']);
     expect(acquire?.responses['409']?.description).toMatch(/consumer_busy.*sequence_conflict/);
   });
 

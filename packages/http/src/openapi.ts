@@ -13,6 +13,7 @@ import {
   AssignmentSchema,
   AttemptSnapshotSchema,
   AuthoritySchema,
+  BATCH_MAX_BYTES,
   CloudEventSchema,
   CompletionRetryCommandSchema,
   CompletionSubscribeCommandSchema,
@@ -21,7 +22,11 @@ import {
   DEFAULT_TIMEOUT_MS,
   ERROR_STATUS,
   type ErrorCode,
+  FORBIDDEN_JSON_KEYS,
+  JSON_MAX_DEPTH,
   JsonValueSchema,
+  LABEL_KEY_MAX_BYTES,
+  LABEL_VALUE_MAX_BYTES,
   LabelsSchema,
   LEASE_SAFETY_MARGIN_MS,
   LeaseOwnerSchema,
@@ -30,7 +35,9 @@ import {
   MAX_LABELS,
   MAX_RETENTION_BATCH,
   MAX_RETENTION_MS,
+  MAX_SUBMIT_DELAY_MS,
   MIN_RETENTION_MS,
+  NAME_MAX_BYTES,
   OpenSessionCommandSchema,
   ProblemSchema,
   ProgramDescriptorSchema,
@@ -40,6 +47,8 @@ import {
   RenewCommandSchema,
   RetentionPolicySchema,
   RetentionPreviewSchema,
+  RetryPolicySchema,
+  SCOPE_TEXT_MAX_BYTES,
   ScopeSchema,
   SetRetentionPolicyCommandSchema,
   SettleBatchReplySchema,
@@ -62,7 +71,11 @@ import {
   TaskSnapshotSchema,
   TaskStateReplySchema,
   TaskStatusSchema,
+  TRACEPARENT_PATTERN,
+  TRACESTATE_MAX_BYTES,
   TraceContextSchema,
+  TraceparentSchema,
+  TracestateSchema,
   WorkerSessionSchema,
 } from '@ledgence/contracts';
 import { MIN_DISPATCH_WINDOW_MS } from '@ledgence/core';
@@ -73,6 +86,7 @@ import type * as v from 'valibot';
 import { CancelBodySchema, ExtendSessionBodySchema } from './bodies.js';
 import { type PolicyEnv, type RouteAccess, withPolicy } from './policy.js';
 import { PROBLEM_CONTENT_TYPE, PROBLEM_TYPE_BASE } from './problem.js';
+import { REQUEST_ID_PATTERN } from './request-id.js';
 
 /** A JSON Schema object as the document holds it. */
 type JsonSchema = Record<string, unknown>;
@@ -129,6 +143,77 @@ const COMPONENT_SCHEMAS = {
 /** The name of a schema under `components.schemas`. */
 export type ComponentName = keyof typeof COMPONENT_SCHEMAS;
 
+/**
+ * Identifier text as the contracts' text rule takes it (contracts text.ts `textProblem`).
+ * Characters never outnumber UTF-8 bytes, so the byte bound is a character bound too.
+ */
+function identifierText(maxBytes: number): JsonSchema {
+  return {
+    type: 'string',
+    minLength: 1,
+    maxLength: maxBytes,
+    description: `1..${maxBytes} UTF-8 bytes: well-formed, no control characters, no leading or trailing whitespace.`,
+  };
+}
+
+/**
+ * The bound of each path parameter's text: app.ts checks a parameter by it, and the document
+ * states it (the generator types path parameters as bare strings).
+ */
+export const PATH_PARAMETER_MAX_BYTES = {
+  tenant_id: SCOPE_TEXT_MAX_BYTES,
+  namespace: SCOPE_TEXT_MAX_BYTES,
+  task_id: NAME_MAX_BYTES,
+  attempt_id: NAME_MAX_BYTES,
+  subscription_id: NAME_MAX_BYTES,
+  session_id: NAME_MAX_BYTES,
+} as const;
+
+/** A path parameter of some route. */
+export type PathParameter = keyof typeof PATH_PARAMETER_MAX_BYTES;
+
+/** `name` is present and not `null` (optional request fields may be either when not given). */
+function given(name: string): JsonSchema {
+  return { required: [name], properties: { [name]: { not: { type: 'null' } } } };
+}
+
+/**
+ * The cross-field rules of request objects (their `rawCheck`s, which the converter cannot read),
+ * stated in JSON Schema where it can and in their description where it cannot, by the entries
+ * of the object (the one value the converter's object and the contracts' schema share).
+ */
+const OBJECT_RULES = new Map<unknown, JsonSchema>([
+  [
+    SubmitTaskSchema.pipe[0].entries,
+    {
+      description:
+        '`available_at` and `delay_ms` are exclusive; `concurrency_limit` needs ' +
+        '`concurrency_key`. `available_at` is at most ' +
+        `${MAX_SUBMIT_DELAY_MS} ms (365 days) after store time, as \`delay_ms\` is.`,
+      allOf: [
+        { not: { allOf: [given('available_at'), given('delay_ms')] } },
+        // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, never awaited
+        { if: given('concurrency_limit'), then: given('concurrency_key') },
+      ],
+    },
+  ],
+  [
+    RetryPolicySchema.pipe[0].entries,
+    {
+      description:
+        'A fixed policy (`backoff` absent or `fixed`) takes no `max_delay_ms` but 0; an ' +
+        'exponential one needs `1 ≤ delay_ms ≤ max_delay_ms`.',
+      if: { required: ['backoff'], properties: { backoff: { const: 'exponential' } } },
+      // biome-ignore lint/suspicious/noThenProperty: JSON Schema's if/then, never awaited
+      then: {
+        required: ['max_delay_ms'],
+        properties: { delay_ms: { minimum: 1 }, max_delay_ms: { type: 'integer' } },
+      },
+      else: { properties: { max_delay_ms: { enum: [0, null] } } },
+    },
+  ],
+]);
+
 const OBJECT_TYPES = new Set(['object', 'strict_object', 'loose_object', 'object_with_rest']);
 const OPTIONAL_TYPES = new Set(['optional', 'exact_optional', 'nullish', 'undefinedable']);
 
@@ -144,18 +229,43 @@ const overrideSchema: ConversionConfig['overrideSchema'] = ({ valibotSchema, jso
   if (valibotSchema === LabelsSchema.pipe[0]) {
     return {
       type: 'object',
-      additionalProperties: { type: 'string' },
+      propertyNames: {
+        ...identifierText(LABEL_KEY_MAX_BYTES),
+        not: { enum: [...FORBIDDEN_JSON_KEYS] },
+      },
+      additionalProperties: identifierText(LABEL_VALUE_MAX_BYTES),
       maxProperties: MAX_LABELS,
       description: `At most ${MAX_LABELS} exact-match labels.`,
     };
   }
-  if (valibotSchema === JsonValueSchema.pipe[0]) return { description: 'Any JSON value.' };
+  if (valibotSchema === JsonValueSchema.pipe[0]) {
+    return {
+      description:
+        `Any JSON value nested at most ${JSON_MAX_DEPTH} levels deep, whose numbers are within ` +
+        `±(2^53−1) and whose objects have no key ${FORBIDDEN_JSON_KEYS.join(', ')}.`,
+    };
+  }
+  if (valibotSchema === TraceparentSchema.pipe[0]) {
+    return {
+      type: 'string',
+      pattern: TRACEPARENT_PATTERN.source,
+      description:
+        'version-traceid-parentid-flags in lowercase hex; not version ff, not all-zero ids.',
+    };
+  }
+  if (valibotSchema === TracestateSchema.pipe[0]) {
+    return {
+      type: 'string',
+      maxLength: TRACESTATE_MAX_BYTES,
+      description: 'Up to 32 `key=value` members with distinct keys, in printable ASCII.',
+    };
+  }
   const entries = (valibotSchema as { entries?: Record<string, { type: string }> }).entries;
   if (OBJECT_TYPES.has(valibotSchema.type) && entries !== undefined) {
     const required = Object.entries(entries)
       .filter(([, entry]) => !OPTIONAL_TYPES.has(entry.type))
       .map(([key]) => key);
-    const schema: Record<string, unknown> = { ...jsonSchema };
+    const schema: Record<string, unknown> = { ...jsonSchema, ...OBJECT_RULES.get(entries) };
     if (required.length > 0) schema.required = required;
     else delete schema.required;
     return schema as ReturnType<NonNullable<ConversionConfig['overrideSchema']>>;
@@ -175,13 +285,9 @@ const ITEM_COUNT = /^must hold (\d+) to (\d+) items$/;
 const overrideAction: ConversionConfig['overrideAction'] = ({ valibotAction, jsonSchema }) => {
   const textMaxBytes = (valibotAction as { textMaxBytes?: unknown }).textMaxBytes;
   if (typeof textMaxBytes === 'number') {
-    // Characters never outnumber UTF-8 bytes, so the byte bound is a character bound too.
-    return {
-      ...jsonSchema,
-      minLength: 1,
-      maxLength: textMaxBytes,
-      description: `1..${textMaxBytes} UTF-8 bytes: well-formed, no control characters, no leading or trailing whitespace.`,
-    } as ReturnType<NonNullable<ConversionConfig['overrideAction']>>;
+    return { ...jsonSchema, ...identifierText(textMaxBytes) } as ReturnType<
+      NonNullable<ConversionConfig['overrideAction']>
+    >;
   }
   const message = (valibotAction as { message?: unknown }).message;
   if (valibotAction.type !== 'check' || typeof message !== 'string') return undefined;
@@ -270,6 +376,11 @@ const WAIT_MS: QueryParameter = {
 
 const json = (schema: JsonSchema, description: string) => ({ description, schema });
 
+/** The body bound of the batch routes (app.ts reads their bodies up to it). */
+const BATCH_BODY =
+  `A body over ${BATCH_MAX_BYTES} bytes is 413 \`payload_too_large\`; each command is held to ` +
+  'the limits of its own route besides.';
+
 /**
  * A query parameter the server reads as an integer in 0..2^53−1 (a timestamp or a sequence):
  * larger values are refused as `invalid_input` (query.ts), so the document bounds them too.
@@ -320,7 +431,7 @@ const ROUTES = {
   },
   submitTaskBatch: {
     summary: 'Submit many tasks',
-    description: 'Each command is validated and answered on its own, in request order.',
+    description: `Each command is validated and answered on its own, in request order. ${BATCH_BODY}`,
     tags: ['tasks'],
     access: 'client',
     body: { schema: ref('SubmitBatchRequest'), required: true },
@@ -342,8 +453,12 @@ const ROUTES = {
         description: 'Exact state.',
         schema: { enum: ['queued', 'active', 'succeeded', 'failed', 'cancelled'] },
       },
-      { name: 'queue', description: 'Exact queue.', schema: { type: 'string' } },
-      { name: 'program', description: 'Exact program name.', schema: { type: 'string' } },
+      { name: 'queue', description: 'Exact queue.', schema: identifierText(NAME_MAX_BYTES) },
+      {
+        name: 'program',
+        description: 'Exact program name.',
+        schema: identifierText(NAME_MAX_BYTES),
+      },
       {
         name: 'submitted_from',
         description: 'Inclusive lower bound of submitted_at (UTC ms).',
@@ -357,7 +472,7 @@ const ROUTES = {
       {
         name: 'workflow_id',
         description: 'Exact workflow execution id (tasks outside a workflow never match).',
-        schema: { type: 'string' },
+        schema: identifierText(NAME_MAX_BYTES),
       },
       {
         name: 'limit',
@@ -534,6 +649,7 @@ const ROUTES = {
   },
   acquireBatch: {
     summary: 'Acquire for many slots of one session',
+    description: BATCH_BODY,
     tags: ['worker'],
     access: 'worker',
     query: [WAIT_MS],
@@ -555,6 +671,7 @@ const ROUTES = {
   },
   renewBatch: {
     summary: 'Renew many leases',
+    description: BATCH_BODY,
     tags: ['worker'],
     access: 'worker',
     body: { schema: ref('RenewBatchRequest'), required: true },
@@ -571,6 +688,7 @@ const ROUTES = {
   },
   settleBatch: {
     summary: 'Settle many attempts',
+    description: BATCH_BODY,
     tags: ['worker'],
     access: 'worker',
     body: { schema: ref('SettleBatchRequest'), required: true },
@@ -676,9 +794,20 @@ function errorResponses(id: OperationId): Record<string, unknown> {
   for (const [status, codes] of byStatus) {
     responses[String(status)] = {
       description: `Problem: ${codes.map((code) => `\`${code}\``).join(', ')}.`,
-      ...(status === 401
-        ? { headers: { 'WWW-Authenticate': { schema: { type: 'string' } } } }
-        : {}),
+      headers: {
+        ...REQUEST_ID_REPLY_HEADER,
+        ...(status === 401 ? { 'WWW-Authenticate': { schema: { type: 'string' } } } : {}),
+        ...(status === ERROR_STATUS.unsupported_media_type
+          ? {
+              'Accept-Encoding': {
+                description:
+                  '`identity`, when the body was refused for its `Content-Encoding` (`reason` ' +
+                  '`content_encoding`): the server reads bodies as sent.',
+                schema: { type: 'string' },
+              },
+            }
+          : {}),
+      },
       content: {
         [PROBLEM_CONTENT_TYPE]: {
           schema: {
@@ -691,6 +820,23 @@ function errorResponses(id: OperationId): Record<string, unknown> {
   return responses;
 }
 
+/** The request id a request may carry (app.ts keeps it, else makes one). */
+const REQUEST_ID_PARAMETER: QueryParameter = {
+  name: 'X-Request-Id',
+  description:
+    "The caller's id for this request, kept (in the log and on the reply) when it matches the " +
+    'pattern; otherwise the server gives the request a UUID.',
+  schema: { type: 'string', pattern: REQUEST_ID_PATTERN.source },
+};
+
+/** The request id every reply carries. */
+const REQUEST_ID_REPLY_HEADER: JsonSchema = {
+  'X-Request-Id': {
+    description: "The request's id: the caller's `X-Request-Id` when it was kept, else a UUID.",
+    schema: { type: 'string' },
+  },
+};
+
 /** The hono-openapi description of one route. */
 function describeOptions(id: OperationId): DescribeRouteOptions {
   const doc: RouteDoc = ROUTES[id];
@@ -698,7 +844,7 @@ function describeOptions(id: OperationId): DescribeRouteOptions {
   for (const [status, reply] of Object.entries(doc.success)) {
     responses[status] = {
       description: reply.description,
-      ...(reply.headers === undefined ? {} : { headers: reply.headers }),
+      headers: { ...REQUEST_ID_REPLY_HEADER, ...reply.headers },
       ...(reply.schema === undefined
         ? {}
         : { content: { [reply.contentType ?? 'application/json']: { schema: reply.schema } } }),
@@ -707,7 +853,11 @@ function describeOptions(id: OperationId): DescribeRouteOptions {
   Object.assign(responses, errorResponses(id));
   const parameters = [
     ...(doc.query ?? []).map((p) => ({ in: 'query', required: false, ...p })),
-    ...(doc.headers ?? []).map((p) => ({ in: 'header', required: false, ...p })),
+    ...[...(doc.headers ?? []), REQUEST_ID_PARAMETER].map((p) => ({
+      in: 'header',
+      required: false,
+      ...p,
+    })),
   ];
   const options: Record<string, unknown> = {
     operationId: id,
@@ -748,6 +898,34 @@ export function documentRoute(id: OperationId): MiddlewareHandler<PolicyEnv> {
   return withPolicy(routeAccess(id), describeRoute(describeOptions(id)));
 }
 
+/** The part of a generated document {@link statePathParameters} reads. */
+interface OpenApiPaths {
+  paths?: Record<
+    string,
+    Record<string, { parameters?: { in: string; name: string; schema?: unknown }[] }>
+  >;
+}
+
+/**
+ * Gives every path parameter the text rule app.ts checks it by. A parameter without a bound in
+ * {@link PATH_PARAMETER_MAX_BYTES} is a route added without one: refused here, so the document
+ * (and the app, which builds it at start) cannot leave it unstated.
+ */
+function statePathParameters(document: OpenApiPaths): void {
+  for (const [path, operations] of Object.entries(document.paths ?? {})) {
+    for (const operation of Object.values(operations)) {
+      for (const parameter of operation.parameters ?? []) {
+        if (parameter.in !== 'path') continue;
+        const maxBytes = (PATH_PARAMETER_MAX_BYTES as Record<string, number>)[parameter.name];
+        if (maxBytes === undefined) {
+          throw new Error(`the path parameter ${parameter.name} of ${path} has no text bound`);
+        }
+        parameter.schema = identifierText(maxBytes);
+      }
+    }
+  }
+}
+
 /** The security scheme name of API keys in the document. */
 export const SECURITY_SCHEME = 'bearerAuth';
 
@@ -785,5 +963,6 @@ export async function createOpenApiDocument<E extends Env>(app: Hono<E>): Promis
     // `/openapi.json` looks like a static file to hono-openapi; it is a route.
     excludeStaticFile: false,
   });
+  statePathParameters(document as OpenApiPaths);
   return document;
 }

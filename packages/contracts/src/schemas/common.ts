@@ -8,6 +8,7 @@
  * repeats the rejected value: decode errors name the path and the rule only.
  */
 import * as v from 'valibot';
+import { FORBIDDEN_JSON_KEYS } from '../json.js';
 import {
   DISPATCH_MAX_BYTES,
   LABEL_KEY_MAX_BYTES,
@@ -299,7 +300,7 @@ export type ProgramDescriptor = v.InferOutput<typeof ProgramDescriptorSchema>;
  * a value checked in memory (by the SDK) meets the same rule as one decoded
  * from bytes (by the server).
  */
-const RESERVED_KEYS: ReadonlySet<string> = new Set(['__proto__', 'constructor', 'prototype']);
+const RESERVED_KEYS: ReadonlySet<string> = new Set(FORBIDDEN_JSON_KEYS);
 
 /**
  * Task labels: at most {@link MAX_LABELS} pairs of identifier text (keys
