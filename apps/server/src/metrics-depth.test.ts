@@ -99,4 +99,36 @@ describe('concurrent scrapes', () => {
     expect(await read()).toBe('ok');
     expect(calls).toBe(2);
   });
+
+  it('a read with no answer (a pool connection gone silent) does not hold the scrape: it renders after readTimeoutMs without the depth, counting the failure, and a later scrape waits on the same read', async () => {
+    let reads = 0;
+    const metrics = createServerMetrics({
+      // Never answers, as a read on a silent connection within the store's 60 s wire timeout.
+      queueDepths: () => {
+        reads += 1;
+        return new Promise<QueueDepth[]>(() => {});
+      },
+      dueBacklog: () => new Promise<number>(() => {}),
+      defaultMetrics: false,
+      readTimeoutMs: 50,
+    });
+    // Renders at all: without a bound, a read that never answers would hold it forever.
+    const text = await metrics.render();
+    const value = (name: string) =>
+      text
+        .split('\n')
+        .find((line) => line.startsWith(`${name} `))
+        ?.split(' ')[1];
+    expect({
+      depth: depthSamples(text),
+      depthErrors: value('ledgence_queue_depth_errors_total'),
+      backlog: value('ledgence_callback_due_backlog'),
+      backlogErrors: value('ledgence_callback_backlog_errors_total'),
+      // prom-client writes NaN as `Nan` (Prometheus reads it in any case).
+    }).toEqual({ depth: [], depthErrors: '1', backlog: 'Nan', backlogErrors: '1' });
+    const again = await metrics.render();
+    expect(again).toContain('ledgence_queue_depth_errors_total 2');
+    // The read in flight is waited on again, not started again: a silent database is asked once.
+    expect(reads).toBe(1);
+  });
 });

@@ -15,6 +15,7 @@ import {
   createServerMetrics,
   DUE_BACKLOG_CAP,
   foldQueueDepths,
+  LEFT,
   OTHER_QUEUE,
   type ServerMetrics,
   statusClass,
@@ -174,6 +175,35 @@ describe('the instrumented service', () => {
       long_poll: 'true',
     });
     expect(parkedSum).toBeGreaterThanOrEqual(0.05);
+  });
+
+  it('a parked poll or poll batch whose client leaves is answered to no one: no outcome counted (not empty, not the unavailable of its unrun polls), its wait timed as left', async () => {
+    const { metrics, service, scope } = setup();
+    const session = await service.openSession(openSessionCommand(scope, { concurrency: 2 }));
+    const leaving = async <T>(call: (signal: AbortSignal) => Promise<T>): Promise<T> => {
+      const client = new AbortController();
+      setTimeout(() => client.abort(), 30);
+      return call(client.signal);
+    };
+    const single = await leaving((signal) =>
+      service.acquire(acquireCommand(session, 0, 1), { waitMs: 5_000, signal }),
+    );
+    // A slot polled twice: its second poll is never run, and carries `unavailable`.
+    const batch = await leaving((signal) =>
+      service.acquireBatch([acquireCommand(session, 1, 1), acquireCommand(session, 1, 2)], {
+        waitMs: 5_000,
+        signal,
+      }),
+    );
+    expect({
+      single: single.disposition,
+      batch: batch.map((r) => (r.ok ? r.value.disposition : r.error.code)),
+      outcomes: await samplesOf(metrics, 'ledgence_acquire_outcomes_total'),
+      left: await sampleValue(metrics, 'ledgence_acquire_wait_seconds_count', {
+        outcome: LEFT,
+        long_poll: 'true',
+      }),
+    }).toEqual({ single: 'empty', batch: ['empty', 'unavailable'], outcomes: [], left: 2 });
   });
 
   it('counts settlements: accepted, replayed and rejected by code, with the task state', async () => {

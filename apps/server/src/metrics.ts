@@ -16,7 +16,7 @@ import {
   type RetentionProgress,
   TaskStateSchema,
 } from '@ledgence/contracts';
-import type { TaskService } from '@ledgence/core';
+import type { TaskService, WaitOptions } from '@ledgence/core';
 import type { HttpResponseInfo } from '@ledgence/http';
 import type { QueueDepth } from '@ledgence/store-postgres';
 import type { Logger } from 'pino';
@@ -33,6 +33,9 @@ export const UNMATCHED_ROUTE = 'unmatched';
 
 /** The `code` / `task_state` label value where the label does not apply. */
 export const NONE = 'none';
+
+/** The `outcome` of an acquire wait whose client left before the reply (it answered no one). */
+export const LEFT = 'left';
 
 /** Options of {@link createServerMetrics}. */
 export interface ServerMetricsOptions {
@@ -57,10 +60,41 @@ export interface ServerMetricsOptions {
    * {@link DEFAULT_READ_REUSE_MS}); scrapes meanwhile share the read in flight whatever this is.
    */
   readReuseMs?: number;
+  /**
+   * How long a scrape waits for its queue depth and backlog reads before it renders without them
+   * (counted as failed reads); default {@link DEFAULT_SCRAPE_READ_TIMEOUT_MS}.
+   */
+  readTimeoutMs?: number;
 }
 
 /** Default {@link ServerMetricsOptions.readReuseMs}: well under any scrape interval. */
 export const DEFAULT_READ_REUSE_MS = 1_000;
+
+/**
+ * Default {@link ServerMetricsOptions.readTimeoutMs}: as long as `/readyz` gives its read, and
+ * well within Prometheus' default scrape timeout (10 s).
+ */
+export const DEFAULT_SCRAPE_READ_TIMEOUT_MS = 2_000;
+
+/**
+ * `reading`, or a rejection once `ms` pass without its answer. A scrape must answer whatever the
+ * database does: a read handed a pool connection gone silent (a failover that moved the
+ * database's address, a NAT that forgot the flow) waits out the store's 60 s wire timeout, and
+ * Prometheus, giving up after 10 s, would lose every series, the ones showing the outage
+ * included (review r53c). The read goes on; {@link sharedRead} lets later scrapes wait on it
+ * (each for its own `ms`) rather than start another.
+ */
+export async function answeredWithin<T>(reading: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the database did not answer within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([reading, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 /**
  * `read` shared by the scrapes that want it: one in flight at a time, its answer reused for
@@ -266,7 +300,7 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
   });
   const acquireWait = new Histogram({
     name: 'ledgence_acquire_wait_seconds',
-    help: 'Time an acquire or acquire batch took, parked long-poll wait included, by its best outcome.',
+    help: 'Time an acquire or acquire batch took, parked long-poll wait included, by its best outcome (left: its client left first).',
     labelNames: ['outcome', 'long_poll'] as const,
     buckets: ACQUIRE_BUCKETS,
     registers,
@@ -333,9 +367,15 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
   });
 
   const reuseMs = options.readReuseMs ?? DEFAULT_READ_REUSE_MS;
+  const readTimeoutMs = options.readTimeoutMs ?? DEFAULT_SCRAPE_READ_TIMEOUT_MS;
+  /** A scrape's read: shared between scrapes, and bounded for each. */
+  const scrapeRead = <T>(read: () => Promise<T>): (() => Promise<T>) => {
+    const shared = sharedRead(read, reuseMs);
+    return () => answeredWithin(shared(), readTimeoutMs);
+  };
   const dueBacklog = options.dueBacklog;
   const readBacklog =
-    dueBacklog === undefined ? undefined : sharedRead(() => dueBacklog(DUE_BACKLOG_CAP), reuseMs);
+    dueBacklog === undefined ? undefined : scrapeRead(() => dueBacklog(DUE_BACKLOG_CAP));
   const backlogGauge =
     readBacklog === undefined
       ? undefined
@@ -347,7 +387,7 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
 
   const queueDepths = options.queueDepths;
   const readDepths =
-    queueDepths === undefined ? undefined : sharedRead(() => queueDepths(maxQueues), reuseMs);
+    queueDepths === undefined ? undefined : scrapeRead(() => queueDepths(maxQueues));
   // Read on scrape: a count kept in memory would drift from the database across replicas.
   const depthGauge =
     readDepths === undefined
@@ -393,6 +433,16 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
         },
       ),
     ]);
+  }
+
+  /**
+   * Whether a poll's reply reaches its client: one whose client left was answered to no one (the
+   * service hands back what it claimed, and a slot's later polls in a batch are never run), so
+   * `ledgence_acquire_outcomes_total` ("polls answered") does not count it — not as `empty`, nor
+   * as the `unavailable` its unrun polls carry (review r53c) — and its wait is timed as `left`.
+   */
+  function answeredTo(wait: WaitOptions | undefined): boolean {
+    return wait?.signal?.aborted !== true;
   }
 
   function countAcquire(result: Outcome<{ disposition: string }>): string {
@@ -482,10 +532,10 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
           const stop = acquireWait.startTimer({ long_poll: longPoll });
           try {
             const reply = await service.acquire(command, wait);
-            stop({ outcome: countAcquire({ ok: true, value: reply }) });
+            stop({ outcome: answeredTo(wait) ? countAcquire({ ok: true, value: reply }) : LEFT });
             return reply;
           } catch (error) {
-            stop({ outcome: countAcquire({ ok: false, error }) });
+            stop({ outcome: answeredTo(wait) ? countAcquire({ ok: false, error }) : LEFT });
             throw error;
           }
         },
@@ -494,12 +544,17 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
           const stop = acquireWait.startTimer({ long_poll: longPoll });
           try {
             const results = await service.acquireBatch(commands, wait);
-            stop({ outcome: bestOutcome(results.map(countAcquire)) });
+            stop({ outcome: answeredTo(wait) ? bestOutcome(results.map(countAcquire)) : LEFT });
             return results;
           } catch (error) {
-            // The whole batch was refused: each poll in it was answered with the error.
-            acquireOutcomes.inc({ disposition: 'rejected', code: codeOf(error) }, commands.length);
-            stop({ outcome: 'rejected' });
+            if (answeredTo(wait)) {
+              // The whole batch was refused: each poll in it was answered with the error.
+              acquireOutcomes.inc(
+                { disposition: 'rejected', code: codeOf(error) },
+                commands.length,
+              );
+            }
+            stop({ outcome: answeredTo(wait) ? 'rejected' : LEFT });
             throw error;
           }
         },
