@@ -81,6 +81,38 @@ describe('Client retries send the bytes of the first send', () => {
   });
 });
 
+describe('a retry of unavailable batch items whose reply breaks the contract', () => {
+  // client.ts: "Once a reply came, a failed or aborted retry of its unavailable items still
+  // returns what that reply said: the tasks it created are not hidden behind the retry's error."
+  // A count of the wrong length was thrown, hiding them (review r54b).
+  it.each([
+    ['of the wrong shape', '{"results": "nope"}'],
+    [
+      'with two items for the one command sent again',
+      JSON.stringify({ results: [JSON.parse(unavailableProblem), JSON.parse(unavailableProblem)] }),
+    ],
+  ])('a retry answered %s still returns the task the first reply created', async (_, retry) => {
+    let requests = 0;
+    const url = await stubs.serve((_req, res, body) => {
+      requests++;
+      const { commands } = JSON.parse(body) as { commands: SentCommand[] };
+      res.setHeader('content-type', 'application/json');
+      if (requests > 1) return res.end(retry);
+      const created = queuedSnapshotOf(commands[0] as SentCommand, 1);
+      res.end(JSON.stringify({ results: [created, JSON.parse(unavailableProblem)] }));
+    });
+    const answers = await clientOf(url, { retries: 1 }).submitBatch([
+      { queue: 'q', program: 'p' },
+      { queue: 'q', program: 'p' },
+    ]);
+    expect({
+      requests,
+      created: (answers[0] as { task_id: string }).task_id,
+      second: answers[1] instanceof ProblemError && answers[1].code,
+    }).toEqual({ requests: 2, created: 'tsk_1', second: 'unavailable' });
+  });
+});
+
 describe('Client replies that are not the contract', () => {
   // status, content type, body (or `cut`: a content-length the server never fills), expected.
   const cases: [

@@ -286,9 +286,13 @@ export class Client {
             });
       if (reply === undefined) return answers;
       if (reply.results.length !== pending.length) {
-        throw new ProtocolError(
+        const error = new ProtocolError(
           `tasks:batch answered ${reply.results.length} items for ${pending.length} commands`,
         );
+        if (failures === 0) throw error;
+        // A retry's reply of the wrong length is a failed retry, like any other (review r54b).
+        this.#logger.warn('retrying unavailable batch items failed', errorFields(error));
+        return answers;
       }
       const again: number[] = [];
       for (const [at, item] of reply.results.entries()) {
