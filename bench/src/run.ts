@@ -456,7 +456,9 @@ async function drain(
   const commits = after.xactCommit - before.xactCommit - probe.statements;
   const wal = await postgres.walBytes(before, after);
   const seconds = ((end ?? performance.now()) - (starts.first ?? end ?? 0)) / 1000;
-  const rate = completedAtEnd / seconds;
+  // A drain in which no handler started did no work: its rate is 0, not the 0 / 0 that
+  // `summarize` would leave out of the median as unmeasured (review r53d).
+  const rate = completedAtEnd === 0 ? 0 : completedAtEnd / seconds;
   const perTask = Math.max(1, completedAfterStop);
   rec.record(shape, 'rate', system.name, rate);
   rec.record(shape, 'commits', system.name, commits / perTask);

@@ -22,6 +22,14 @@ describe('percentile', () => {
     expect(percentile(values, 0)).toBe(1);
   });
 
+  it('of 1..100, the p-th percentile is p for every whole p, and of 1..1000 p99.9 is 999', () => {
+    const hundred = Array.from({ length: 100 }, (_, i) => i + 1);
+    const wrong = hundred.filter((p) => percentile(hundred, p) !== p);
+    expect(wrong).toEqual([]);
+    const thousand = Array.from({ length: 1_000 }, (_, i) => i + 1);
+    expect(percentile(thousand, 99.9)).toBe(999);
+  });
+
   it('of 100 values, p99 is the 99th smallest', () => {
     const values = Array.from({ length: 100 }, (_, i) => 100 - i);
     expect(percentile(values, 99)).toBe(99);
@@ -94,6 +102,15 @@ describe('formatting', () => {
     expect(formatNumber(0.012345)).toBe('0.012');
     expect(formatNumber(0)).toBe('0');
     expect(formatNumber(Number.NaN)).toBe('–');
+  });
+
+  it('keeps about three significant digits at the decade boundaries too', () => {
+    expect([99.96, 9.996, -99.96, 0.9996].map(formatNumber)).toEqual([
+      '100',
+      '10.0',
+      '-100',
+      '1.00',
+    ]);
   });
 
   it('shows the median and range', () => {

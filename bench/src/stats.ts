@@ -12,7 +12,9 @@ export function percentile(values: readonly number[], p: number): number {
   if (!(p >= 0 && p <= 100)) throw new RangeError(`percentile must be within 0..100, got ${p}`);
   if (values.length === 0) return Number.NaN;
   const sorted = [...values].sort((a, b) => a - b);
-  const rank = Math.max(1, Math.ceil((p / 100) * sorted.length));
+  // p · n first: (p / 100) · n carries float noise that ceil rounds up (0.07 · 100 = 7.000…01,
+  // so p7 of 1..100 came out 8; review r53d).
+  const rank = Math.max(1, Math.ceil((p * sorted.length) / 100));
   return sorted[rank - 1] as number;
 }
 
@@ -82,7 +84,8 @@ export function ratioToBest(
 export function formatNumber(value: number): string {
   if (Number.isNaN(value)) return '–';
   if (!Number.isFinite(value)) return value > 0 ? '∞' : '-∞';
-  const abs = Math.abs(value);
+  // The decade is the rounded value's: 99.96 is "100", not "100.0" (review r53d).
+  const abs = Math.abs(Number(value.toPrecision(3)));
   if (abs >= 100) return Math.round(value).toString();
   if (abs >= 10) return value.toFixed(1);
   if (abs >= 1) return value.toFixed(2);
