@@ -301,7 +301,7 @@ describe('lease expiries', () => {
 });
 
 describe('completion deliveries', () => {
-  it('count tries by bounded outcome and time them', async () => {
+  it('count tries by bounded outcome and time the POSTs', async () => {
     const metrics = createServerMetrics({ defaultMetrics: false });
     const name = 'ledgence_callback_deliveries_total';
     const destination = 'billing';
@@ -310,8 +310,10 @@ describe('completion deliveries', () => {
     metrics.recordDelivery({ outcome: 'retry', destination, durationMs: 30 });
     metrics.recordDelivery({ outcome: 'retry', destination: 'audit', durationMs: 1 });
     metrics.recordDelivery({ outcome: 'https://evil.example/', destination, durationMs: 1 });
+    // A try that failed before any POST (an unconfigured alias) is counted, and not timed.
+    metrics.recordDelivery({ outcome: 'retry', destination, durationMs: 500, posted: false });
     expect(await sampleValue(metrics, name, { destination, outcome: 'delivered' })).toBe(1);
-    expect(await sampleValue(metrics, name, { destination, outcome: 'retry' })).toBe(2);
+    expect(await sampleValue(metrics, name, { destination, outcome: 'retry' })).toBe(3);
     expect(await sampleValue(metrics, name, { destination: 'audit', outcome: 'retry' })).toBe(1);
     expect(await sampleValue(metrics, name, { destination, outcome: 'other' })).toBe(1);
     expect(

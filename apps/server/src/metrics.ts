@@ -138,6 +138,11 @@ export interface DeliveryObservation {
   destination: string;
   /** From the POST's start to its outcome. */
   durationMs: number;
+  /**
+   * False for a try that failed before any POST (an unconfigured or unusable destination): it is
+   * counted, but its duration times no delivery and is not observed. Absent: a POST went out.
+   */
+  posted?: boolean;
 }
 
 /** The server's metrics and the hooks that feed them. */
@@ -498,9 +503,10 @@ export function createServerMetrics(options: ServerMetricsOptions = {}): ServerM
       if (progress.finalized > 0) leaseFinalized.inc(progress.finalized);
     },
 
-    recordDelivery({ outcome, destination, durationMs }) {
+    recordDelivery({ outcome, destination, durationMs, posted }) {
       const label = DELIVERY_OUTCOMES.has(outcome) ? outcome : 'other';
       deliveries.inc({ destination, outcome: label });
+      if (posted === false) return;
       deliveryDuration.observe({ outcome: label }, Math.max(0, durationMs) / 1000);
     },
 

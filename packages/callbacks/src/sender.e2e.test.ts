@@ -168,6 +168,7 @@ describe('a receiver answering 2xx', () => {
         generation: 1,
         attempt: 1,
         durationMs: expect.any(Number),
+        posted: true,
         status: 200,
       },
     ]);
@@ -222,7 +223,9 @@ describe('a receiver answering 2xx', () => {
     const s = sender({ destinations: destinations({ billing: r }), retryBaseMs: 1 });
     const subscription = await dueDelivery('billing');
 
-    expect((await s.runOnce()).records).toMatchObject([{ outcome: 'delivered', status: 200 }]);
+    expect((await s.runOnce()).records).toMatchObject([
+      { outcome: 'delivered', status: 200, posted: true },
+    ]);
     expect(await subscriptionOf(store, scope, subscription)).toMatchObject({
       state: 'delivered',
       attempts: 1,
@@ -437,7 +440,12 @@ describe('configuration drift', () => {
     const { records } = await s.runOnce();
 
     expect(records).toEqual([
-      expect.objectContaining({ destination: 'retired', outcome: 'retry', reason: 'unconfigured' }),
+      expect.objectContaining({
+        destination: 'retired',
+        outcome: 'retry',
+        reason: 'unconfigured',
+        posted: false,
+      }),
     ]);
     const retried = await subscriptionOf(store, scope, orphan);
     expect(retried).toMatchObject({

@@ -155,6 +155,12 @@ export interface DeliveryRecord {
   readonly attempt: number;
   /** How long the try took, leasing and reporting excluded, in ms (process clock). */
   readonly durationMs: number;
+  /**
+   * Whether a POST went out (or was attempted): false for a try that failed before sending (an
+   * unconfigured or unusable destination, an event that cannot be built), whose duration times
+   * no delivery.
+   */
+  readonly posted: boolean;
   /** The receiver's status, when it answered. */
   readonly status?: number;
   /** Why the try failed, when it did. */
@@ -354,7 +360,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
         { err: error, event_id: lease.event_id },
         'a completion try failed unexpectedly',
       );
-      return { ...identityOf(lease), outcome: 'unreported', durationMs: 0 };
+      return { ...identityOf(lease), outcome: 'unreported', durationMs: 0, posted: false };
     });
     inFlight.add(running);
     void running.finally(() => inFlight.delete(running));
@@ -391,6 +397,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
       ...identityOf(lease),
       outcome,
       durationMs,
+      posted: decided.posted,
       ...(decided.status === undefined ? {} : { status: decided.status }),
       ...(decided.reason === undefined ? {} : { reason: decided.reason }),
     };
@@ -453,6 +460,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
       return {
         outcome: 'exhausted',
         next: { state: 'exhausted' },
+        posted: false,
         reason: 'invalid_event',
         error: `the completion event cannot be built: ${messageOf(error)}`,
       };
@@ -469,11 +477,17 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
     }
     switch (delivery.kind) {
       case 'delivered':
-        return { outcome: 'delivered', next: { state: 'delivered' }, status: delivery.status };
+        return {
+          outcome: 'delivered',
+          next: { state: 'delivered' },
+          posted: true,
+          status: delivery.status,
+        };
       case 'gone':
         return {
           outcome: 'gone',
           next: { state: 'exhausted' },
+          posted: true,
           status: delivery.status,
           error: 'the receiver answered 410 Gone',
         };
@@ -487,6 +501,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
               baseMs,
             }),
           ),
+          posted: true,
           reason: delivery.reason,
           error: delivery.error,
           ...(delivery.status === undefined ? {} : { status: delivery.status }),
@@ -506,7 +521,7 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
           state: 'due',
           delayMs: nextDeliveryDelayMs({ attempt: lease.attempt, eventId: lease.event_id, baseMs }),
         };
-    return { ...failed(next), reason, error };
+    return { ...failed(next), posted: false, reason, error };
   }
 
   function logRecord(record: DeliveryRecord, error?: string, reportError?: unknown): void {
@@ -663,6 +678,8 @@ const LOG_LINES: Readonly<Record<DeliveryRecordOutcome, [keyof SenderLogger, str
 interface Decision {
   outcome: 'delivered' | 'retry' | 'gone' | 'exhausted';
   next: DeliveryNext;
+  /** False when the try failed before any POST. */
+  posted: boolean;
   status?: number;
   reason?: DeliveryFailureReason;
   error?: string;
