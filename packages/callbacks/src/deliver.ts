@@ -116,6 +116,8 @@ export interface RetryOutcome {
   readonly status?: number;
   /** A valid `Retry-After`, in ms from now, capped at COMPLETION_MAX_RETRY_DELAY_MS. */
   readonly retryAfterMs?: number;
+  /** True when the try ended before any request was started (its signal had already fired). */
+  readonly unsent?: true;
 }
 
 /** The result of one delivery try, a plain data value. */
@@ -188,7 +190,7 @@ export async function deliverEvent(options: DeliverEventOptions): Promise<Delive
     'content-length': String(event.body.byteLength),
     'user-agent': USER_AGENT,
   };
-  if (signal?.aborted) return retry('aborted', 'aborted before sending');
+  if (signal?.aborted) return { ...retry('aborted', 'aborted before sending'), unsent: true };
 
   return new Promise<DeliveryOutcome>((resolve) => {
     let settled = false;

@@ -565,7 +565,8 @@ describe('stop()', () => {
     await vi.waitFor(() => expect(stopped).toBe(true), WAIT);
     await stopping;
 
-    expect(seen).toMatchObject([{ outcome: 'retry', reason: 'aborted', attempt: 1 }]);
+    // The POST was on the wire when the signal fired: posted, and timed.
+    expect(seen).toMatchObject([{ outcome: 'retry', reason: 'aborted', attempt: 1, posted: true }]);
     expect(seen[0]).not.toHaveProperty('status');
     // Neither delivered nor exhausted: the receiver may not have it, so it is due again.
     const aborted = await subscriptionOf(store, scope, subscription);
@@ -578,6 +579,31 @@ describe('stop()', () => {
     store.advance(1_000);
     expect((await next.runOnce()).records).toMatchObject([{ outcome: 'delivered', attempt: 2 }]);
     expect(r.requests[0]?.headers['webhook-id']).toBe(hanging.requests[0]?.headers['webhook-id']);
+  });
+
+  it('with a signal that fired before a leased try was sent, ends it unsent: a retry not posted', async () => {
+    const r = await receiver((res) => res.writeHead(204).end());
+    const seen: DeliveryRecord[] = [];
+    const s = sender({
+      destinations: destinations({ billing: r }),
+      onDelivery: (x) => seen.push(x),
+    });
+    const subscription = await dueDelivery('billing');
+    // The pass leases the delivery; the shutdown budget is spent before it dispatches.
+    const pass = s.runOnce();
+    const stopped = s.stop({ signal: AbortSignal.abort() });
+    const { records } = await pass;
+    await stopped;
+    expect({ records, seen, requests: r.requests.length }).toMatchObject({
+      records: [{ outcome: 'retry', reason: 'aborted', posted: false }],
+      seen: [{ posted: false }],
+      requests: 0,
+    });
+    expect(await subscriptionOf(store, scope, subscription)).toMatchObject({
+      state: 'due',
+      attempts: 1,
+      last_error: 'aborted before sending',
+    });
   });
 });
 

@@ -501,7 +501,8 @@ export function createCompletionSender(options: CompletionSenderOptions): Comple
               baseMs,
             }),
           ),
-          posted: true,
+          // A signal fired before the request (a stop's budget ran out): nothing was sent.
+          posted: delivery.unsent !== true,
           reason: delivery.reason,
           error: delivery.error,
           ...(delivery.status === undefined ? {} : { status: delivery.status }),
