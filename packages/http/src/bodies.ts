@@ -14,8 +14,8 @@ export const CancelBodySchema = requestObject({});
 
 /**
  * `POST /v1/worker/sessions/{id}/extend`: no body, or `{scope}` naming the
- * session's scope. Without a scope, the scope is the API key's binding when
- * that names exactly one namespace; otherwise the scope is required.
+ * session's scope. Without a scope, the session's own scope is used: one the
+ * API key may not use is `session_not_found`, as a foreign session is.
  */
 export const ExtendSessionBodySchema = requestObject({
   scope: nullishOptional(ScopeSchema),
