@@ -84,7 +84,7 @@ export const DEFAULT_SCRAPE_READ_TIMEOUT_MS = 2_000;
  * included (review r53c). The read goes on; {@link sharedRead} lets later scrapes wait on it
  * (each for its own `ms`) rather than start another.
  */
-export async function answeredWithin<T>(reading: Promise<T>, ms: number): Promise<T> {
+async function answeredWithin<T>(reading: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`the database did not answer within ${ms} ms`)), ms);
@@ -139,7 +139,7 @@ export interface DeliveryObservation {
   /** From the POST's start to its outcome. */
   durationMs: number;
   /**
-   * False for a try that failed before any POST (an unconfigured or unusable destination): it is
+   * False for a try that ended before any POST (the callbacks `DeliveryRecord.posted`): it is
    * counted, but its duration times no delivery and is not observed. Absent: a POST went out.
    */
   posted?: boolean;

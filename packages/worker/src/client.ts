@@ -267,13 +267,22 @@ export class Client {
     // (see `#call`); an array's JSON is its elements' joined by commas.
     const texts = commands.map((command) => JSON.stringify(command));
     for (let failures = 0; ; failures++) {
+      const sending = pending;
       const request = this.#call({
         method: 'POST',
         path: `${this.#scopePath}/tasks:batch`,
-        bodyText: `{"commands":[${pending.map((k) => texts[k]).join(',')}]}`,
+        bodyText: `{"commands":[${sending.map((k) => texts[k]).join(',')}]}`,
         schema: SubmitBatchReplySchema,
         maxBytes: REPLY_LIMITS.batch,
         signal: options.signal,
+      }).then((reply) => {
+        // An answer per command, or the reply breaks the contract (a retry's too: review r54b).
+        if (reply.results.length !== sending.length) {
+          throw new ProtocolError(
+            `tasks:batch answered ${reply.results.length} items for ${sending.length} commands`,
+          );
+        }
+        return reply;
       });
       // Once a reply came, a failed or aborted retry of its unavailable items still returns
       // what that reply said: the tasks it created are not hidden behind the retry's error.
@@ -285,15 +294,6 @@ export class Client {
               return undefined;
             });
       if (reply === undefined) return answers;
-      if (reply.results.length !== pending.length) {
-        const error = new ProtocolError(
-          `tasks:batch answered ${reply.results.length} items for ${pending.length} commands`,
-        );
-        if (failures === 0) throw error;
-        // A retry's reply of the wrong length is a failed retry, like any other (review r54b).
-        this.#logger.warn('retrying unavailable batch items failed', errorFields(error));
-        return answers;
-      }
       const again: number[] = [];
       for (const [at, item] of reply.results.entries()) {
         const k = pending[at] as number;
