@@ -111,6 +111,19 @@ describe('a retry of unavailable batch items whose reply breaks the contract', (
       second: answers[1] instanceof ProblemError && answers[1].code,
     }).toEqual({ requests: 2, created: 'tsk_1', second: 'unavailable' });
   });
+
+  it('a first reply with the wrong number of items rejects the call: no answer can be matched', async () => {
+    const url = await stubs.serve((_req, res) => {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ results: [JSON.parse(unavailableProblem)] }));
+    });
+    const call = clientOf(url, { retries: 1 }).submitBatch([
+      { queue: 'q', program: 'p' },
+      { queue: 'q', program: 'p' },
+    ]);
+    await expect(call).rejects.toThrow(ProtocolError);
+    await expect(call).rejects.toThrow('tasks:batch answered 1 items for 2 commands');
+  });
 });
 
 describe('Client replies that are not the contract', () => {
