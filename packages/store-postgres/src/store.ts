@@ -1404,8 +1404,8 @@ class PgTaskStore implements PostgresTaskStore {
 
   /**
    * Lock: none (a session's scope never changes). Index: the primary key's tenant prefix when the
-   * tenant is given; otherwise a scan of `worker_sessions`, which holds live sessions and those
-   * expired since retention's last pass only.
+   * tenant is given; otherwise (development mode) a scan of `worker_sessions`: live sessions,
+   * and expired ones retention has not collected yet.
    */
   async sessionScope(sessionId: string, tenant: string | undefined): Promise<Scope | null> {
     return this.transact(async (tx) => {

@@ -43,11 +43,14 @@ export type RetentionPolicy = v.InferOutput<typeof RetentionPolicySchema>;
 
 /**
  * Bounded age candidates only (`GET {scope}/retention-policy/preview`): the
- * terminal tasks older than `cutoff` (= `as_of − retention_ms`), counted up to
+ * terminal tasks older than `cutoff`, counted up to
  * MAX_RETENTION_BATCH (`truncated` when more exist). Protective references (a
  * callback still pending or recently active) can defer a candidate's
  * collection, so a candidate is not a promise of removal. `oldest_terminal_at`
- * is present when there is a candidate.
+ * is present when there is a candidate. `cutoff` is `as_of − retention_ms`, or
+ * later: what a shorter earlier policy (the server default included) had
+ * already retired stays collectable under a longer one (the seed's "existing
+ * retiring records continue physical collection under any later policy").
  */
 export const RetentionPreviewSchema = v.strictObject({
   retention_ms: RetentionMsSchema,
