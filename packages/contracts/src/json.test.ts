@@ -1026,6 +1026,22 @@ describe('checkJsonValue', () => {
     }
   });
 
+  it('refuses a toJSON method however it is reached (JSON.stringify would write what it returns), and takes a toJSON key holding data', () => {
+    const made = () => ({ replaced: true });
+    const hidden = Object.defineProperty({ a: 1 }, 'toJSON', { value: made });
+    const inherited = Object.assign(
+      Object.create(Object.create(null, { toJSON: { value: made } })),
+      { a: 1 },
+    );
+    const inArray = Object.defineProperty([1], 'toJSON', { value: made });
+    const reasons = [hidden, inherited, inArray, { nested: hidden }].map(
+      (value) => errorOf(() => checkJsonValue(value, { maxBytes: MiB })).reason,
+    );
+    expect(reasons).toEqual(['not_json', 'not_json', 'not_json', 'not_json']);
+    const data = { toJSON: 'x', n: [{ toJSON: null }] };
+    expect(checkJsonValue(data, { maxBytes: MiB })).toBe(Buffer.byteLength(JSON.stringify(data)));
+  });
+
   it('accepts shared (acyclic) references', () => {
     const shared = { a: [1] };
     expect(checkJsonValue([shared, { b: shared }], { maxBytes: MiB })).toBe(

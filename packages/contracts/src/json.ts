@@ -890,6 +890,12 @@ class ValueChecker {
           ? Array.isArray(proto)
           : proto === null || Object.getPrototypeOf(proto) === null;
         if (!plain) throw this.fail('not a plain object or array', 'not_json');
+        // JSON.stringify calls a `toJSON` method however it is reached (own and hidden, or
+        // inherited through a null-prototype chain) and writes what it returns, not what was
+        // walked here (review r56a). A `toJSON` key holding data is JSON like any other.
+        if (typeof (value as { toJSON?: unknown }).toJSON === 'function') {
+          throw this.fail('an object with a toJSON method is not plain JSON', 'not_json');
+        }
         if (!(this.frames.length < this.maxDepth)) {
           throw this.fail(`nesting deeper than ${this.maxDepth} levels`, 'depth_exceeded');
         }
@@ -919,7 +925,8 @@ class ValueChecker {
  * 'invalid_input' (reasons `not_json`, `cycle`, `non_finite_number`, `number_out_of_range`,
  * `lone_surrogate`, `forbidden_key`, `depth_exceeded`).
  *
- * Symbol-keyed and non-enumerable properties are ignored, as JSON.stringify ignores them.
+ * Symbol-keyed and non-enumerable properties are ignored, as JSON.stringify ignores them; a
+ * `toJSON` method, which JSON.stringify would call, is refused wherever it is found.
  *
  * @example
  * checkJsonValue({ a: [1, 'x'] }, { maxBytes: 1024, path: '$.input.data' }); // 13

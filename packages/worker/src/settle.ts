@@ -272,6 +272,9 @@ export function settleCommandFor(
   }
 }
 
+/** How much of the reason a {@link withoutDetails} note quotes: a path and a rule, never more. */
+const NOTE_CAUSE_MAX_BYTES = 512;
+
 /**
  * An application error whose only fault is its `details` (not plain JSON, too large) is still
  * the error the handler meant, with its code and retry decision: it is reported without the
@@ -283,8 +286,9 @@ function withoutDetails(command: SettleCommand, error: ContractError): SettleCom
   if (report.kind !== 'completed' || report.report.outcome.kind !== 'application_error') return;
   const { details, ...rest } = report.report.outcome.error;
   if (details === undefined || details === null) return;
-  const note = ` (its details could not be reported: ${error.message})`;
-  const message = fitText(`${rest.message}${note}`, MESSAGE_MAX_BYTES);
+  // The message is cut, not the note: a message at the limit would otherwise lose the reason.
+  const note = ` (its details could not be reported: ${fitText(error.message, NOTE_CAUSE_MAX_BYTES)})`;
+  const message = `${fitText(rest.message, MESSAGE_MAX_BYTES - utf8ByteLength(note))}${note}`;
   try {
     return detached(
       validateSettleCommand({
@@ -318,11 +322,15 @@ function detached(command: SettleCommand): SettleCommand {
   try {
     text = JSON.stringify(command);
   } catch (error) {
-    throw new ContractError('invalid_input', 'the output could not be serialised as JSON', {
-      reason: 'not_json',
-      path: '$.report.report.outcome',
-      cause: error,
-    });
+    throw new ContractError(
+      'invalid_input',
+      'the output or error details could not be serialised as JSON',
+      {
+        reason: 'not_json',
+        path: '$.report.report.outcome',
+        cause: error,
+      },
+    );
   }
   return validateSettleCommand(JSON.parse(text));
 }
