@@ -58,6 +58,12 @@ export interface AcquireStoreOptions {
   /** Whether an `empty` answer to a new poll advances the slot's cursor. */
   recordEmpty: boolean;
   /**
+   * Whether a new poll may claim a task (default true). False: every new poll is answered
+   * `empty` (recorded as `recordEmpty` says) and replays as usual — a shutting-down server ends
+   * its long polls with `empty` (DESIGN §11) without taking a task no worker could then run.
+   */
+  claim?: boolean;
+  /**
    * Bytes the batch's reply already holds from an earlier call of the same request (a long
    * poll's probe, whose claims the reply carries beside this call's): new claims stop before
    * the whole reply passes ACQUIRE_BATCH_REPLY_MAX_BYTES. Default 0.

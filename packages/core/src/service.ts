@@ -381,6 +381,9 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     await store.handBackBatch(commands).catch(() => {});
   }
 
+  /** Whether a poll's closing store call may still claim: not once shutdown began. */
+  const stillClaiming = () => closing?.aborted !== true;
+
   async function acquire(command: AcquireCommand, wait?: WaitOptions): Promise<AcquireReply> {
     refuseWhileClosing();
     const { deadline, parks } = budget(wait);
@@ -406,8 +409,9 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
     // same sequence is still a new poll.
     if (wait?.signal?.aborted) return { disposition: 'empty', sequence: command.sequence };
     // The recording poll may claim (a task came due after the last probe), and its client may
-    // leave while it runs.
-    const { reply } = await store.acquire(command, { recordEmpty: true });
+    // leave while it runs. A park ended by shutdown claims nothing: DESIGN §11 ends long polls
+    // with `empty` (review r56c: a task whose wake had not arrived yet was assigned).
+    const { reply } = await store.acquire(command, { recordEmpty: true, claim: stillClaiming() });
     await handBackUndelivered([reply], wait?.signal);
     return reply;
   }
@@ -461,7 +465,9 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
       return commands.map((_, index) => byIndex.get(index) ?? unanswered);
     }
     if (repeats) {
-      const answered = replies(await store.acquireBatch(commands, { recordEmpty: true }));
+      const answered = replies(
+        await store.acquireBatch(commands, { recordEmpty: true, claim: stillClaiming() }),
+      );
       await handBackUndelivered(okReplies(answered), wait?.signal);
       return answered;
     }
@@ -474,7 +480,7 @@ export function createTaskService(options: TaskServiceOptions): TaskService {
       for (const o of outcomes) if (o.ok && !unrecordedEmpty(o.value)) held.count(o.value.reply);
       const recorded = await store.acquireBatch(
         unrecorded.map((i) => commands[i] as AcquireCommand),
-        { recordEmpty: true, replyBytesUsed: held.used },
+        { recordEmpty: true, replyBytesUsed: held.used, claim: stillClaiming() },
       );
       unrecorded.forEach((index, k) => {
         outcomes[index] = recorded[k] as ItemResult<AcquireOutcome>;

@@ -1520,7 +1520,7 @@ class PgTaskStore implements PostgresTaskStore {
           consumer_id: c.consumer_id,
         })),
       ),
-      ...[...queues.values()].map(({ first, polls }) =>
+      ...(options.claim === false ? [] : [...queues.values()]).map(({ first, polls }) =>
         selectClaimable(
           tx,
           first.scope,
@@ -1590,7 +1590,8 @@ class PgTaskStore implements PostgresTaskStore {
     // it. (Which polls are new, and `consumer_busy`, were decided at `now`, before any wait.)
     let decidedAt = now;
     const keyLocks = new KeyLockOrder();
-    for (const [group, { first }] of queues) {
+    // Not claiming (AcquireStoreOptions.claim): no winners, every new poll is answered empty.
+    for (const [group, { first }] of options.claim === false ? [] : queues) {
       const need = fresh.get(group)?.length ?? 0;
       const offered = firstRoundOf.get(group) ?? [];
       const { won, surplus, at } = await this.claimable(tx, first, now, need, offered, keyLocks);

@@ -954,6 +954,32 @@ export function runTaskStoreConformance(
         expect((await w.poll(session, 0, 2)).disposition).toBe('empty');
       });
 
+      it('claim: false answers new polls empty (recorded as asked) beside a ready task, and replays as usual', async () => {
+        const w = setup();
+        const session = await w.session({ concurrency: 2 });
+        await w.submit();
+        const claimed = assignmentOf(await w.poll(session, 0, 1));
+        const task = await w.submit();
+        const single = await w.store.acquire(acquireCommand(session, 1, 1), {
+          recordEmpty: true,
+          claim: false,
+        });
+        expect(single).toEqual({ reply: { disposition: 'empty', sequence: 1 }, recorded: true });
+        const batch = await w.store.acquireBatch(
+          [acquireCommand(session, 0, 1), acquireCommand(session, 1, 2)],
+          { recordEmpty: false, claim: false },
+        );
+        expect(batch.map((r) => (r.ok ? r.value.reply.disposition : r.error.code))).toEqual([
+          'assigned',
+          'empty',
+        ]);
+        const replayed = batch[0];
+        expect(replayed?.ok && assignmentOf(replayed.value.reply).event.id).toBe(claimed.event.id);
+        expect((await w.store.status(w.scope, task.task_id)).state).toBe('queued');
+        // Slot 1's sequence 1 was recorded empty; 2 was not: a claiming poll of 2 takes the task.
+        expect(assignmentOf(await w.poll(session, 1, 2)).event.ldgtaskid).toBe(task.task_id);
+      });
+
       it('orders by priority desc, then available_at, then task_id', async () => {
         const w = setup();
         const now = await w.store.now();

@@ -441,7 +441,7 @@ export function createMemoryTaskStore(options: MemoryTaskStoreOptions = {}): Mem
       budget?.count(reply);
       return { reply: copy(reply), recorded: true };
     }
-    const candidate = selectEligible(command, now);
+    const candidate = acquireOptions.claim === false ? null : selectEligible(command, now);
     if (candidate !== null) {
       const claim = claimTask(
         candidate,
