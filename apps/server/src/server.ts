@@ -103,7 +103,9 @@ export async function startServer(
    * stopped answering (a partition) must not hold the process past its shutdown budget
    * (LEDGENCE_SHUTDOWN_TIMEOUT_MS). Once the budget is spent, the steps left are started but no
    * longer awaited (the process exits; their connections die with it). The embedded
-   * PostgreSQL, on this machine and always answering, is stopped last in any case.
+   * PostgreSQL is asked to stop last in any case, and awaited within what is left of the
+   * budget: one whose disk hung (its processes stopped) held SIGTERM forever (review r56c). Left
+   * stopping, it finishes its fast shutdown on its own; a start on its folder stops it first.
    */
   const cleanup = async (budgetMs: number) => {
     const deadline = performance.now() + budgetMs;
@@ -124,9 +126,16 @@ export async function startServer(
         );
       }
     }
-    await embedded
-      ?.stop()
+    if (embedded === undefined) return;
+    const stopping = embedded
+      .stop()
       .catch((error: unknown) => logger.warn({ err: error }, 'stopping PostgreSQL failed'));
+    if ((await within(stopping, deadline - performance.now())) === 'timeout') {
+      logger.warn(
+        { shutdownTimeoutMs: settings.shutdownTimeoutMs, dataDir: embedded.dataDir },
+        'shutdown budget spent: the embedded PostgreSQL goes on stopping without the server',
+      );
+    }
   };
   try {
     let databaseUrl = settings.databaseUrl;
