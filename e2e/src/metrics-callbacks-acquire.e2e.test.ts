@@ -11,6 +11,7 @@ import type { Worker } from '@ledgence/worker';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
 import { client, Stack, settled, shortWorker, until } from './test/harness.js';
+import { metricSamples } from './test/wire.js';
 
 const SECRET = `whsec_${Buffer.alloc(32, 5).toString('base64')}`;
 
@@ -56,13 +57,7 @@ afterAll(async () => {
 async function scrape(): Promise<Map<string, number>> {
   const response = await fetch(`${server.url}/metrics`);
   expect(response.status).toBe(200);
-  const samples = new Map<string, number>();
-  for (const line of (await response.text()).split('\n')) {
-    if (line === '' || line.startsWith('#')) continue;
-    const at = line.lastIndexOf(' ');
-    samples.set(line.slice(0, at), Number(line.slice(at + 1)));
-  }
-  return samples;
+  return metricSamples(await response.text());
 }
 
 /** Runs every task of `queue` with an echo worker until `taskIds` are terminal. */

@@ -12,6 +12,7 @@ import { Stack, sleep, until } from './test/harness.js';
 import {
   call,
   claimNext,
+  metricSamples,
   repliesIn,
   settleBody,
   socketExchange,
@@ -33,14 +34,7 @@ afterAll(async () => {
 
 /** Samples keyed by `name{labels}` exactly as exposed. */
 async function scrape(url: string): Promise<Map<string, number>> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const samples = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue;
-    const at = line.lastIndexOf(' ');
-    samples.set(line.slice(0, at), Number(line.slice(at + 1)));
-  }
-  return samples;
+  return metricSamples(await (await fetch(`${url}/metrics`)).text());
 }
 
 /** Requests counted in the HTTP histogram, /metrics scrapes left out. */

@@ -10,7 +10,7 @@ import { type PgProxy, startPgProxy } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ServerProcess } from './server-process.js';
 import { Stack, until } from './test/harness.js';
-import { call, submitTask, TASKS_BASE, taskBody } from './test/wire.js';
+import { call, metricSamples, submitTask, TASKS_BASE, taskBody } from './test/wire.js';
 
 const stack = new Stack('metrics_outage');
 let proxy: PgProxy;
@@ -39,13 +39,7 @@ afterAll(async () => {
 async function timedScrape(url: string) {
   const started = performance.now();
   const response = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(60_000) });
-  const text = await response.text();
-  const samples = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue;
-    const at = line.lastIndexOf(' ');
-    samples.set(line.slice(0, at), Number(line.slice(at + 1)));
-  }
+  const samples = metricSamples(await response.text());
   return { status: response.status, ms: performance.now() - started, samples };
 }
 

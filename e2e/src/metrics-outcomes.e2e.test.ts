@@ -10,6 +10,7 @@ import { Stack, until } from './test/harness.js';
 import {
   call,
   claimNext,
+  metricSamples,
   openSession,
   pollBody,
   settleBody,
@@ -28,14 +29,7 @@ afterAll(() => stack.close());
 
 /** Samples keyed by `name{labels}` exactly as exposed. */
 async function scrape(url: string): Promise<Map<string, number>> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  const samples = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('#')) continue;
-    const at = line.lastIndexOf(' ');
-    samples.set(line.slice(0, at), Number(line.slice(at + 1)));
-  }
-  return samples;
+  return metricSamples(await (await fetch(`${url}/metrics`)).text());
 }
 
 /** What moved between two scrapes among the series of `family`. */

@@ -7,6 +7,7 @@ import type { AcquireReply, Assignment, WorkerSession } from '@ledgence/contract
 import { createTestDatabase, type TestDatabase } from '@ledgence/store-postgres/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ServerProcess, startServerProcess } from './server-process.js';
+import { metricSamples } from './test/wire.js';
 
 const scope = { tenant_id: 'acme', namespace: 'metrics' };
 const base = `/v1/tenants/${scope.tenant_id}/namespaces/${scope.namespace}`;
@@ -25,13 +26,7 @@ async function scrape(url: string): Promise<Map<string, number>> {
   const response = await fetch(`${url}/metrics`);
   expect(response.status).toBe(200);
   expect(response.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
-  const samples = new Map<string, number>();
-  for (const line of (await response.text()).split('\n')) {
-    if (line === '' || line.startsWith('#')) continue;
-    const at = line.lastIndexOf(' ');
-    samples.set(line.slice(0, at), Number(line.slice(at + 1)));
-  }
-  return samples;
+  return metricSamples(await response.text());
 }
 
 /** Scrapes until `ready` holds (the maintenance loop runs on its own schedule). */

@@ -164,6 +164,17 @@ export function settleBody(assignment: Assignment, outcome: unknown) {
   };
 }
 
+/** The samples of a Prometheus text exposition, keyed by `name{labels}` exactly as exposed. */
+export function metricSamples(text: string): Map<string, number> {
+  const samples = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue;
+    const at = line.lastIndexOf(' ');
+    samples.set(line.slice(0, at), Number(line.slice(at + 1)));
+  }
+  return samples;
+}
+
 /** The sum of every series of the metric `name` on `url`'s `/metrics` (all label sets). */
 export async function metricSum(url: string, name: string): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
