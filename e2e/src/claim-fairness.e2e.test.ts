@@ -39,6 +39,19 @@ function note(stats: Stats, what: string, status: number, body: unknown): void {
   if (status >= 500) stats.fivexx.push(`${what} ${status} ${JSON.stringify(body).slice(0, 300)}`);
 }
 
+/** Until no task of `queue` is queued or active (read from the database), or 60 s. */
+async function untilSettled(queue: string): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const [row] = await pair.sql`
+      select count(*)::int as open from tasks
+      where tenant_id = ${SCOPE.tenant_id} and namespace = ${SCOPE.namespace} and queue = ${queue}
+        and state in ('queued', 'active')`;
+    if (Number(row?.open) === 0 || Date.now() > deadline) return;
+    await sleep(100);
+  }
+}
+
 it('many sessions on one queue with keys, priorities, delays, retries, cancels: limits, due times and cancels hold, no 5xx', async () => {
   const queue = 'cf-mix';
   const P = 'cf-';
@@ -172,15 +185,7 @@ it('many sessions on one queue with keys, priorities, delays, retries, cancels: 
 
   const workers = Array.from({ length: 6 }, (_, w) => poller(w));
   const cancels = [canceller(), canceller()];
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    const [row] = await pair.sql`
-      select count(*)::int as open from tasks
-      where tenant_id = ${SCOPE.tenant_id} and namespace = ${SCOPE.namespace} and queue = ${queue}
-        and state in ('queued', 'active')`;
-    if (Number(row?.open) === 0 || Date.now() > deadline) break;
-    await sleep(100);
-  }
+  await untilSettled(queue);
   stop = true;
   await Promise.all([...workers, ...cancels]);
 
@@ -405,15 +410,7 @@ it('heavy contention: submits creating keys, polls, settles and cancels on share
   const pollers = Array.from({ length: 8 }, (_, w) => poller(w));
   const cancellers = [canceller(), canceller(), canceller()];
   await Promise.all(submitters);
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    const [row] = await pair.sql`
-      select count(*)::int as open from tasks
-      where tenant_id = ${SCOPE.tenant_id} and namespace = ${SCOPE.namespace} and queue = ${queue}
-        and state in ('queued', 'active')`;
-    if (Number(row?.open) === 0 || Date.now() > deadline) break;
-    await sleep(100);
-  }
+  await untilSettled(queue);
   stop = true;
   await Promise.all([...pollers, ...cancellers]);
 

@@ -149,7 +149,9 @@ describe('a handler that never settles its promise', () => {
     await first.stop({ graceMs: 200 });
     await running;
     const took = Date.now() - t0;
-    expect(took).toBeLessThan(200 + 300 + 2_000);
+    // Grace + abortGraceMs + one request; the margin is wide (a loaded machine), the point is
+    // that stop() does not wait for a handler that never settles.
+    expect(took).toBeLessThan(200 + 300 + 5_000);
     // Reported `unconfirmed` (it may still run): the server holds the task active.
     const snapshot = await c.snapshot(task.task_id);
     expect(snapshot.state).toBe('active');
